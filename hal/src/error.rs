@@ -1,0 +1,152 @@
+//! The one error type of the HAL.
+//!
+//! Every fallible HAL call returns [`HalError`]. The variants separate "this cannot run here"
+//! ([`HalError::Unavailable`], [`HalError::Unsupported`]), which a framework falls back on and the
+//! conformance suite skips on, from real failures. Misuse of the safe API is always
+//! [`HalError::InvalidArgument`] carrying the offending values in a typed [`Invalid`].
+
+use crate::device::DeviceId;
+
+/// Result alias used throughout unihal.
+pub type Result<T, E = HalError> = std::result::Result<T, E>;
+
+/// Every error a HAL call can return.
+///
+/// `Clone` because asynchronous errors are sticky: a stream or communicator keeps the first one and
+/// hands out copies of it to every later call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HalError {
+    /// A backend, library or device is not present on this machine. `reason` lists what was tried.
+    #[error("{what} is unavailable: {reason}")]
+    Unavailable { what: String, reason: String },
+    /// The backend or device exists but does not implement this operation or variant.
+    #[error("unsupported: {what}")]
+    Unsupported { what: String },
+    /// The caller passed something wrong; `arg` names the argument, `reason` the offending values.
+    #[error("invalid argument `{arg}`: {reason}")]
+    InvalidArgument { arg: &'static str, reason: Invalid },
+    /// An allocation could not be satisfied.
+    #[error("out of memory: requested {requested} bytes, {free} bytes free")]
+    OutOfMemory { requested: u64, free: u64 },
+    /// An operation did not complete within its time limit.
+    #[error("timed out after {millis} ms: {what}")]
+    Timeout { what: String, millis: u64 },
+    /// An operation was cancelled by an abort (of a communicator, stream or device).
+    #[error("aborted: {what}")]
+    Aborted { what: String },
+    /// The device faulted or disappeared; its context can no longer be used.
+    #[error("device lost: {what}")]
+    DeviceLost { what: String },
+    /// A plugin or library speaks another version of an interface than the one expected.
+    #[error("ABI mismatch: {what}")]
+    AbiMismatch { what: String },
+    /// A vendor library call failed. `code` is the vendor's numeric code, `name` its symbolic name.
+    #[error("{library}: {call} failed with {name} ({code}): {message}")]
+    Vendor {
+        library: String,
+        call: String,
+        code: i64,
+        name: String,
+        message: String,
+    },
+    /// A bug in unihal or a backend: an invariant did not hold.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The offending values of an [`HalError::InvalidArgument`], typed so that callers and tests can
+/// inspect them without parsing messages.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// `offset + len` runs past the end of an object of `size` bytes.
+    #[error("range [{offset}, {offset}+{len}) is outside an object of {size} bytes")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    /// The object belongs to another device than the one the call runs on.
+    #[error("object belongs to {found}, call runs on {expected}")]
+    WrongDevice { expected: DeviceId, found: DeviceId },
+    /// The buffer's stream-ordered free has already been enqueued; it may not be used again.
+    #[error("the free of the buffer at {addr:#x} ({len} bytes) is already enqueued")]
+    FreeEnqueued { addr: u64, len: u64 },
+    /// The handle was made by another backend (or another implementation) than this one.
+    #[error("handle of type {found} is not a {expected}")]
+    ForeignHandle { expected: String, found: String },
+    /// A host buffer is borrowed by the host or in use by queued work.
+    #[error("host buffer is busy: {0}")]
+    Busy(String),
+    /// A value is outside what the device or operation accepts.
+    #[error("{value} is outside the accepted range {accepted}")]
+    Value { value: String, accepted: String },
+    /// Anything else, described in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl HalError {
+    /// Shorthand for an [`HalError::InvalidArgument`].
+    pub fn invalid(arg: &'static str, reason: Invalid) -> Self {
+        HalError::InvalidArgument { arg, reason }
+    }
+
+    /// Shorthand for an out-of-range [`HalError::InvalidArgument`].
+    pub fn out_of_range(arg: &'static str, offset: u64, len: u64, size: u64) -> Self {
+        Self::invalid(arg, Invalid::OutOfRange { offset, len, size })
+    }
+
+    /// Shorthand for an [`HalError::Unsupported`].
+    pub fn unsupported(what: impl Into<String>) -> Self {
+        HalError::Unsupported { what: what.into() }
+    }
+
+    /// True for the two "cannot run here" variants, on which callers fall back and the conformance
+    /// suite skips.
+    pub fn is_not_available(&self) -> bool {
+        matches!(
+            self,
+            HalError::Unavailable { .. } | HalError::Unsupported { .. }
+        )
+    }
+}
+
+/// Checks that `[offset, offset+len)` lies inside an object of `size` bytes, without overflow.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] with [`Invalid::OutOfRange`] naming `arg`.
+pub fn check_range(arg: &'static str, offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(HalError::out_of_range(arg, offset, len, size)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_check_rejects_overflow_and_accepts_edges() {
+        assert!(check_range("x", 0, 0, 0).is_ok());
+        assert!(check_range("x", 4, 4, 8).is_ok());
+        assert!(check_range("x", 8, 0, 8).is_ok());
+        assert_eq!(
+            check_range("x", 5, 4, 8),
+            Err(HalError::out_of_range("x", 5, 4, 8))
+        );
+        assert!(check_range("x", u64::MAX, 2, 8).is_err());
+    }
+
+    #[test]
+    fn messages_carry_values() {
+        let e = HalError::OutOfMemory {
+            requested: 10,
+            free: 3,
+        };
+        assert_eq!(
+            e.to_string(),
+            "out of memory: requested 10 bytes, 3 bytes free"
+        );
+        let e = HalError::out_of_range("dst", 5, 4, 8);
+        assert!(e.to_string().contains("[5, 5+4)") && e.to_string().contains("8 bytes"));
+    }
+}

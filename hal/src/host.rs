@@ -1,0 +1,212 @@
+//! HAL-owned host memory for asynchronous copies: [`HostBuffer`].
+//!
+//! Asynchronous copies never take a borrowed `&[u8]`: the caller could free it while a stream worker
+//! (or a GPU's DMA engine) still reads it. They take a `HostBuffer`, whose memory the HAL owns and keeps
+//! alive while queued work uses it. Host access goes through [`HostBuffer::map`], which refuses while
+//! queued work uses the buffer, and queued work refuses a buffer the host has mapped, so the host and a
+//! stream never touch the same bytes at once.
+
+use crate::device::DeviceId;
+use crate::error::{HalError, Invalid, Result};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Host memory allocated by a backend (pinned where it can). Dropping it frees the memory.
+pub trait HostAllocation: Send + Sync + 'static {
+    /// The device whose backend allocated it.
+    fn device(&self) -> DeviceId;
+    /// First byte. Valid for `len()` bytes while `self` lives.
+    fn ptr(&self) -> *mut u8;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Downcast for the owning backend.
+    fn as_any(&self) -> &dyn Any;
+}
+
+const MAPPED: u64 = 1 << 63;
+
+struct Shared {
+    alloc: Box<dyn HostAllocation>,
+    /// Bit 63: mapped by the host. Low bits: number of queued operations using the buffer.
+    state: AtomicU64,
+    /// Held by stream workers while they read or write the bytes, so two queued operations on
+    /// different streams never access them at once.
+    device_side: Mutex<()>,
+}
+
+/// A handle to HAL-owned host memory. Clones share the memory.
+///
+/// Ownership: freed when the last handle (including those held by queued work) is dropped.
+/// Thread safety: `Send + Sync`; exclusive host access is checked at run time by [`HostBuffer::map`].
+#[derive(Clone)]
+pub struct HostBuffer {
+    shared: Arc<Shared>,
+}
+
+impl HostBuffer {
+    /// Wraps a backend host allocation. For backends.
+    pub fn from_allocation(alloc: Box<dyn HostAllocation>) -> HostBuffer {
+        HostBuffer {
+            shared: Arc::new(Shared {
+                alloc,
+                state: AtomicU64::new(0),
+                device_side: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.shared.alloc.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device whose backend allocated the memory.
+    pub fn device(&self) -> DeviceId {
+        self.shared.alloc.device()
+    }
+
+    /// Host address of the first byte, for interop (e.g. registering with a vendor library).
+    pub fn host_addr(&self) -> usize {
+        self.shared.alloc.ptr() as usize
+    }
+
+    /// The backend allocation (for the owning backend).
+    pub fn allocation(&self) -> &dyn HostAllocation {
+        &*self.shared.alloc
+    }
+
+    /// Number of queued operations that still use this buffer.
+    pub fn pending_uses(&self) -> u64 {
+        self.shared.state.load(Ordering::Acquire) & !MAPPED
+    }
+
+    /// Exclusive host access to the bytes.
+    ///
+    /// # Errors
+    /// [`Invalid::Busy`] when queued work still uses the buffer (synchronize the stream first) or
+    /// when it is already mapped.
+    pub fn map(&self) -> Result<HostMap<'_>> {
+        let state = &self.shared.state;
+        match state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok(HostMap { buf: self }),
+            Err(s) if s & MAPPED != 0 => Err(HalError::invalid(
+                "host buffer",
+                Invalid::Busy("already mapped by the host".into()),
+            )),
+            Err(s) => Err(HalError::invalid(
+                "host buffer",
+                Invalid::Busy(format!(
+                    "{s} queued operation(s) still use it; synchronize their stream first"
+                )),
+            )),
+        }
+    }
+
+    /// Registers one use by queued work, checking `[offset, offset+len)`. For backends: hold the
+    /// returned [`HostUse`] in the queued operation and drop it before the operation counts as done.
+    ///
+    /// # Errors
+    /// [`Invalid::Busy`] when the host has the buffer mapped; [`Invalid::OutOfRange`].
+    pub fn begin_use(&self, arg: &'static str, offset: u64, len: u64) -> Result<HostUse> {
+        crate::error::check_range(arg, offset, len, self.len() as u64)?;
+        let state = &self.shared.state;
+        let mut cur = state.load(Ordering::Acquire);
+        loop {
+            if cur & MAPPED != 0 {
+                return Err(HalError::invalid(
+                    arg,
+                    Invalid::Busy("mapped by the host; drop the HostMap first".into()),
+                ));
+            }
+            match state.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(s) => cur = s,
+            }
+        }
+        Ok(HostUse {
+            buf: self.clone(),
+            offset: offset as usize,
+            len: len as usize,
+        })
+    }
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostBuffer({} bytes, {})", self.len(), self.device())
+    }
+}
+
+/// Exclusive host access to a [`HostBuffer`]'s bytes; dereferences to `[u8]`.
+pub struct HostMap<'a> {
+    buf: &'a HostBuffer,
+}
+
+impl Deref for HostMap<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let a = &self.buf.shared.alloc;
+        if a.len() == 0 {
+            return &[];
+        }
+        // SAFETY: the allocation is valid for len bytes while the HostBuffer lives (we borrow it), and
+        // the MAPPED bit guarantees no queued operation accesses it while this map exists.
+        unsafe { std::slice::from_raw_parts(a.ptr(), a.len()) }
+    }
+}
+
+impl DerefMut for HostMap<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let a = &self.buf.shared.alloc;
+        if a.len() == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in deref; the MAPPED bit also makes this the only host-side map.
+        unsafe { std::slice::from_raw_parts_mut(a.ptr(), a.len()) }
+    }
+}
+
+impl Drop for HostMap<'_> {
+    fn drop(&mut self) {
+        self.buf.shared.state.fetch_and(!MAPPED, Ordering::AcqRel);
+    }
+}
+
+/// One queued operation's use of a [`HostBuffer`] range. Keeps the memory alive; dropping it ends
+/// the use.
+pub struct HostUse {
+    buf: HostBuffer,
+    offset: usize,
+    len: usize,
+}
+
+impl HostUse {
+    /// Runs `f` with a pointer to the range's first byte, holding the device-side lock so that no
+    /// other queued operation touches the bytes at the same time. For stream workers.
+    pub fn with_ptr<R>(&self, f: impl FnOnce(*mut u8, usize) -> R) -> R {
+        let _guard = self.buf.shared.device_side.lock();
+        // SAFETY: begin_use checked offset+len <= len, so the pointer stays inside the allocation.
+        let p = unsafe { self.buf.shared.alloc.ptr().add(self.offset) };
+        f(p, self.len)
+    }
+
+    /// Host address of the range (for vendor DMA calls that complete in stream order).
+    pub fn addr(&self) -> usize {
+        self.buf.host_addr() + self.offset
+    }
+}
+
+impl Drop for HostUse {
+    fn drop(&mut self) {
+        self.buf.shared.state.fetch_sub(1, Ordering::AcqRel);
+    }
+}

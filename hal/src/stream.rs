@@ -1,0 +1,190 @@
+//! Streams: in-order queues of device work.
+
+use crate::buffer::Buffer;
+use crate::device::{Device, DeviceId, NativeHandle};
+use crate::error::{HalError, Result};
+use crate::event::Event;
+use crate::host::HostBuffer;
+use crate::launch::{KernelArgs, LaunchConfig};
+use crate::module::Function;
+use std::any::Any;
+use std::sync::Arc;
+
+/// The value pattern of a fill: a byte, or a 16- or 32-bit word repeated (the range's length must be
+/// a multiple of the word size). Wide fills need `OptionalCaps::wide_fill`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillValue {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+impl FillValue {
+    /// Width of the pattern in bytes.
+    pub const fn width(self) -> u64 {
+        match self {
+            FillValue::U8(_) => 1,
+            FillValue::U16(_) => 2,
+            FillValue::U32(_) => 4,
+        }
+    }
+}
+
+/// An in-order queue of work on one device.
+///
+/// Every method that enqueues returns as soon as the work is queued; the work runs asynchronously to
+/// the host, in enqueue order. Arguments are validated at enqueue: misuse returns
+/// [`HalError::InvalidArgument`] and enqueues nothing. Failures that happen while the work runs are
+/// *sticky*: the stream keeps the first one, and every later enqueue, `synchronize` and `query`
+/// returns it (as on CUDA; create a new stream to continue).
+///
+/// Ownership: `Arc<dyn Stream>`; queued work keeps its buffers, events and functions alive. Dropping
+/// the last handle lets queued work finish, then releases the stream.
+/// Thread safety: enqueue from any number of host threads; each enqueue is atomic with respect to the
+/// others.
+pub trait Stream: Send + Sync {
+    /// The device the stream runs on.
+    fn device(&self) -> &Arc<dyn Device>;
+
+    /// Copies `len` bytes from HAL-owned host memory to device memory.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for a buffer of another device, a freed buffer, a busy host
+    /// buffer or a range out of bounds.
+    fn copy_h2d(&self, src: &HostBuffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+
+    /// Copies `src` to device memory, staging it into HAL-owned memory before returning, so `src` may
+    /// be freed right away. One extra host copy compared with [`Stream::copy_h2d`].
+    ///
+    /// # Errors
+    /// As [`Stream::copy_h2d`], plus [`HalError::OutOfMemory`] for the staging buffer.
+    fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()>;
+
+    /// Copies `len` bytes from device memory to HAL-owned host memory.
+    ///
+    /// # Errors
+    /// As [`Stream::copy_h2d`].
+    fn copy_d2h(&self, src: &Buffer, src_offset: u64, dst: &HostBuffer, dst_offset: u64, len: u64) -> Result<()>;
+
+    /// Copies `len` bytes between two buffers of this stream's device. Overlapping ranges of the same
+    /// allocation behave like `memmove`.
+    ///
+    /// # Errors
+    /// As [`Stream::copy_h2d`].
+    fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+
+    /// Copies between devices of the same backend; either side may be this stream's device, the other
+    /// must be listed in `OptionalCaps::peer_devices`. Ordered on this stream only.
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] without peer access; otherwise as [`Stream::copy_h2d`].
+    fn copy_peer(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+
+    /// Fills `len` bytes at `offset` with a repeated pattern.
+    ///
+    /// # Errors
+    /// As [`Stream::copy_h2d`]; [`HalError::InvalidArgument`] when `offset`/`len` are not multiples
+    /// of the pattern width; [`HalError::Unsupported`] for wide patterns without `wide_fill`.
+    fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()>;
+
+    /// Launches a kernel.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in meaning, not only in size, and every
+    /// device address they contain must stay valid, inside its allocation, until the kernel has run.
+    /// The HAL cannot check what a kernel does with them.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for a function of another device or backend, a shape outside the
+    /// device limits, or argument sizes that do not match the recorded parameter sizes.
+    unsafe fn launch(&self, function: &Arc<dyn Function>, config: &LaunchConfig, args: &KernelArgs) -> Result<()>;
+
+    /// Runs `f` on a host thread once all previously enqueued work has completed; later work waits
+    /// for it. `f` must not enqueue on or synchronize this stream.
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] without `OptionalCaps::host_callbacks`.
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()>;
+
+    /// Records `event` at the current end of this stream.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for an event of another device or backend.
+    fn record_event(&self, event: &Arc<dyn Event>) -> Result<()>;
+
+    /// Makes later work on this stream wait for the event's most recent record. The event may belong
+    /// to another device of the same backend.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for an event of another backend.
+    fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()>;
+
+    /// Allocates device memory usable by work enqueued on this stream after this call.
+    ///
+    /// # Errors
+    /// [`HalError::OutOfMemory`].
+    fn alloc_async(&self, len: usize) -> Result<Buffer>;
+
+    /// Frees the allocation behind `buffer` once the work enqueued so far on this stream has
+    /// completed. Every handle of the allocation becomes unusable at once (later use is
+    /// [`crate::Invalid::FreeEnqueued`]); work already queued on other streams must be ordered before
+    /// this stream's point by the caller, as on CUDA.
+    ///
+    /// # Errors
+    /// [`crate::Invalid::FreeEnqueued`] when already freed; a buffer of another device.
+    fn free_async(&self, buffer: &Buffer) -> Result<()>;
+
+    /// Blocks until all enqueued work has completed.
+    ///
+    /// # Errors
+    /// The sticky error, if any work failed.
+    fn synchronize(&self) -> Result<()>;
+
+    /// True when all enqueued work has completed.
+    ///
+    /// # Errors
+    /// The sticky error, if any work failed.
+    fn query(&self) -> Result<bool>;
+
+    /// The sticky asynchronous error, if work on this stream has failed.
+    fn async_error(&self) -> Option<HalError>;
+
+    /// The vendor stream handle (`CUstream`, `hipStream_t`, `aclrtStream`).
+    fn native_handle(&self) -> NativeHandle;
+
+    /// Downcast for the owning backend.
+    fn as_any(&self) -> &dyn Any;
+
+    /// The device's id (shorthand).
+    fn device_id(&self) -> DeviceId {
+        self.device().id()
+    }
+
+    /// Writes `src` to device memory and waits for the copy (and all earlier work on the stream).
+    ///
+    /// # Errors
+    /// As [`Stream::copy_h2d_staged`] and [`Stream::synchronize`].
+    fn write(&self, dst: &Buffer, dst_offset: u64, src: &[u8]) -> Result<()> {
+        self.copy_h2d_staged(src, dst, dst_offset)?;
+        self.synchronize()
+    }
+
+    /// Reads device memory into `out`, waiting for the copy and all earlier work on the stream.
+    /// Goes through a HAL-owned staging buffer, so `out` is never written by a stream worker.
+    ///
+    /// # Errors
+    /// As [`Stream::copy_d2h`] and [`Stream::synchronize`].
+    fn read(&self, src: &Buffer, src_offset: u64, out: &mut [u8]) -> Result<()> {
+        let staging = self.device().alloc_host(out.len())?;
+        self.copy_d2h(src, src_offset, &staging, 0, out.len() as u64)?;
+        self.synchronize()?;
+        out.copy_from_slice(&staging.map()?);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for dyn Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({})", self.device_id())
+    }
+}
