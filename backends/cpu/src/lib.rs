@@ -1,0 +1,145 @@
+//! # unihal-cpu: the always-available CPU backend
+//!
+//! `UNIHAL_CPU_DEVICES` virtual devices (default 4), each with its own memory budget
+//! (`UNIHAL_CPU_MEMORY`, so out-of-memory is real) and a compute pool of `UNIHAL_CPU_THREADS` threads
+//! for kernel launches. The backend exists so that the whole HAL contract, asynchrony included, is
+//! exercised on every machine:
+//!
+//! * **Every stream is a real worker thread** executing its queue in order, asynchronously to the
+//!   host ([`worker`]). It spins for a few microseconds after draining its queue, then sleeps; an idle
+//!   process uses no CPU. A synchronous CPU backend would make the conformance suite pass vacuously.
+//! * **Device memory is host memory the safe API never exposes**: buffers are opaque addresses,
+//!   every access is bounds-checked at enqueue, and queued work holds its buffers, so freeing is
+//!   deferred until that work is done.
+//! * **Kernels are host functions** in a [`unihal_hal::HostSymbolTable`], called once per block over
+//!   the grid on the device's pool, with CUDA's `kernelParams` argument convention.
+//! * **Events** are record generations with completion timestamps; waits block the waiting stream's
+//!   worker, across streams and devices.
+//!
+//! Layout: [`config`] (environment), [`memory`] (allocations and accounting), [`worker`] (the
+//! queue), [`stream`], [`event`], [`module`] (modules and launch execution), [`device`], [`fault`]
+//! (test-only ordering faults behind the `fault-injection` feature).
+
+pub mod config;
+pub mod device;
+pub mod event;
+pub mod fault;
+pub mod memory;
+pub mod module;
+pub mod stream;
+mod worker;
+
+pub use config::CpuConfig;
+pub use device::CpuDevice;
+pub use fault::Fault;
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
+use unihal_hal::{Backend, BackendInfo, Device, HalError, Invalid, Result};
+
+/// Registry name of this backend.
+pub const NAME: &str = "cpu";
+
+/// The CPU backend. Devices are created on first probe and live as long as the backend.
+pub struct CpuBackend {
+    config: Option<CpuConfig>,
+    fault: fault::FaultSwitch,
+    devices: OnceLock<Result<Vec<Arc<CpuDevice>>>>,
+}
+
+impl CpuBackend {
+    /// A backend configured from the environment when first probed.
+    pub fn new() -> CpuBackend {
+        CpuBackend {
+            config: None,
+            fault: Default::default(),
+            devices: OnceLock::new(),
+        }
+    }
+
+    /// A backend with an explicit configuration (ignores the environment).
+    pub fn with_config(config: CpuConfig) -> CpuBackend {
+        CpuBackend {
+            config: Some(config),
+            ..CpuBackend::new()
+        }
+    }
+
+    /// A backend with one deliberate ordering fault, for tests of the conformance suite.
+    #[cfg(feature = "fault-injection")]
+    pub fn with_fault(config: CpuConfig, fault: Fault) -> CpuBackend {
+        CpuBackend {
+            config: Some(config),
+            fault: fault::FaultSwitch::new(Some(fault)),
+            devices: OnceLock::new(),
+        }
+    }
+
+    fn devices(&self) -> Result<&Vec<Arc<CpuDevice>>> {
+        self.devices
+            .get_or_init(|| {
+                let cfg = match &self.config {
+                    Some(c) => c.clone(),
+                    None => CpuConfig::from_env()?,
+                };
+                let host = Arc::new(memory::MemAccount::new(u64::MAX / 2));
+                (0..cfg.devices as u32)
+                    .map(|i| {
+                        CpuDevice::new(
+                            i,
+                            cfg.devices as u32,
+                            cfg.memory_per_device,
+                            host.clone(),
+                            cfg.threads_per_device,
+                            self.fault,
+                        )
+                    })
+                    .collect()
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            libraries: Vec::new(),
+            simulated: false,
+        }
+    }
+
+    fn probe(&self) -> Result<usize> {
+        Ok(self.devices()?.len())
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let devices = self.devices()?;
+        let d = devices.get(ordinal).ok_or_else(|| {
+            HalError::invalid(
+                "ordinal",
+                Invalid::Value {
+                    value: ordinal.to_string(),
+                    accepted: format!("0..{}", devices.len()),
+                },
+            )
+        })?;
+        Ok(d.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

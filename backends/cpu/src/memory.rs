@@ -1,0 +1,226 @@
+//! Device and host memory of the CPU backend: aligned heap allocations with per-device accounting.
+
+use std::alloc::Layout;
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use unihal_hal::{DeviceAllocation, DeviceId, HalError, HostAllocation, Result};
+
+/// Alignment of every allocation, as `cudaMalloc` guarantees.
+pub const ALLOC_ALIGN: usize = 256;
+
+/// A device's memory budget. Allocations reserve from it before touching the heap.
+#[derive(Debug)]
+pub struct MemAccount {
+    used: AtomicU64,
+    capacity: u64,
+}
+
+impl MemAccount {
+    pub fn new(capacity: u64) -> Self {
+        MemAccount {
+            used: AtomicU64::new(0),
+            capacity,
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn free(&self) -> u64 {
+        self.capacity.saturating_sub(self.used.load(Ordering::Acquire))
+    }
+
+    fn reserve(&self, n: u64) -> Result<()> {
+        let mut cur = self.used.load(Ordering::Acquire);
+        loop {
+            let next = cur.checked_add(n).filter(|&v| v <= self.capacity);
+            let Some(next) = next else {
+                return Err(HalError::OutOfMemory {
+                    requested: n,
+                    free: self.capacity.saturating_sub(cur),
+                });
+            };
+            match self
+                .used
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    fn release(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// An aligned heap block; zero-sized blocks use a dangling aligned pointer and no heap.
+struct RawBlock {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl RawBlock {
+    fn new(len: usize, align: usize, account: &MemAccount) -> Result<RawBlock> {
+        account.reserve(len as u64)?;
+        if len == 0 {
+            // An aligned, non-null, never-dereferenced address.
+            let ptr = NonNull::new(align as *mut u8).expect("alignment is non-zero");
+            return Ok(RawBlock { ptr, len });
+        }
+        let fail = |account: &MemAccount| {
+            account.release(len as u64);
+            HalError::OutOfMemory {
+                requested: len as u64,
+                free: account.free(),
+            }
+        };
+        let Ok(layout) = Layout::from_size_align(len, align) else {
+            return Err(fail(account));
+        };
+        // SAFETY: layout has a non-zero size (len > 0 checked above).
+        let p = unsafe { std::alloc::alloc(layout) };
+        match NonNull::new(p) {
+            Some(ptr) => Ok(RawBlock { ptr, len }),
+            None => Err(fail(account)),
+        }
+    }
+
+    fn free(&mut self, align: usize) {
+        if self.len > 0 {
+            // SAFETY: ptr came from alloc with exactly this size and alignment and is freed once
+            // (RawBlock is dropped once).
+            unsafe {
+                std::alloc::dealloc(
+                    self.ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(self.len, align),
+                )
+            };
+        }
+    }
+}
+
+/// A CPU "device" allocation.
+pub struct CpuAllocation {
+    block: RawBlock,
+    device: DeviceId,
+    account: Arc<MemAccount>,
+}
+
+// SAFETY: the block is plain bytes owned by this allocation; the HAL never hands out references to
+// it, and all accesses go through raw pointers in stream workers and kernels.
+unsafe impl Send for CpuAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for CpuAllocation {}
+
+impl CpuAllocation {
+    /// Reserves `len` bytes from `account` and allocates them.
+    pub fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
+        let block = RawBlock::new(len, ALLOC_ALIGN, &account)?;
+        tracing::trace!(%device, len, "cpu alloc");
+        Ok(CpuAllocation {
+            block,
+            device,
+            account,
+        })
+    }
+
+    /// First byte.
+    pub fn ptr(&self) -> *mut u8 {
+        self.block.ptr.as_ptr()
+    }
+}
+
+impl Drop for CpuAllocation {
+    fn drop(&mut self) {
+        self.block.free(ALLOC_ALIGN);
+        self.account.release(self.block.len as u64);
+    }
+}
+
+impl DeviceAllocation for CpuAllocation {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn addr(&self) -> u64 {
+        self.block.ptr.as_ptr() as u64
+    }
+    fn len(&self) -> u64 {
+        self.block.len as u64
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Host memory handed out by `alloc_host`: page-aligned, so it behaves like pinned memory.
+pub struct CpuHostAllocation {
+    block: RawBlock,
+    device: DeviceId,
+    account: Arc<MemAccount>,
+}
+
+// SAFETY: plain bytes; access is arbitrated by HostBuffer's map/use protocol.
+unsafe impl Send for CpuHostAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for CpuHostAllocation {}
+
+const PAGE: usize = 4096;
+
+impl CpuHostAllocation {
+    /// Allocates `len` page-aligned bytes (contents unspecified), accounted against the
+    /// host budget `account`.
+    pub fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
+        let block = RawBlock::new(len, PAGE, &account)?;
+        Ok(CpuHostAllocation {
+            block,
+            device,
+            account,
+        })
+    }
+}
+
+impl Drop for CpuHostAllocation {
+    fn drop(&mut self) {
+        self.block.free(PAGE);
+        self.account.release(self.block.len as u64);
+    }
+}
+
+impl HostAllocation for CpuHostAllocation {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.block.ptr.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.block.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounting_gives_out_of_memory_and_recovers() {
+        let acc = Arc::new(MemAccount::new(1000));
+        let id = DeviceId { backend: "cpu", ordinal: 0 };
+        let a = CpuAllocation::new(600, id, acc.clone()).unwrap();
+        assert_eq!(a.addr() % ALLOC_ALIGN as u64, 0);
+        let e = CpuAllocation::new(500, id, acc.clone()).err().unwrap();
+        assert_eq!(e, HalError::OutOfMemory { requested: 500, free: 400 });
+        drop(a);
+        assert_eq!(acc.free(), 1000);
+        let z = CpuAllocation::new(0, id, acc.clone()).unwrap();
+        assert_eq!(z.len(), 0);
+    }
+}

@@ -1,0 +1,315 @@
+//! CPU streams: the `Stream` trait over a [`WorkerShared`] queue.
+
+use crate::device::CpuDevice;
+use crate::event::CpuEvent;
+use crate::fault::Fault;
+use crate::memory::CpuAllocation;
+use crate::module::{run_launch, CpuFunction};
+use crate::worker::WorkerShared;
+use std::any::Any;
+use std::sync::Arc;
+use unihal_hal::{
+    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
+    KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
+};
+
+/// A stream of a CPU device, run by its own worker thread.
+pub struct CpuStream {
+    pub(crate) dev: Arc<CpuDevice>,
+    pub(crate) dyn_dev: Arc<dyn Device>,
+    pub(crate) worker: Arc<WorkerShared>,
+}
+
+/// Device address of `[offset, offset+len)` of a CPU buffer on `device`, after every check.
+fn cpu_addr(buf: &Buffer, arg: &'static str, device: DeviceId, offset: u64, len: u64) -> Result<*mut u8> {
+    buf.downcast_allocation::<CpuAllocation>(arg)?;
+    Ok(buf.check_use(arg, device, offset, len)? as *mut u8)
+}
+
+/// A raw address that may cross to the worker thread.
+#[derive(Clone, Copy)]
+struct Addr(*mut u8);
+// SAFETY: the address points into an allocation that the queued operation keeps alive (it holds a
+// Buffer clone); only the worker dereferences it.
+unsafe impl Send for Addr {}
+
+impl Addr {
+    /// The pointer. A method, so closures capture the whole (Send) `Addr`, not its field.
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+impl CpuStream {
+    fn id(&self) -> DeviceId {
+        self.dev.id()
+    }
+
+    /// Enqueues a copy of `len` bytes between two checked addresses, keeping `keep` alive.
+    fn enqueue_memmove(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() && len > 0 {
+                // SAFETY: both ranges were bounds-checked against live CPU allocations, which `keep`
+                // holds until this closure is dropped; ptr::copy tolerates overlap.
+                unsafe { std::ptr::copy(src.get(), dst.get(), len as usize) };
+            }
+            drop(keep);
+            Ok(())
+        }))
+    }
+}
+
+impl Drop for CpuStream {
+    fn drop(&mut self) {
+        self.worker.shutdown();
+    }
+}
+
+impl Stream for CpuStream {
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.dyn_dev
+    }
+
+    fn copy_h2d(&self, src: &HostBuffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+        let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
+        let use_ = src.begin_use("src", src_offset, len)?;
+        let keep = dst.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() {
+                use_.with_ptr(|p, n| {
+                    // SAFETY: the host range was checked by begin_use and is held by `use_`; the
+                    // device range was checked and is held by `keep`.
+                    unsafe { std::ptr::copy_nonoverlapping(p, d.get(), n) }
+                });
+            }
+            drop(keep);
+            Ok(())
+        }))
+    }
+
+    fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
+        let len = src.len() as u64;
+        let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
+        let staged = src.to_vec();
+        let keep = dst.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() && !staged.is_empty() {
+                // SAFETY: the device range was checked and is held by `keep`; `staged` is ours.
+                unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), d.get(), staged.len()) };
+            }
+            drop(keep);
+            Ok(())
+        }))
+    }
+
+    fn copy_d2h(&self, src: &Buffer, src_offset: u64, dst: &HostBuffer, dst_offset: u64, len: u64) -> Result<()> {
+        let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
+        let use_ = dst.begin_use("dst", dst_offset, len)?;
+        let keep = src.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() {
+                use_.with_ptr(|p, n| {
+                    // SAFETY: as in copy_h2d, with the roles swapped.
+                    unsafe { std::ptr::copy_nonoverlapping(s.get(), p, n) }
+                });
+            }
+            drop(keep);
+            Ok(())
+        }))
+    }
+
+    fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+        let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
+        let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
+        self.enqueue_memmove(s, d, len, [src.clone(), dst.clone()])
+    }
+
+    fn copy_peer(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+        let me = self.id();
+        let (sd, dd) = (src.device(), dst.device());
+        let peers = &self.dev.capabilities_ref().optional.peer_devices;
+        let reachable = |d: DeviceId| d == me || (d.backend == me.backend && peers.contains(&d.ordinal));
+        if sd != me && dd != me {
+            return Err(HalError::invalid(
+                "src",
+                Invalid::WrongDevice { expected: me, found: sd },
+            ));
+        }
+        for (arg, d) in [("src", sd), ("dst", dd)] {
+            if !reachable(d) {
+                return Err(HalError::unsupported(format!(
+                    "peer copy between {me} and {d}: no peer access ({arg})"
+                )));
+            }
+        }
+        let s = Addr(cpu_addr(src, "src", sd, src_offset, len)?);
+        let d = Addr(cpu_addr(dst, "dst", dd, dst_offset, len)?);
+        self.enqueue_memmove(s, d, len, [src.clone(), dst.clone()])
+    }
+
+    fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
+        let d = Addr(cpu_addr(dst, "dst", self.id(), offset, len)?);
+        let w = value.width();
+        if (d.0 as u64) % w != 0 || len % w != 0 {
+            return Err(HalError::invalid(
+                "dst",
+                Invalid::Value {
+                    value: format!("address {:#x}, length {len}", d.0 as u64),
+                    accepted: format!("multiples of the {w}-byte pattern width"),
+                },
+            ));
+        }
+        let keep = dst.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() {
+                let n = (len / w) as usize;
+                let p = d.get();
+                // SAFETY: the range was checked (and its alignment to w) and `keep` holds it.
+                unsafe {
+                    match value {
+                        FillValue::U8(v) => std::ptr::write_bytes(p, v, n),
+                        FillValue::U16(v) => (0..n).for_each(|i| (p as *mut u16).add(i).write(v)),
+                        FillValue::U32(v) => (0..n).for_each(|i| (p as *mut u32).add(i).write(v)),
+                    }
+                }
+            }
+            drop(keep);
+            Ok(())
+        }))
+    }
+
+    unsafe fn launch(&self, function: &Arc<dyn Function>, config: &LaunchConfig, args: &KernelArgs) -> Result<()> {
+        let f = function.as_any().downcast_ref::<CpuFunction>().ok_or_else(|| {
+            HalError::invalid(
+                "function",
+                Invalid::ForeignHandle {
+                    expected: "CPU function".into(),
+                    found: format!("function {:?} of {}", function.name(), function.device_id()),
+                },
+            )
+        })?;
+        if f.device != self.id() {
+            return Err(HalError::invalid(
+                "function",
+                Invalid::WrongDevice { expected: self.id(), found: f.device },
+            ));
+        }
+        config.validate(&self.dev.capabilities_ref().mandatory)?;
+        args.check_against(f.kernel.param_sizes)?;
+        if let Some(b) = args.buffers().iter().find(|b| b.is_free_enqueued()) {
+            return Err(HalError::invalid(
+                "args",
+                Invalid::FreeEnqueued { addr: b.device_addr() - b.offset(), len: b.len() },
+            ));
+        }
+        let f = CpuFunction { device: f.device, name: f.name.clone(), kernel: f.kernel };
+        let (config, args) = (*config, args.clone());
+        let pool = self.dev.pool();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let _span = tracing::trace_span!("cpu launch", kernel = %f.name).entered();
+            run_launch(pool.as_deref(), &f, &config, &args)
+        }))
+    }
+
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() {
+                f();
+            }
+            Ok(())
+        }))
+    }
+
+    fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let ev = CpuEvent::from_dyn("event", event)?;
+        if ev.device_id() != self.id() {
+            return Err(HalError::invalid(
+                "event",
+                Invalid::WrongDevice { expected: self.id(), found: ev.device_id() },
+            ));
+        }
+        if let Some(e) = self.worker.error() {
+            return Err(e);
+        }
+        let gen = ev.begin_record();
+        if self.dev.fault().is(Fault::EarlyEventCompletion) {
+            ev.complete(gen, None);
+        }
+        let event = event.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            let ev = event
+                .as_any()
+                .downcast_ref::<CpuEvent>()
+                .ok_or_else(|| HalError::Internal("event changed type".into()))?;
+            ev.complete(gen, err);
+            Ok(())
+        }))
+    }
+
+    fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let ev = CpuEvent::from_dyn("event", event)?;
+        let target = ev.wait_target();
+        if target == 0 {
+            // Never recorded: complete by definition, nothing to wait for.
+            return match self.worker.error() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+        let ignore = self.dev.fault().is(Fault::IgnoreEventWaits);
+        let event = event.clone();
+        self.worker.enqueue(Box::new(move |err| {
+            if err.is_some() || ignore {
+                return Ok(());
+            }
+            let ev = event
+                .as_any()
+                .downcast_ref::<CpuEvent>()
+                .ok_or_else(|| HalError::Internal("event changed type".into()))?;
+            ev.wait_gen(target)
+        }))
+    }
+
+    fn alloc_async(&self, len: usize) -> Result<Buffer> {
+        if let Some(e) = self.worker.error() {
+            return Err(e);
+        }
+        self.dev.alloc(len)
+    }
+
+    fn free_async(&self, buffer: &Buffer) -> Result<()> {
+        cpu_addr(buffer, "buffer", self.id(), 0, 0)?;
+        buffer.mark_free_enqueued("buffer")?;
+        let keep = buffer.clone();
+        self.worker.enqueue(Box::new(move |_| {
+            drop(keep);
+            Ok(())
+        }))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.worker.synchronize()
+    }
+
+    fn query(&self) -> Result<bool> {
+        if let Some(e) = self.worker.error() {
+            return Err(e);
+        }
+        Ok(self.worker.reached(self.worker.position()))
+    }
+
+    fn async_error(&self) -> Option<HalError> {
+        self.worker.error()
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        NativeHandle::None
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

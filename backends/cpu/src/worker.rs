@@ -1,0 +1,208 @@
+//! The stream worker: one host thread per stream, running its queue in order.
+//!
+//! Enqueue pushes a closure under a short lock and wakes the worker only if it sleeps. The worker
+//! spins for a few microseconds after draining its queue (to keep enqueue-to-start latency low under
+//! a steady stream of work), then sleeps on a condition variable: an idle stream uses no CPU.
+//! Completion is a counter; host waiters sleep on a second condition variable and are notified only
+//! when someone waits.
+
+use crate::fault::{Fault, FaultSwitch};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use unihal_hal::{HalError, Result};
+
+/// A queued operation. It receives the stream's sticky error, if one is set when its turn comes: it
+/// must then only release what it holds (and signal events), not do its work.
+pub(crate) type Op = Box<dyn FnOnce(Option<&HalError>) -> Result<()> + Send>;
+
+struct Queue {
+    ops: VecDeque<Op>,
+    sleeping: bool,
+    shutdown: bool,
+}
+
+/// State shared by a stream handle, its worker and the device.
+pub(crate) struct WorkerShared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    enqueued: AtomicU64,
+    /// Operations pushed to the queue (the worker compares it with its own pop count while spinning).
+    pushed: AtomicU64,
+    completed: AtomicU64,
+    done_lock: Mutex<()>,
+    done: Condvar,
+    waiters: AtomicU64,
+    has_error: AtomicBool,
+    error: Mutex<Option<HalError>>,
+    fault: FaultSwitch,
+}
+
+/// How long an idle worker spins before sleeping.
+const SPIN: Duration = Duration::from_micros(20);
+
+impl WorkerShared {
+    /// Starts a worker thread named `name`.
+    pub(crate) fn spawn(name: String, fault: FaultSwitch) -> Result<Arc<WorkerShared>> {
+        let shared = Arc::new(WorkerShared {
+            queue: Mutex::new(Queue {
+                ops: VecDeque::new(),
+                sleeping: false,
+                shutdown: false,
+            }),
+            wake: Condvar::new(),
+            enqueued: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            waiters: AtomicU64::new(0),
+            has_error: AtomicBool::new(false),
+            error: Mutex::new(None),
+            fault,
+        });
+        let w = shared.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || w.run())
+            .map_err(|e| HalError::Internal(format!("cannot start a stream worker thread: {e}")))?;
+        Ok(shared)
+    }
+
+    /// The sticky error, if any.
+    pub(crate) fn error(&self) -> Option<HalError> {
+        if !self.has_error.load(Ordering::Acquire) {
+            return None;
+        }
+        self.error.lock().clone()
+    }
+
+    /// Sets the sticky error unless one is set already.
+    pub(crate) fn set_error(&self, e: HalError) {
+        let mut slot = self.error.lock();
+        if slot.is_none() {
+            tracing::warn!(error = %e, "stream error (sticky)");
+            *slot = Some(e);
+            self.has_error.store(true, Ordering::Release);
+        }
+    }
+
+    /// Queues `op`. Returns the sticky error instead when one is set.
+    pub(crate) fn enqueue(&self, op: Op) -> Result<()> {
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        if self.fault.is(Fault::InlineExecution) {
+            self.enqueued.fetch_add(1, Ordering::SeqCst);
+            self.execute(op);
+            return Ok(());
+        }
+        let wake = {
+            let mut q = self.queue.lock();
+            q.ops.push_back(op);
+            self.enqueued.fetch_add(1, Ordering::SeqCst);
+            self.pushed.fetch_add(1, Ordering::Release);
+            std::mem::replace(&mut q.sleeping, false)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Number of operations enqueued so far (a position in the stream).
+    pub(crate) fn position(&self) -> u64 {
+        self.enqueued.load(Ordering::SeqCst)
+    }
+
+    /// True when every operation up to `pos` has completed.
+    pub(crate) fn reached(&self, pos: u64) -> bool {
+        self.completed.load(Ordering::SeqCst) >= pos
+    }
+
+    /// Blocks until the operations enqueued so far have completed; returns the sticky error.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.wait_for(self.position());
+        match self.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until position `pos` is reached.
+    pub(crate) fn wait_for(&self, pos: u64) {
+        if self.reached(pos) {
+            return;
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.done_lock.lock();
+        while !self.reached(pos) {
+            self.done.wait(&mut g);
+        }
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Asks the worker to exit once its queue is empty.
+    pub(crate) fn shutdown(&self) {
+        self.queue.lock().shutdown = true;
+        self.wake.notify_one();
+    }
+
+    fn execute(&self, op: Op) {
+        let err = self.error();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(err.as_ref())));
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.set_error(e),
+            Err(_) => self.set_error(HalError::Internal(
+                "an operation panicked on the stream worker".into(),
+            )),
+        }
+        // The op (and everything it held: buffers, host-buffer uses) is dropped before completion
+        // becomes visible.
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.done_lock.lock();
+            self.done.notify_all();
+        }
+    }
+
+    /// Takes the next operation: spins briefly (lock-free, on the push counter), then sleeps.
+    fn next(&self, popped: &mut u64) -> Option<Op> {
+        let reorder = self.fault.is(Fault::ReorderQueue);
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        while self.pushed.load(Ordering::Acquire) == *popped {
+            spins += 1;
+            if spins % 64 == 0 && Instant::now() >= spin_until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let mut q = self.queue.lock();
+        while q.ops.is_empty() && !q.shutdown {
+            q.sleeping = true;
+            self.wake.wait(&mut q);
+        }
+        q.sleeping = false;
+        let op = if reorder {
+            q.ops.pop_back()
+        } else {
+            q.ops.pop_front()
+        };
+        if op.is_some() {
+            *popped += 1;
+        }
+        op
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut popped = 0;
+        while let Some(op) = self.next(&mut popped) {
+            self.execute(op);
+        }
+    }
+}
