@@ -1,1 +1,59 @@
+//! # unihal
+//!
+//! A heterogeneous device abstraction layer for distributed deep-learning training engines: one
+//! framework core runs unchanged on NVIDIA GPUs, AMD GPUs and Hygon DCUs, Huawei Ascend NPUs and CPUs.
+//!
+//! This crate is the facade a framework links. It re-exports the HAL ([`hal`]: traits, buffers,
+//! errors, capabilities) and registers the backends compiled into this build in [`registry`]; the
+//! `unihal` binary lists devices and runs the conformance suite.
+//!
+//! ```no_run
+//! let backends = unihal::registry().select_from_env()?; // UNIHAL_BACKENDS=cuda,cpu
+//! let device = backends[0].open(0)?;
+//! let stream = device.create_stream()?;
+//! let buf = device.alloc(1024)?;
+//! stream.write(&buf, 0, &[1u8; 1024])?;
+//! # Ok::<(), unihal::HalError>(())
+//! ```
+//!
+//! Backends in this build: `cpu` (always available). Vendor backends register here as they arrive;
+//! each opens its vendor libraries at run time, so one binary runs wherever it lands.
 
+pub use unihal_hal as hal;
+pub use unihal_hal::*;
+
+use std::sync::OnceLock;
+
+/// Build information: version, git commit, target and profile.
+pub const BUILD_INFO: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("UNIHAL_BUILD_COMMIT"),
+    ", ",
+    env!("UNIHAL_BUILD_TARGET"),
+    ", ",
+    env!("UNIHAL_BUILD_PROFILE"),
+    ")"
+);
+
+/// The registry of the backends compiled into this build, in default preference order. Out-of-tree
+/// backends may register more at run time.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let r = Registry::new();
+        r.register(unihal_cpu::NAME, || std::sync::Arc::new(unihal_cpu::CpuBackend::new()))
+            .expect("built-in backend names are unique");
+        r
+    })
+}
+
+/// Installs a `tracing` subscriber writing to stderr at the level of `UNIHAL_LOG` (default WARN).
+/// Does nothing if the application installed one already.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::new(log::filter_directive_from_env());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

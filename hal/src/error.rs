@@ -72,6 +72,9 @@ pub enum Invalid {
     /// The handle was made by another backend (or another implementation) than this one.
     #[error("handle of type {found} is not a {expected}")]
     ForeignHandle { expected: String, found: String },
+    /// Source and destination ranges of a copy overlap (addresses are device addresses).
+    #[error("destination [{dst:#x}, +{len}) overlaps source [{src:#x}, +{len})")]
+    Overlap { src: u64, dst: u64, len: u64 },
     /// A host buffer is borrowed by the host or in use by queued work.
     #[error("host buffer is busy: {0}")]
     Busy(String),

@@ -66,15 +66,16 @@ pub trait Stream: Send + Sync {
     /// As [`Stream::copy_h2d`].
     fn copy_d2h(&self, src: &Buffer, src_offset: u64, dst: &HostBuffer, dst_offset: u64, len: u64) -> Result<()>;
 
-    /// Copies `len` bytes between two buffers of this stream's device. Overlapping ranges of the same
-    /// allocation behave like `memmove`.
+    /// Copies `len` bytes between two buffers of this stream's device.
     ///
     /// # Errors
-    /// As [`Stream::copy_h2d`].
+    /// As [`Stream::copy_h2d`]; [`crate::Invalid::Overlap`] when the ranges overlap (vendor copies
+    /// do not define overlap, so no backend accepts it).
     fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
 
     /// Copies between devices of the same backend; either side may be this stream's device, the other
-    /// must be listed in `OptionalCaps::peer_devices`. Ordered on this stream only.
+    /// must be listed in `OptionalCaps::peer_devices`. Ordered on this stream only. Overlap is as
+    /// for [`Stream::copy_d2d`].
     ///
     /// # Errors
     /// [`HalError::Unsupported`] without peer access; otherwise as [`Stream::copy_h2d`].

@@ -45,13 +45,17 @@ impl CpuStream {
         self.dev.id()
     }
 
-    /// Enqueues a copy of `len` bytes between two checked addresses, keeping `keep` alive.
-    fn enqueue_memmove(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
+    /// Enqueues a copy of `len` bytes between two checked, disjoint ranges, keeping `keep` alive.
+    fn enqueue_copy(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
+        let (s, d) = (src.get() as u64, dst.get() as u64);
+        if len > 0 && s < d + len && d < s + len {
+            return Err(HalError::invalid("dst", Invalid::Overlap { src: s, dst: d, len }));
+        }
         self.worker.enqueue(Box::new(move |err| {
             if err.is_none() && len > 0 {
                 // SAFETY: both ranges were bounds-checked against live CPU allocations, which `keep`
-                // holds until this closure is dropped; ptr::copy tolerates overlap.
-                unsafe { std::ptr::copy(src.get(), dst.get(), len as usize) };
+                // holds until this closure is dropped, and checked disjoint above.
+                unsafe { std::ptr::copy_nonoverlapping(src.get(), dst.get(), len as usize) };
             }
             drop(keep);
             Ok(())
@@ -121,7 +125,7 @@ impl Stream for CpuStream {
     fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
-        self.enqueue_memmove(s, d, len, [src.clone(), dst.clone()])
+        self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])
     }
 
     fn copy_peer(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
@@ -144,7 +148,7 @@ impl Stream for CpuStream {
         }
         let s = Addr(cpu_addr(src, "src", sd, src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", dd, dst_offset, len)?);
-        self.enqueue_memmove(s, d, len, [src.clone(), dst.clone()])
+        self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {

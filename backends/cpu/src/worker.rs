@@ -83,7 +83,7 @@ impl WorkerShared {
     pub(crate) fn set_error(&self, e: HalError) {
         let mut slot = self.error.lock();
         if slot.is_none() {
-            tracing::warn!(error = %e, "stream error (sticky)");
+            tracing::debug!(error = %e, "stream error (sticky)");
             *slot = Some(e);
             self.has_error.store(true, Ordering::Release);
         }

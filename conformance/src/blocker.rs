@@ -1,0 +1,68 @@
+//! Holding a stream back on purpose, to make ordering observable.
+//!
+//! A [`Blocker`] enqueues the `wait_flag` test kernel, which spins on a flag in device memory until
+//! another stream sets it. Work enqueued behind it stays queued until [`Blocker::release`], so a case
+//! can inspect the state of queued work (events pending, buffers in use) deterministically, without
+//! sleeping and hoping.
+
+use crate::case::Ctx;
+use std::sync::Arc;
+use unihal_hal::{Buffer, KernelArgs, LaunchConfig, Result, Stream};
+use unihal_kernels::testing::names;
+
+/// How long the blocking kernel waits before failing (so a bug never hangs forever).
+pub const BLOCK_TIMEOUT_MS: u32 = 10_000;
+
+/// A stream held back by a spinning kernel until released.
+pub struct Blocker {
+    flag: Buffer,
+    out: Buffer,
+    side: Arc<dyn Stream>,
+    released: bool,
+}
+
+impl Blocker {
+    /// Blocks `stream` (which must be on the context's device) at its current end.
+    pub fn new(ctx: &Ctx, stream: &Arc<dyn Stream>) -> Result<Blocker> {
+        let mem = ctx.device.alloc(8)?;
+        let side = ctx.stream()?;
+        side.write(&mem, 0, &[0u8; 8])?;
+        let flag = mem.slice(0, 4)?;
+        let out = mem.slice(4, 4)?;
+        let f = ctx.kernel(names::WAIT_FLAG)?;
+        let mut args = KernelArgs::new();
+        args.push_buffer(&flag)
+            .push_buffer(&out)
+            .push(0xB10Cu32)
+            .push(BLOCK_TIMEOUT_MS);
+        // SAFETY: wait_flag takes (flag, out, value, timeout) and reads/writes 4 bytes at each
+        // pointer; both buffers are 4 bytes and kept alive by the args.
+        unsafe { stream.launch(&f, &LaunchConfig::linear(1, 1), &args)? };
+        Ok(Blocker {
+            flag,
+            out,
+            side,
+            released: false,
+        })
+    }
+
+    /// Sets the flag (through another stream) and waits for that write.
+    pub fn release(&mut self) -> Result<()> {
+        if !self.released {
+            self.released = true;
+            self.side.write(&self.flag, 0, &1u32.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The word the kernel writes after the flag is seen (0xB10C once it has run).
+    pub fn out(&self) -> &Buffer {
+        &self.out
+    }
+}
+
+impl Drop for Blocker {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

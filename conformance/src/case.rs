@@ -1,0 +1,278 @@
+//! What a conformance case is: a stable id, its needs, and a body that never names a backend.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use unihal_hal::{
+    Backend, Buffer, Device, Function, HalError, Invalid, Module, ModuleFormat, Result as HalResult,
+    Stream,
+};
+
+/// Why a case failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with a message.
+    pub fn new(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<HalError> for Failure {
+    fn from(e: HalError) -> Failure {
+        match e {
+            HalError::Unsupported { what } => Failure::new(format!(
+                "the backend returned Unsupported ({what}) for something its capabilities claim"
+            )),
+            e => Failure::new(format!("unexpected error: {e} [{e:?}]")),
+        }
+    }
+}
+
+/// What a case body returns.
+pub type CaseResult = Result<(), Failure>;
+
+/// Fails the case with a formatted message unless the condition holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::Failure::new(format!($($fmt)+)));
+        }
+    };
+}
+
+/// Fails the case unless the two values are equal, printing both.
+#[macro_export]
+macro_rules! ensure_eq {
+    ($a:expr, $b:expr, $($fmt:tt)+) => {{
+        let (a, b) = (&$a, &$b);
+        if a != b {
+            return Err($crate::Failure::new(format!(
+                "{}: left {:?} != right {:?}", format!($($fmt)+), a, b
+            )));
+        }
+    }};
+}
+
+/// A capability a case needs; missing needs skip the case with the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Events measure elapsed time.
+    EventTiming,
+    /// 16- and 32-bit fills.
+    WideFill,
+    /// `Stream::host_callback`.
+    HostCallbacks,
+    /// `Stream::alloc_async`/`free_async`.
+    StreamOrderedAlloc,
+    /// At least one peer device with direct copies.
+    PeerDevice,
+    /// At least this many devices in the backend.
+    Devices(usize),
+    /// The conformance test kernels exist in a module format the device loads.
+    TestKernels,
+}
+
+impl Need {
+    /// `Err(reason)` when `ctx`'s device lacks this need.
+    pub fn check(&self, device: &dyn Device, device_count: usize) -> Result<(), String> {
+        let caps = device.capabilities();
+        let ok = match self {
+            Need::EventTiming => caps.optional.event_timing,
+            Need::WideFill => caps.optional.wide_fill,
+            Need::HostCallbacks => caps.optional.host_callbacks,
+            Need::StreamOrderedAlloc => caps.optional.stream_ordered_alloc,
+            Need::PeerDevice => !caps.optional.peer_devices.is_empty(),
+            Need::Devices(n) => device_count >= *n,
+            Need::TestKernels => {
+                unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
+            }
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            Need::EventTiming => "device events cannot measure time".into(),
+            Need::WideFill => "device has no 16/32-bit fills".into(),
+            Need::HostCallbacks => "device has no host callbacks".into(),
+            Need::StreamOrderedAlloc => "device has no stream-ordered allocation".into(),
+            Need::PeerDevice => "device has no peer device".into(),
+            Need::Devices(n) => format!("needs {n} devices, backend has {device_count}"),
+            Need::TestKernels => format!(
+                "no conformance test kernels for module formats {:?} (available: {:?})",
+                caps.mandatory.module_formats,
+                unihal_kernels::testing::FORMATS
+            ),
+        })
+    }
+}
+
+/// One conformance case.
+#[derive(Clone)]
+pub struct Case {
+    /// Stable hierarchical id, e.g. `memory.copy.h2d.async`.
+    pub id: &'static str,
+    /// Capabilities the case needs.
+    pub needs: &'static [Need],
+    /// Watchdog limit; `None` uses the run's default.
+    pub timeout: Option<Duration>,
+    /// May run while other cases use the same device.
+    pub concurrent: bool,
+    /// The body.
+    pub run: fn(&Ctx) -> CaseResult,
+}
+
+impl Case {
+    /// A case with no needs, the default timeout and exclusive use of its device.
+    pub const fn new(id: &'static str, run: fn(&Ctx) -> CaseResult) -> Case {
+        Case {
+            id,
+            needs: &[],
+            timeout: None,
+            concurrent: false,
+            run,
+        }
+    }
+
+    /// The same case with needs.
+    pub const fn needs(mut self, needs: &'static [Need]) -> Case {
+        self.needs = needs;
+        self
+    }
+}
+
+/// What a case body gets: the device under test and its backend.
+pub struct Ctx {
+    pub backend: Arc<dyn Backend>,
+    pub device: Arc<dyn Device>,
+    module: OnceLock<Arc<dyn Module>>,
+}
+
+impl Ctx {
+    /// A context for `device` of `backend`.
+    pub fn new(backend: Arc<dyn Backend>, device: Arc<dyn Device>) -> Ctx {
+        Ctx {
+            backend,
+            device,
+            module: OnceLock::new(),
+        }
+    }
+
+    /// A new stream on the device.
+    pub fn stream(&self) -> HalResult<Arc<dyn Stream>> {
+        self.device.create_stream()
+    }
+
+    /// Another device of the backend: the first peer when there is one, else the next ordinal.
+    pub fn other_device(&self) -> HalResult<Arc<dyn Device>> {
+        let me = self.device.id().ordinal;
+        let peers = &self.device.capabilities().optional.peer_devices;
+        let ordinal = match peers.first() {
+            Some(&p) => p as usize,
+            None => {
+                let n = self.backend.probe()?;
+                (me as usize + 1) % n.max(1)
+            }
+        };
+        self.backend.open(ordinal)
+    }
+
+    /// A test kernel, loaded from the test module (loaded once per context).
+    pub fn kernel(&self, name: &str) -> HalResult<Arc<dyn Function>> {
+        if self.module.get().is_none() {
+            let formats = &self.device.capabilities().mandatory.module_formats;
+            let src = unihal_kernels::testing::module_for(formats).ok_or_else(|| {
+                HalError::unsupported(format!("no test kernels for formats {formats:?}"))
+            })?;
+            let m = self.device.load_module(&src)?;
+            let _ = self.module.set(m);
+        }
+        self.module.get().expect("set above").function(name)
+    }
+
+    /// Loads the test module for `device` (another device than the context's).
+    pub fn kernel_on(&self, device: &Arc<dyn Device>, name: &str) -> HalResult<Arc<dyn Function>> {
+        let formats = &device.capabilities().mandatory.module_formats;
+        let src = unihal_kernels::testing::module_for(formats)
+            .ok_or_else(|| HalError::unsupported("no test kernels"))?;
+        device.load_module(&src)?.function(name)
+    }
+
+    /// Allocates a buffer holding `data`, synchronously.
+    pub fn upload(&self, data: &[u8]) -> HalResult<Buffer> {
+        let b = self.device.alloc(data.len())?;
+        self.stream()?.write(&b, 0, data)?;
+        Ok(b)
+    }
+
+    /// Reads a whole buffer, synchronously, through a fresh stream.
+    pub fn download(&self, b: &Buffer) -> HalResult<Vec<u8>> {
+        let mut out = vec![0u8; b.len() as usize];
+        let s = b_stream(self, b)?;
+        s.read(b, 0, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn b_stream(ctx: &Ctx, b: &Buffer) -> HalResult<Arc<dyn Stream>> {
+    if b.device() == ctx.device.id() {
+        ctx.stream()
+    } else {
+        ctx.backend.open(b.device().ordinal as usize)?.create_stream()
+    }
+}
+
+/// Expects an `InvalidArgument` for `arg` and returns its reason for the caller to match exactly.
+pub fn expect_invalid<T: std::fmt::Debug>(r: HalResult<T>, arg: &str) -> Result<Invalid, Failure> {
+    match r {
+        Err(HalError::InvalidArgument { arg: a, reason }) if a == arg => Ok(reason),
+        other => Err(Failure::new(format!(
+            "expected InvalidArgument for `{arg}`, got {other:?}"
+        ))),
+    }
+}
+
+/// The formats a device does *not* load, among the known ones.
+pub fn foreign_formats(device: &dyn Device) -> Vec<ModuleFormat> {
+    let have = &device.capabilities().mandatory.module_formats;
+    [
+        ModuleFormat::HostSymbols,
+        ModuleFormat::Ptx,
+        ModuleFormat::Cubin,
+        ModuleFormat::HipCodeObject,
+        ModuleFormat::AscendBinary,
+    ]
+    .into_iter()
+    .filter(|f| !have.contains(f))
+    .collect()
+}
+
+/// Little-endian bytes of `u32`s.
+pub fn u32_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `u32`s from little-endian bytes.
+pub fn bytes_u32(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A deterministic byte pattern (so a shifted or partial copy never matches by luck).
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2654435761).wrapping_add(12345) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 8) as u8
+        })
+        .collect()
+}

@@ -1,0 +1,19 @@
+//! The cases, by area. Ids are stable: reports, manifests and CI filters refer to them.
+
+use crate::case::Case;
+
+pub mod events;
+pub mod kernels;
+pub mod memory;
+pub mod misuse;
+pub mod streams;
+
+/// Every case of the suite, in id order.
+pub fn all() -> Vec<Case> {
+    let mut v: Vec<Case> = [memory::cases(), streams::cases(), events::cases(), kernels::cases(), misuse::cases()]
+        .into_iter()
+        .flatten()
+        .collect();
+    v.sort_by_key(|c| c.id);
+    v
+}

@@ -1,0 +1,315 @@
+//! Running cases: planning (needs, manifest, filters), the per-case watchdog, process isolation and
+//! per-device exclusivity.
+
+use crate::case::{Case, Ctx};
+use crate::manifest::{EntryKind, Manifest};
+use crate::report::{CaseReport, Counts, Outcome, Report, TargetReport, UnavailableBackend};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use unihal_hal::{Backend, Device, DeviceId, Registry};
+
+/// Environment variable through which a parent hands one case to an isolated child process:
+/// `<backend>\t<ordinal>\t<case id>\t<timeout ms>`.
+pub const CHILD_ENV: &str = "UNIHAL_CONFORMANCE_CHILD";
+/// Prefix of the line on which the child prints its outcome as JSON.
+pub const CHILD_MARKER: &str = "UNIHAL-CONFORMANCE-OUTCOME ";
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Only cases whose id contains this text.
+    pub filter: Option<String>,
+    /// Treat an unexpected pass of an `xfail` case as a failure.
+    pub verify: bool,
+    /// Run each case in its own process.
+    pub isolate: bool,
+    /// Watchdog limit for cases that do not set their own.
+    pub timeout: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            filter: None,
+            verify: false,
+            isolate: false,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A device under test, with its backend and manifest.
+#[derive(Clone)]
+pub struct Target {
+    pub backend: Arc<dyn Backend>,
+    pub device: Arc<dyn Device>,
+    pub manifest: Manifest,
+}
+
+/// Every device of every backend `registry` selects (by `spec`, or `UNIHAL_BACKENDS` when `None`).
+/// Unavailable backends are returned with their reasons, never silently dropped.
+///
+/// # Errors
+/// A message when `spec` names an unregistered backend.
+pub fn discover(registry: &Registry, spec: Option<&str>) -> Result<(Vec<Target>, Vec<UnavailableBackend>), String> {
+    let backends = match spec {
+        Some(s) => registry.select(Some(s)),
+        None => registry.select_from_env(),
+    }
+    .map_err(|e| e.to_string())?;
+    let mut targets = Vec::new();
+    let mut unavailable = Vec::new();
+    for b in backends {
+        let n = match b.probe() {
+            Ok(n) => n,
+            Err(e) => {
+                unavailable.push(UnavailableBackend { backend: b.name().into(), reason: e.to_string() });
+                continue;
+            }
+        };
+        for i in 0..n {
+            match b.open(i) {
+                Ok(device) => targets.push(Target {
+                    backend: b.clone(),
+                    device,
+                    manifest: Manifest::builtin(b.name()),
+                }),
+                Err(e) => unavailable.push(UnavailableBackend {
+                    backend: format!("{}:{i}", b.name()),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+    }
+    Ok((targets, unavailable))
+}
+
+/// What will happen to a case on a target.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    Run { xfail: Option<String> },
+    Skip(String),
+}
+
+/// Decides whether `case` runs on `target`: manifest `unsupported` and missing needs skip it.
+pub fn plan(case: &Case, target: &Target) -> Plan {
+    let entry = target.manifest.lookup(case.id);
+    if let Some(e) = entry.filter(|e| e.kind == EntryKind::Unsupported) {
+        return Plan::Skip(format!("unsupported by the {} manifest: {}", target.backend.name(), e.reason));
+    }
+    let count = target.backend.probe().unwrap_or(1);
+    for need in case.needs {
+        if let Err(reason) = need.check(&*target.device, count) {
+            return Plan::Skip(reason);
+        }
+    }
+    Plan::Run { xfail: entry.map(|e| e.reason.clone()) }
+}
+
+/// The lock that serialises cases on one device (concurrent cases share it).
+fn device_lock(id: DeviceId) -> Arc<RwLock<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<DeviceId, Arc<RwLock<()>>>>> = OnceLock::new();
+    LOCKS.get_or_init(Default::default).lock().entry(id).or_default().clone()
+}
+
+/// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
+pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Outcome {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (run, backend, device) = (case.run, target.backend.clone(), target.device.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("case {}", case.id))
+        .spawn(move || {
+            let ctx = Ctx::new(backend, device);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx)));
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        return Outcome::Failed { message: format!("cannot start the case thread: {e}") };
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(f))) => Outcome::Failed { message: f.message },
+        Ok(Err(p)) => {
+            let msg = p.downcast_ref::<String>().cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into());
+            Outcome::Failed { message: format!("panicked: {msg}") }
+        }
+        Err(_) => Outcome::Failed {
+            message: format!(
+                "watchdog: the case did not finish within {:.1}s; its thread was abandoned \
+                 (use isolation to contain hangs)",
+                timeout.as_secs_f64()
+            ),
+        },
+    }
+}
+
+/// Runs one case in a child process of the current executable, which must call
+/// [`run_child_if_requested`] first thing in `main`. The child is killed if it outlives the timeout
+/// by more than a grace period.
+pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return Outcome::Failed { message: format!("cannot find the current executable: {e}") },
+    };
+    let spec = format!("{}\t{}\t{}\t{}", target.backend.name(), target.device.id().ordinal, case.id, timeout.as_millis());
+    let child = Command::new(exe)
+        .env(CHILD_ENV, spec)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed { message: format!("cannot start an isolated process: {e}") },
+    };
+    // Drain the pipes on threads so a chatty child never blocks on a full pipe.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let deadline = Instant::now() + timeout + Duration::from_secs(5);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    let Some(status) = status else {
+        return Outcome::Failed {
+            message: format!("watchdog: the isolated process did not finish within {:.1}s and was killed", timeout.as_secs_f64()),
+        };
+    };
+    match stdout.lines().find_map(|l| l.strip_prefix(CHILD_MARKER)) {
+        Some(json) => serde_json::from_str(json).unwrap_or_else(|e| Outcome::Failed {
+            message: format!("unreadable result from the isolated process: {e}"),
+        }),
+        None => {
+            let tail: String = stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+            Outcome::Failed { message: format!("the isolated process ended ({status}) without a result; stderr: {tail}") }
+        }
+    }
+}
+
+/// In a child started by [`run_isolated`], runs the requested case, prints its outcome and exits.
+/// Returns (doing nothing) in any other process.
+pub fn run_child_if_requested(registry: &Registry) {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let outcome = child_outcome(registry, &spec);
+    println!("{CHILD_MARKER}{}", serde_json::to_string(&outcome).expect("outcomes serialise"));
+    std::process::exit(0);
+}
+
+fn child_outcome(registry: &Registry, spec: &str) -> Outcome {
+    let parts: Vec<&str> = spec.split('\t').collect();
+    let [backend, ordinal, id, timeout_ms] = parts[..] else {
+        return Outcome::Failed { message: format!("malformed {CHILD_ENV}: {spec:?}") };
+    };
+    let (Ok(ordinal), Ok(timeout_ms)) = (ordinal.parse::<usize>(), timeout_ms.parse::<u64>()) else {
+        return Outcome::Failed { message: format!("malformed {CHILD_ENV}: {spec:?}") };
+    };
+    let Some(case) = crate::cases::all().into_iter().find(|c| c.id == id) else {
+        return Outcome::Failed { message: format!("no case {id:?} in this build") };
+    };
+    let target = match registry.get(backend).and_then(|b| Ok((b.clone(), b.open(ordinal)?))) {
+        Ok((backend, device)) => Target { manifest: Manifest::builtin(backend.name()), backend, device },
+        Err(e) => return Outcome::Failed { message: format!("isolated process cannot open {backend}:{ordinal}: {e}") },
+    };
+    run_with_watchdog(&case, &target, Duration::from_millis(timeout_ms))
+}
+
+/// Runs one case on one target: plan, device lock, watchdog or isolation, manifest verdict.
+pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
+    let start = Instant::now();
+    let outcome = match plan(case, target) {
+        Plan::Skip(reason) => Outcome::Skipped { reason },
+        Plan::Run { xfail } => {
+            let timeout = case.timeout.unwrap_or(opts.timeout);
+            let lock = device_lock(target.device.id());
+            let raw = if case.concurrent {
+                let _g = lock.read();
+                execute(case, target, opts, timeout)
+            } else {
+                let _g = lock.write();
+                execute(case, target, opts, timeout)
+            };
+            match (xfail, raw) {
+                (None, o) => o,
+                (Some(reason), Outcome::Failed { message }) => Outcome::Xfailed { reason, message },
+                (Some(reason), Outcome::Passed) if opts.verify => Outcome::Failed {
+                    message: format!("unexpected pass: the manifest expects a failure ({reason}); update the manifest"),
+                },
+                (Some(reason), Outcome::Passed) => Outcome::Xpassed { reason },
+                (Some(_), o) => o,
+            }
+        }
+    };
+    CaseReport { id: case.id.to_string(), outcome, duration_ms: start.elapsed().as_secs_f64() * 1e3 }
+}
+
+fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -> Outcome {
+    if opts.isolate {
+        run_isolated(case, target, timeout)
+    } else {
+        run_with_watchdog(case, target, timeout)
+    }
+}
+
+/// True when `id` passes the run's filter.
+pub fn selected(id: &str, opts: &RunOptions) -> bool {
+    opts.filter.as_deref().is_none_or(|f| id.contains(f))
+}
+
+/// Runs `cases` (filtered) on every target, one case at a time, and builds the report.
+pub fn run(targets: &[Target], unavailable: Vec<UnavailableBackend>, cases: &[Case], opts: &RunOptions) -> Report {
+    let started = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let targets = targets
+        .iter()
+        .map(|t| {
+            let results: Vec<CaseReport> = cases
+                .iter()
+                .filter(|c| selected(c.id, opts))
+                .map(|c| run_case(c, t, opts))
+                .collect();
+            TargetReport {
+                backend: t.backend.info(),
+                device: t.device.info().clone(),
+                capabilities: t.device.capabilities().clone(),
+                counts: Counts::of(&results),
+                results,
+            }
+        })
+        .collect();
+    Report {
+        unihal_version: unihal_hal::VERSION.to_string(),
+        started_unix_s,
+        duration_s: started.elapsed().as_secs_f64(),
+        verify: opts.verify,
+        isolate: opts.isolate,
+        filter: opts.filter.clone(),
+        unavailable,
+        targets,
+    }
+}
