@@ -1,29 +1,37 @@
-//! CPU events: a record generation counter with completion timestamps.
+//! CPU events: a reference to a position in the recording stream's queue.
+//!
+//! An event's completion *is* the recording stream's completion counter reaching the recorded
+//! position, so "the event is complete" and "the stream has run past it" can never disagree (after
+//! synchronizing either, the other is complete too).
 
-use parking_lot::{Condvar, Mutex};
+use crate::worker::WorkerShared;
+use parking_lot::Mutex;
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{DeviceId, Event, EventFlags, HalError, Invalid, NativeHandle, Result};
 
-#[derive(Default)]
-struct State {
-    /// Generation of the most recent record enqueued (0 = never recorded).
-    recorded: u64,
-    /// Highest generation whose work has completed.
-    completed: u64,
-    /// When `completed` was reached.
-    time: Option<Instant>,
-    /// Sticky error of the recording stream, when the captured work failed.
-    error: Option<HalError>,
+/// The most recent record of an event.
+#[derive(Clone)]
+pub(crate) struct Record {
+    pub(crate) worker: Arc<WorkerShared>,
+    /// Stream position that completes the record (0 = already complete).
+    pub(crate) pos: u64,
+    /// When the record ran on the stream (set by the stream worker).
+    pub(crate) time: Arc<OnceLock<Instant>>,
 }
 
-/// An event of the CPU backend. Records from any stream of any CPU device; waits from any.
+impl Record {
+    fn error(&self) -> Option<HalError> {
+        self.worker.error()
+    }
+}
+
+/// An event of the CPU backend. Recorded on streams of its own device; waited on from any device.
 pub struct CpuEvent {
     device: DeviceId,
     flags: EventFlags,
-    state: Mutex<State>,
-    cv: Condvar,
+    last: Mutex<Option<Record>>,
 }
 
 impl CpuEvent {
@@ -31,49 +39,22 @@ impl CpuEvent {
         Arc::new(CpuEvent {
             device,
             flags,
-            state: Mutex::new(State::default()),
-            cv: Condvar::new(),
+            last: Mutex::new(None),
         })
     }
 
-    /// Starts a record: returns the generation the stream operation must complete.
-    pub(crate) fn begin_record(&self) -> u64 {
-        let mut s = self.state.lock();
-        s.recorded += 1;
-        s.recorded
+    /// Makes `record` the most recent record.
+    pub(crate) fn set_record(&self, record: Record) {
+        *self.last.lock() = Some(record);
     }
 
-    /// Marks generation `gen` complete (called by the stream worker, in stream order).
-    pub(crate) fn complete(&self, gen: u64, error: Option<&HalError>) {
-        let mut s = self.state.lock();
-        if gen > s.completed {
-            s.completed = gen;
-            s.time = Some(Instant::now());
-            s.error = error.cloned();
-        }
-        drop(s);
-        self.cv.notify_all();
-    }
-
-    /// The generation a wait enqueued now must wait for.
-    pub(crate) fn wait_target(&self) -> u64 {
-        self.state.lock().recorded
-    }
-
-    /// Blocks until generation `gen` is complete; returns the recording stream's error, if any.
-    pub(crate) fn wait_gen(&self, gen: u64) -> Result<()> {
-        let mut s = self.state.lock();
-        while s.completed < gen {
-            self.cv.wait(&mut s);
-        }
-        match &s.error {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
+    /// The most recent record, if any.
+    pub(crate) fn record(&self) -> Option<Record> {
+        self.last.lock().clone()
     }
 
     /// Downcasts a HAL event to a CPU event.
-    pub(crate) fn from_dyn<'a>(arg: &'static str, e: &'a Arc<dyn Event>) -> Result<&'a CpuEvent> {
+    pub(crate) fn from_dyn<'a>(arg: &'static str, e: &'a dyn Event) -> Result<&'a CpuEvent> {
         e.as_any().downcast_ref::<CpuEvent>().ok_or_else(|| {
             HalError::invalid(
                 arg,
@@ -92,17 +73,22 @@ impl CpuEvent {
                 Invalid::Other("event was created with timing disabled".into()),
             ));
         }
-        let s = self.state.lock();
-        if s.recorded == 0 {
+        let Some(r) = self.record() else {
             return Err(HalError::invalid(which, Invalid::Other("event was never recorded".into())));
+        };
+        if let Some(e) = r.error() {
+            return Err(e);
         }
-        if s.completed < s.recorded {
+        if !r.worker.reached(r.pos) {
             return Err(HalError::invalid(
                 which,
                 Invalid::Other("event has not completed yet; synchronize it first".into()),
             ));
         }
-        s.time.ok_or_else(|| HalError::Internal("completed event without a timestamp".into()))
+        r.time
+            .get()
+            .copied()
+            .ok_or_else(|| HalError::Internal("completed event without a timestamp".into()))
     }
 }
 
@@ -112,28 +98,24 @@ impl Event for CpuEvent {
     }
 
     fn query(&self) -> Result<bool> {
-        let s = self.state.lock();
-        if let Some(e) = &s.error {
-            return Err(e.clone());
+        let Some(r) = self.record() else { return Ok(true) };
+        if let Some(e) = r.error() {
+            return Err(e);
         }
-        Ok(s.completed >= s.recorded)
+        Ok(r.worker.reached(r.pos))
     }
 
     fn synchronize(&self) -> Result<()> {
-        let target = self.wait_target();
-        self.wait_gen(target)
+        let Some(r) = self.record() else { return Ok(()) };
+        r.worker.wait_for(r.pos);
+        match r.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {
-        let end = end.as_any().downcast_ref::<CpuEvent>().ok_or_else(|| {
-            HalError::invalid(
-                "end",
-                Invalid::ForeignHandle {
-                    expected: "CPU event".into(),
-                    found: format!("event of {}", end.device_id()),
-                },
-            )
-        })?;
+        let end = CpuEvent::from_dyn("end", end)?;
         let t0 = self.timestamp("start")?;
         let t1 = end.timestamp("end")?;
         let ms = if t1 >= t0 {

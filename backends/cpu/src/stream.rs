@@ -1,13 +1,14 @@
 //! CPU streams: the `Stream` trait over a [`WorkerShared`] queue.
 
 use crate::device::CpuDevice;
-use crate::event::CpuEvent;
+use crate::event::{CpuEvent, Record};
 use crate::fault::Fault;
 use crate::memory::CpuAllocation;
 use crate::module::{run_launch, CpuFunction};
 use crate::worker::WorkerShared;
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 use unihal_hal::{
     Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
     KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
@@ -45,13 +46,18 @@ impl CpuStream {
         self.dev.id()
     }
 
+    /// Enqueues `op`, dropping its position.
+    fn submit(&self, op: crate::worker::Op) -> Result<()> {
+        self.worker.enqueue(op).map(drop)
+    }
+
     /// Enqueues a copy of `len` bytes between two checked, disjoint ranges, keeping `keep` alive.
     fn enqueue_copy(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
         let (s, d) = (src.get() as u64, dst.get() as u64);
         if len > 0 && s < d + len && d < s + len {
             return Err(HalError::invalid("dst", Invalid::Overlap { src: s, dst: d, len }));
         }
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() && len > 0 {
                 // SAFETY: both ranges were bounds-checked against live CPU allocations, which `keep`
                 // holds until this closure is dropped, and checked disjoint above.
@@ -78,7 +84,7 @@ impl Stream for CpuStream {
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let use_ = src.begin_use("src", src_offset, len)?;
         let keep = dst.clone();
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() {
                 use_.with_ptr(|p, n| {
                     // SAFETY: the host range was checked by begin_use and is held by `use_`; the
@@ -96,7 +102,7 @@ impl Stream for CpuStream {
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let staged = src.to_vec();
         let keep = dst.clone();
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() && !staged.is_empty() {
                 // SAFETY: the device range was checked and is held by `keep`; `staged` is ours.
                 unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), d.get(), staged.len()) };
@@ -110,7 +116,7 @@ impl Stream for CpuStream {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let use_ = dst.begin_use("dst", dst_offset, len)?;
         let keep = src.clone();
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() {
                 use_.with_ptr(|p, n| {
                     // SAFETY: as in copy_h2d, with the roles swapped.
@@ -164,7 +170,7 @@ impl Stream for CpuStream {
             ));
         }
         let keep = dst.clone();
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() {
                 let n = (len / w) as usize;
                 let p = d.get();
@@ -209,7 +215,7 @@ impl Stream for CpuStream {
         let f = CpuFunction { device: f.device, name: f.name.clone(), kernel: f.kernel };
         let (config, args) = (*config, args.clone());
         let pool = self.dev.pool();
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_some() {
                 return Ok(());
             }
@@ -219,7 +225,7 @@ impl Stream for CpuStream {
     }
 
     fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
-        self.worker.enqueue(Box::new(move |err| {
+        self.submit(Box::new(move |err| {
             if err.is_none() {
                 f();
             }
@@ -228,53 +234,49 @@ impl Stream for CpuStream {
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
-        let ev = CpuEvent::from_dyn("event", event)?;
+        let ev = CpuEvent::from_dyn("event", &**event)?;
         if ev.device_id() != self.id() {
             return Err(HalError::invalid(
                 "event",
                 Invalid::WrongDevice { expected: self.id(), found: ev.device_id() },
             ));
         }
-        if let Some(e) = self.worker.error() {
-            return Err(e);
-        }
-        let gen = ev.begin_record();
-        if self.dev.fault().is(Fault::EarlyEventCompletion) {
-            ev.complete(gen, None);
-        }
-        let event = event.clone();
-        self.worker.enqueue(Box::new(move |err| {
-            let ev = event
-                .as_any()
-                .downcast_ref::<CpuEvent>()
-                .ok_or_else(|| HalError::Internal("event changed type".into()))?;
-            ev.complete(gen, err);
+        let time = Arc::new(OnceLock::new());
+        let slot = time.clone();
+        let pos = self.worker.enqueue(Box::new(move |err| {
+            if err.is_none() {
+                let _ = slot.set(Instant::now());
+            }
             Ok(())
-        }))
+        }))?;
+        let pos = if self.dev.fault().is(Fault::EarlyEventCompletion) { 0 } else { pos };
+        ev.set_record(Record { worker: self.worker.clone(), pos, time });
+        Ok(())
     }
 
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
-        let ev = CpuEvent::from_dyn("event", event)?;
-        let target = ev.wait_target();
-        if target == 0 {
+        let ev = CpuEvent::from_dyn("event", &**event)?;
+        let Some(record) = ev.record() else {
             // Never recorded: complete by definition, nothing to wait for.
             return match self.worker.error() {
                 Some(e) => Err(e),
                 None => Ok(()),
             };
-        }
+        };
         let ignore = self.dev.fault().is(Fault::IgnoreEventWaits);
-        let event = event.clone();
-        self.worker.enqueue(Box::new(move |err| {
-            if err.is_some() || ignore {
-                return Ok(());
-            }
-            let ev = event
-                .as_any()
-                .downcast_ref::<CpuEvent>()
-                .ok_or_else(|| HalError::Internal("event changed type".into()))?;
-            ev.wait_gen(target)
-        }))
+        self.worker
+            .enqueue(Box::new(move |err| {
+                if err.is_some() || ignore {
+                    return Ok(());
+                }
+                record.worker.wait_for(record.pos);
+                // Work this stream depends on failed: so does this stream.
+                match record.worker.error() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            }))
+            .map(drop)
     }
 
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
@@ -288,7 +290,7 @@ impl Stream for CpuStream {
         cpu_addr(buffer, "buffer", self.id(), 0, 0)?;
         buffer.mark_free_enqueued("buffer")?;
         let keep = buffer.clone();
-        self.worker.enqueue(Box::new(move |_| {
+        self.submit(Box::new(move |_| {
             drop(keep);
             Ok(())
         }))

@@ -89,27 +89,28 @@ impl WorkerShared {
         }
     }
 
-    /// Queues `op`. Returns the sticky error instead when one is set.
-    pub(crate) fn enqueue(&self, op: Op) -> Result<()> {
+    /// Queues `op` and returns its position (the stream is past it once `reached(position)`).
+    /// Returns the sticky error instead when one is set.
+    pub(crate) fn enqueue(&self, op: Op) -> Result<u64> {
         if let Some(e) = self.error() {
             return Err(e);
         }
         if self.fault.is(Fault::InlineExecution) {
-            self.enqueued.fetch_add(1, Ordering::SeqCst);
+            let pos = self.enqueued.fetch_add(1, Ordering::SeqCst) + 1;
             self.execute(op);
-            return Ok(());
+            return Ok(pos);
         }
-        let wake = {
+        let (pos, wake) = {
             let mut q = self.queue.lock();
             q.ops.push_back(op);
-            self.enqueued.fetch_add(1, Ordering::SeqCst);
+            let pos = self.enqueued.fetch_add(1, Ordering::SeqCst) + 1;
             self.pushed.fetch_add(1, Ordering::Release);
-            std::mem::replace(&mut q.sleeping, false)
+            (pos, std::mem::replace(&mut q.sleeping, false))
         };
         if wake {
             self.wake.notify_one();
         }
-        Ok(())
+        Ok(pos)
     }
 
     /// Number of operations enqueued so far (a position in the stream).
