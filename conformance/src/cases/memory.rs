@@ -23,7 +23,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.host.busy_while_queued", host_busy).needs(&[Need::TestKernels]),
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
         Case::new("memory.alloc_async.free_async", alloc_async).needs(&[Need::StreamOrderedAlloc]),
-        Case::new("memory.drop_with_queued_work", drop_queued).needs(&[Need::TestKernels]),
+        Case::new("memory.buffer.drop_with_queued_work", drop_queued).needs(&[Need::TestKernels]),
         Case::new("memory.free_async.deferred_until_work_done", free_async_deferred)
             .needs(&[Need::TestKernels, Need::StreamOrderedAlloc]),
     ]

@@ -26,8 +26,8 @@ pub fn cases() -> Vec<Case> {
         Case::new("misuse.launch.function_of_other_device", function_other_device)
             .needs(&[Need::Devices(2), Need::TestKernels]),
         Case::new("misuse.host.mapped_buffer_in_copy", mapped_in_copy),
-        Case::new("misuse.zero_sized", zero_sized),
-        Case::new("misuse.stream_usable_after_misuse", usable_after),
+        Case::new("misuse.zero_sized.operations", zero_sized),
+        Case::new("misuse.stream.usable_after_rejected_calls", usable_after),
     ]
 }
 
