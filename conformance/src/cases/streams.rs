@@ -25,7 +25,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("streams.host_callback.order", host_callback).needs(&[Need::HostCallbacks]),
         Case::new("streams.synchronize.device", device_sync).needs(K),
         Case::new("streams.error.sticky", sticky_error).needs(K),
-        Case::new("streams.drop_with_pending_work", drop_pending).needs(K),
+        Case::new("streams.drop.pending_work_completes", drop_pending).needs(K),
     ]
 }
 
