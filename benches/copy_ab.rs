@@ -15,7 +15,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     const LEN: usize = 256 << 20;
-    let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(41);
+    let rounds: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(41);
     let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), None, Some("1")).unwrap();
     let backend = unihal_cpu::CpuBackend::with_config(cfg);
     let dev = backend.open(0).unwrap();
@@ -45,7 +48,18 @@ fn main() {
     let gib = |t: f64| LEN as f64 / t / (1u64 << 30) as f64;
     let (mo, mp) = (median(ours), median(peer));
     println!("copy 256 MiB, {rounds} interleaved rounds (medians):");
-    println!("  unihal cpu copy_d2d + synchronize: {:.2} ms ({:.2} GiB/s)", mo * 1e3, gib(mo));
-    println!("  slice copy_from_slice:             {:.2} ms ({:.2} GiB/s)", mp * 1e3, gib(mp));
-    println!("  speed ratio unihal/slice (median of per-round ratios): {:.3}", median(ratio));
+    println!(
+        "  unihal cpu copy_d2d + synchronize: {:.2} ms ({:.2} GiB/s)",
+        mo * 1e3,
+        gib(mo)
+    );
+    println!(
+        "  slice copy_from_slice:             {:.2} ms ({:.2} GiB/s)",
+        mp * 1e3,
+        gib(mp)
+    );
+    println!(
+        "  speed ratio unihal/slice (median of per-round ratios): {:.3}",
+        median(ratio)
+    );
 }

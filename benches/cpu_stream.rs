@@ -102,12 +102,15 @@ fn copy(c: &mut Criterion) {
     let a = dev.alloc(LEN).unwrap();
     let b_ = dev.alloc(LEN).unwrap();
     s.fill(&a, 0, LEN as u64, unihal::FillValue::U8(7)).unwrap();
-    s.fill(&b_, 0, LEN as u64, unihal::FillValue::U8(0)).unwrap();
+    s.fill(&b_, 0, LEN as u64, unihal::FillValue::U8(0))
+        .unwrap();
     s.synchronize().unwrap();
     let src = vec![7u8; LEN];
     let mut dst = vec![0u8; LEN];
     let mut g = c.benchmark_group("copy_256MiB");
-    g.throughput(Throughput::Bytes(LEN as u64)).sample_size(20).measurement_time(Duration::from_secs(8));
+    g.throughput(Throughput::Bytes(LEN as u64))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(8));
     g.bench_function("unihal_d2d", |b| {
         b.iter(|| {
             s.copy_d2d(&a, 0, &b_, 0, LEN as u64).unwrap();

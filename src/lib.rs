@@ -42,8 +42,10 @@ pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let r = Registry::new();
-        r.register(unihal_cpu::NAME, || std::sync::Arc::new(unihal_cpu::CpuBackend::new()))
-            .expect("built-in backend names are unique");
+        r.register(unihal_cpu::NAME, || {
+            std::sync::Arc::new(unihal_cpu::CpuBackend::new())
+        })
+        .expect("built-in backend names are unique");
         r
     })
 }

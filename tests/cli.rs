@@ -13,7 +13,11 @@ fn unihal(args: &[&str], devices: &str) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -21,10 +25,18 @@ fn devices_json_lists_the_cpu_backend() {
     let o = unihal(&["devices", "--json"], "3");
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let cpu = v.as_array().unwrap().iter().find(|b| b["name"] == "cpu").unwrap();
+    let cpu = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "cpu")
+        .unwrap();
     assert_eq!(cpu["available"], true);
     assert_eq!(cpu["devices"].as_array().unwrap().len(), 3);
-    assert_eq!(cpu["devices"][2]["capabilities"]["optional"]["peer_devices"], serde_json::json!([0, 1]));
+    assert_eq!(
+        cpu["devices"][2]["capabilities"]["optional"]["peer_devices"],
+        serde_json::json!([0, 1])
+    );
 }
 
 #[test]
@@ -32,21 +44,42 @@ fn devices_reports_a_bad_configuration_as_unavailable() {
     let o = unihal(&["devices"], "zero");
     assert!(o.status.success());
     let t = text(&o);
-    assert!(t.contains("Unavailable") && t.contains("UNIHAL_CPU_DEVICES"), "{t}");
+    assert!(
+        t.contains("Unavailable") && t.contains("UNIHAL_CPU_DEVICES"),
+        "{t}"
+    );
 }
 
 #[test]
 fn conformance_writes_reports_that_agree_with_the_summary() {
     let dir = std::env::temp_dir().join(format!("unihal-cli-report-{}", std::process::id()));
-    let o = unihal(&["conformance", "--filter", "memory.copy", "--report", dir.to_str().unwrap()], "2");
+    let o = unihal(
+        &[
+            "conformance",
+            "--filter",
+            "memory.copy",
+            "--report",
+            dir.to_str().unwrap(),
+        ],
+        "2",
+    );
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap())
+            .unwrap();
     let targets = json["targets"].as_array().unwrap();
     assert_eq!(targets.len(), 2);
     let n = targets[0]["results"].as_array().unwrap().len();
     assert!(n >= 5);
-    assert!(t.contains(&format!("total: {} cases, {} passed, 0 failed, 0 skipped", 2 * n, 2 * n)), "{t}");
+    assert!(
+        t.contains(&format!(
+            "total: {} cases, {} passed, 0 failed, 0 skipped",
+            2 * n,
+            2 * n
+        )),
+        "{t}"
+    );
     let xml = std::fs::read_to_string(dir.join("conformance.xml")).unwrap();
     assert_eq!(xml.matches("<testcase ").count(), 2 * n);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -54,20 +87,45 @@ fn conformance_writes_reports_that_agree_with_the_summary() {
 
 #[test]
 fn missing_devices_are_skips_with_reasons() {
-    let o = unihal(&["conformance", "--filter", "events.wait.cross_device"], "1");
+    let o = unihal(
+        &["conformance", "--filter", "events.wait.cross_device"],
+        "1",
+    );
     let t = text(&o);
-    assert!(t.contains("skipped cpu:0 events.wait.cross_device: needs 2 devices, backend has 1"), "{t}");
+    assert!(
+        t.contains("skipped cpu:0 events.wait.cross_device: needs 2 devices, backend has 1"),
+        "{t}"
+    );
     assert!(t.contains("1 cases, 0 passed, 0 failed, 1 skipped"), "{t}");
 }
 
 #[test]
 fn isolated_cases_pass_and_a_hang_is_killed_by_the_watchdog() {
-    let o = unihal(&["conformance", "--isolate", "--max-devices", "1", "--filter", "streams.query"], "2");
+    let o = unihal(
+        &[
+            "conformance",
+            "--isolate",
+            "--max-devices",
+            "1",
+            "--filter",
+            "streams.query",
+        ],
+        "2",
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("(isolated mode)"));
     // A 10 ms limit on a case that holds its stream for longer: the child's watchdog must fire.
     let o = unihal(
-        &["conformance", "--isolate", "--max-devices", "1", "--timeout-s", "0.01", "--filter", "events.elapsed.measures_work"],
+        &[
+            "conformance",
+            "--isolate",
+            "--max-devices",
+            "1",
+            "--timeout-s",
+            "0.01",
+            "--filter",
+            "events.elapsed.measures_work",
+        ],
         "2",
     );
     let t = text(&o);

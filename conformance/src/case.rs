@@ -3,8 +3,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use unihal_hal::{
-    Backend, Buffer, Device, Function, HalError, Invalid, Module, ModuleFormat, Result as HalResult,
-    Stream,
+    Backend, Buffer, Device, Function, HalError, Invalid, Module, ModuleFormat,
+    Result as HalResult, Stream,
 };
 
 /// Why a case failed.
@@ -40,7 +40,8 @@ pub type CaseResult = Result<(), Failure>;
 #[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
+        let ok: bool = $cond;
+        if !ok {
             return Err($crate::Failure::new(format!($($fmt)+)));
         }
     };
@@ -223,7 +224,9 @@ fn b_stream(ctx: &Ctx, b: &Buffer) -> HalResult<Arc<dyn Stream>> {
     if b.device() == ctx.device.id() {
         ctx.stream()
     } else {
-        ctx.backend.open(b.device().ordinal as usize)?.create_stream()
+        ctx.backend
+            .open(b.device().ordinal as usize)?
+            .create_stream()
     }
 }
 

@@ -48,9 +48,13 @@ pub fn libtest_main(registry: &Registry) -> ! {
         }
     };
     for u in &unavailable {
-        eprintln!("unihal conformance: backend {} unavailable: {}", u.backend, u.reason);
+        eprintln!(
+            "unihal conformance: backend {} unavailable: {}",
+            u.backend, u.reason
+        );
     }
-    let results: Arc<Mutex<Vec<Vec<CaseReport>>>> = Arc::new(Mutex::new(vec![Vec::new(); targets.len()]));
+    let results: Arc<Mutex<Vec<Vec<CaseReport>>>> =
+        Arc::new(Mutex::new(vec![Vec::new(); targets.len()]));
     let wanted = |name: &str| match &args.filter {
         None => true,
         Some(f) if args.exact => name == f,
@@ -66,14 +70,18 @@ pub fn libtest_main(registry: &Registry) -> ! {
                     if wanted(&name) {
                         results.lock()[ti].push(CaseReport {
                             id: case.id.into(),
-                            outcome: Outcome::Skipped { reason: reason.clone() },
+                            outcome: Outcome::Skipped {
+                                reason: reason.clone(),
+                            },
                             duration_ms: 0.0,
                         });
                     }
                     trials.push(
-                        Trial::test(name, move || Err(Failed::from(format!("skipped: {reason}"))))
-                            .with_kind(kind)
-                            .with_ignored_flag(true),
+                        Trial::test(name, move || {
+                            Err(Failed::from(format!("skipped: {reason}")))
+                        })
+                        .with_kind(kind)
+                        .with_ignored_flag(true),
                     );
                 }
                 Plan::Run { .. } => {
@@ -85,7 +93,9 @@ pub fn libtest_main(registry: &Registry) -> ! {
                             results.lock()[ti].push(r);
                             match outcome {
                                 Outcome::Failed { message } => Err(Failed::from(message)),
-                                Outcome::Skipped { reason } => Err(Failed::from(format!("skipped at run time: {reason}"))),
+                                Outcome::Skipped { reason } => {
+                                    Err(Failed::from(format!("skipped at run time: {reason}")))
+                                }
                                 _ => Ok(()),
                             }
                         })

@@ -59,7 +59,9 @@ impl Manifest {
                 Some("xfail") => EntryKind::Xfail,
                 other => return Err(format!("line {}: unknown kind {other:?}", n + 1)),
             };
-            let (Some(pattern), Some(reason)) = (pattern, reason.map(str::trim).filter(|r| !r.is_empty())) else {
+            let (Some(pattern), Some(reason)) =
+                (pattern, reason.map(str::trim).filter(|r| !r.is_empty()))
+            else {
                 return Err(format!("line {}: expected `<kind> <case> <reason>`", n + 1));
             };
             entries.push(Entry {
@@ -92,10 +94,16 @@ mod tests {
 
     #[test]
     fn parses_entries_and_matches_prefixes() {
-        let m = Manifest::parse("# c\nxfail memory.copy.peer no peer dma # trailing\nunsupported kernels.* no loader\n").unwrap();
+        let m = Manifest::parse(
+            "# c\nxfail memory.copy.peer no peer dma # trailing\nunsupported kernels.* no loader\n",
+        )
+        .unwrap();
         assert_eq!(m.entries.len(), 2);
         assert_eq!(m.lookup("memory.copy.peer").unwrap().kind, EntryKind::Xfail);
-        assert_eq!(m.lookup("kernels.launch.iota_1d").unwrap().reason, "no loader");
+        assert_eq!(
+            m.lookup("kernels.launch.iota_1d").unwrap().reason,
+            "no loader"
+        );
         assert!(m.lookup("memory.copy.d2d").is_none());
         assert!(Manifest::parse("xfail a.b").is_err());
         assert!(Manifest::parse("skip a.b why").is_err());

@@ -13,14 +13,23 @@ use unihal_hal::{BackendInfo, Capabilities, DeviceInfo};
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum Outcome {
     Passed,
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
     /// Not run: the device lacks a need, or the manifest says unsupported.
-    Skipped { reason: String },
+    Skipped {
+        reason: String,
+    },
     /// Failed as the manifest expects.
-    Xfailed { reason: String, message: String },
+    Xfailed {
+        reason: String,
+        message: String,
+    },
     /// Passed although the manifest expects a failure (outside verify mode; in verify mode an
     /// unexpected pass is `Failed`).
-    Xpassed { reason: String },
+    Xpassed {
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -52,7 +61,10 @@ pub struct Counts {
 impl Counts {
     /// Counts of `results`.
     pub fn of(results: &[CaseReport]) -> Counts {
-        let mut c = Counts { total: results.len(), ..Default::default() };
+        let mut c = Counts {
+            total: results.len(),
+            ..Default::default()
+        };
         for r in results {
             match r.outcome {
                 Outcome::Passed => c.passed += 1,
@@ -99,7 +111,11 @@ pub struct Report {
 impl Report {
     /// Counts over every target.
     pub fn counts(&self) -> Counts {
-        let all: Vec<CaseReport> = self.targets.iter().flat_map(|t| t.results.clone()).collect();
+        let all: Vec<CaseReport> = self
+            .targets
+            .iter()
+            .flat_map(|t| t.results.clone())
+            .collect();
         Counts::of(&all)
     }
 
@@ -112,45 +128,105 @@ impl Report {
     /// The readable summary: a table per device, then every failure and skip with its reason.
     pub fn summary(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "unihal conformance {} ({} mode{})", self.unihal_version,
-            if self.isolate { "isolated" } else { "in-process" },
-            if self.verify { ", verify" } else { "" });
+        let _ = writeln!(
+            s,
+            "unihal conformance {} ({} mode{})",
+            self.unihal_version,
+            if self.isolate {
+                "isolated"
+            } else {
+                "in-process"
+            },
+            if self.verify { ", verify" } else { "" }
+        );
         for u in &self.unavailable {
             let _ = writeln!(s, "backend {}: unavailable: {}", u.backend, u.reason);
         }
-        let _ = writeln!(s, "{:<10} {:<34} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>9}",
-            "device", "name", "cases", "passed", "failed", "skipped", "xfail", "xpass", "time");
+        let _ = writeln!(
+            s,
+            "{:<10} {:<34} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>9}",
+            "device", "name", "cases", "passed", "failed", "skipped", "xfail", "xpass", "time"
+        );
         for t in &self.targets {
             let c = t.counts;
             let ms: f64 = t.results.iter().map(|r| r.duration_ms).sum();
-            let _ = writeln!(s, "{:<10} {:<34} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8.2}s",
-                t.device.id.to_string(), truncate(&t.device.name, 34), c.total, c.passed, c.failed,
-                c.skipped, c.xfailed, c.xpassed, ms / 1e3);
+            let _ = writeln!(
+                s,
+                "{:<10} {:<34} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8.2}s",
+                t.device.id.to_string(),
+                truncate(&t.device.name, 34),
+                c.total,
+                c.passed,
+                c.failed,
+                c.skipped,
+                c.xfailed,
+                c.xpassed,
+                ms / 1e3
+            );
         }
+        let mut seen = Vec::new();
         for t in &self.targets {
-            let libs: Vec<String> = t.backend.libraries.iter()
-                .map(|l| format!("{} {}", l.name, l.version.as_deref().unwrap_or("?"))).collect();
-            let _ = writeln!(s, "backend {} {}{}{}", t.backend.name, t.backend.version,
-                if t.backend.simulated { " (SIMULATED runtime)" } else { "" },
-                if libs.is_empty() { String::new() } else { format!(", libraries: {}", libs.join(", ")) });
-            break;
+            if seen.contains(&t.backend.name) {
+                continue;
+            }
+            seen.push(t.backend.name.clone());
+            let libs: Vec<String> = t
+                .backend
+                .libraries
+                .iter()
+                .map(|l| format!("{} {}", l.name, l.version.as_deref().unwrap_or("?")))
+                .collect();
+            let _ = writeln!(
+                s,
+                "backend {} {}{}{}",
+                t.backend.name,
+                t.backend.version,
+                if t.backend.simulated {
+                    " (SIMULATED runtime)"
+                } else {
+                    ""
+                },
+                if libs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", libraries: {}", libs.join(", "))
+                }
+            );
         }
         for t in &self.targets {
             for r in &t.results {
                 let line = match &r.outcome {
-                    Outcome::Failed { message } => format!("FAILED  {} {}: {message}", t.device.id, r.id),
-                    Outcome::Skipped { reason } => format!("skipped {} {}: {reason}", t.device.id, r.id),
-                    Outcome::Xfailed { reason, .. } => format!("xfail   {} {}: {reason}", t.device.id, r.id),
-                    Outcome::Xpassed { reason } => format!("XPASS   {} {}: expected to fail ({reason})", t.device.id, r.id),
+                    Outcome::Failed { message } => {
+                        format!("FAILED  {} {}: {message}", t.device.id, r.id)
+                    }
+                    Outcome::Skipped { reason } => {
+                        format!("skipped {} {}: {reason}", t.device.id, r.id)
+                    }
+                    Outcome::Xfailed { reason, .. } => {
+                        format!("xfail   {} {}: {reason}", t.device.id, r.id)
+                    }
+                    Outcome::Xpassed { reason } => format!(
+                        "XPASS   {} {}: expected to fail ({reason})",
+                        t.device.id, r.id
+                    ),
                     Outcome::Passed => continue,
                 };
                 let _ = writeln!(s, "{line}");
             }
         }
         let c = self.counts();
-        let _ = writeln!(s, "total: {} cases, {} passed, {} failed, {} skipped, {} xfail, {} xpass in {:.2}s: {}",
-            c.total, c.passed, c.failed, c.skipped, c.xfailed, c.xpassed, self.duration_s,
-            if self.success() { "OK" } else { "FAILED" });
+        let _ = writeln!(
+            s,
+            "total: {} cases, {} passed, {} failed, {} skipped, {} xfail, {} xpass in {:.2}s: {}",
+            c.total,
+            c.passed,
+            c.failed,
+            c.skipped,
+            c.xfailed,
+            c.xpassed,
+            self.duration_s,
+            if self.success() { "OK" } else { "FAILED" }
+        );
         s
     }
 
@@ -178,34 +254,71 @@ impl Report {
                 ("backend.simulated", t.backend.simulated.to_string()),
                 ("device.name", t.device.name.clone()),
                 ("device.vendor", t.device.vendor.clone()),
-                ("capabilities", serde_json::to_string(&t.capabilities).unwrap_or_default()),
+                (
+                    "capabilities",
+                    serde_json::to_string(&t.capabilities).unwrap_or_default(),
+                ),
             ];
             for l in &t.backend.libraries {
-                props.push(("library", format!("{} {} {}", l.name, l.version.as_deref().unwrap_or("?"), l.path.as_deref().unwrap_or(""))));
+                props.push((
+                    "library",
+                    format!(
+                        "{} {} {}",
+                        l.name,
+                        l.version.as_deref().unwrap_or("?"),
+                        l.path.as_deref().unwrap_or("")
+                    ),
+                ));
             }
             for (k, v) in props {
-                let _ = writeln!(x, "      <property name=\"{}\" value=\"{}\"/>", esc(k), esc(&v));
+                let _ = writeln!(
+                    x,
+                    "      <property name=\"{}\" value=\"{}\"/>",
+                    esc(k),
+                    esc(&v)
+                );
             }
             let _ = writeln!(x, "    </properties>");
             for r in &t.results {
                 let (class, name) = r.id.rsplit_once('.').unwrap_or(("", &r.id));
-                let open = format!("    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\"",
-                    esc(&t.device.id.to_string()), esc(class), esc(name), r.duration_ms / 1e3);
+                let open = format!(
+                    "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\"",
+                    esc(&t.device.id.to_string()),
+                    esc(class),
+                    esc(name),
+                    r.duration_ms / 1e3
+                );
                 match &r.outcome {
-                    Outcome::Passed => { let _ = writeln!(x, "{open}/>"); }
+                    Outcome::Passed => {
+                        let _ = writeln!(x, "{open}/>");
+                    }
                     Outcome::Failed { message } => {
-                        let _ = writeln!(x, "{open}>\n      <failure message=\"{}\"/>\n    </testcase>", esc(message));
+                        let _ = writeln!(
+                            x,
+                            "{open}>\n      <failure message=\"{}\"/>\n    </testcase>",
+                            esc(message)
+                        );
                     }
                     Outcome::Skipped { reason } => {
-                        let _ = writeln!(x, "{open}>\n      <skipped message=\"{}\"/>\n    </testcase>", esc(reason));
+                        let _ = writeln!(
+                            x,
+                            "{open}>\n      <skipped message=\"{}\"/>\n    </testcase>",
+                            esc(reason)
+                        );
                     }
                     Outcome::Xfailed { reason, message } => {
-                        let _ = writeln!(x, "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
-                            esc(&format!("expected failure ({reason}): {message}")));
+                        let _ = writeln!(
+                            x,
+                            "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
+                            esc(&format!("expected failure ({reason}): {message}"))
+                        );
                     }
                     Outcome::Xpassed { reason } => {
-                        let _ = writeln!(x, "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
-                            esc(&format!("unexpected pass ({reason})")));
+                        let _ = writeln!(
+                            x,
+                            "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
+                            esc(&format!("unexpected pass ({reason})"))
+                        );
                     }
                 }
             }
@@ -225,7 +338,11 @@ impl Report {
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(['…']).collect()
+    }
 }
 
 /// Escapes text for an XML attribute or element.

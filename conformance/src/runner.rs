@@ -55,7 +55,10 @@ pub struct Target {
 ///
 /// # Errors
 /// A message when `spec` names an unregistered backend.
-pub fn discover(registry: &Registry, spec: Option<&str>) -> Result<(Vec<Target>, Vec<UnavailableBackend>), String> {
+pub fn discover(
+    registry: &Registry,
+    spec: Option<&str>,
+) -> Result<(Vec<Target>, Vec<UnavailableBackend>), String> {
     let backends = match spec {
         Some(s) => registry.select(Some(s)),
         None => registry.select_from_env(),
@@ -67,7 +70,10 @@ pub fn discover(registry: &Registry, spec: Option<&str>) -> Result<(Vec<Target>,
         let n = match b.probe() {
             Ok(n) => n,
             Err(e) => {
-                unavailable.push(UnavailableBackend { backend: b.name().into(), reason: e.to_string() });
+                unavailable.push(UnavailableBackend {
+                    backend: b.name().into(),
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
@@ -99,7 +105,11 @@ pub enum Plan {
 pub fn plan(case: &Case, target: &Target) -> Plan {
     let entry = target.manifest.lookup(case.id);
     if let Some(e) = entry.filter(|e| e.kind == EntryKind::Unsupported) {
-        return Plan::Skip(format!("unsupported by the {} manifest: {}", target.backend.name(), e.reason));
+        return Plan::Skip(format!(
+            "unsupported by the {} manifest: {}",
+            target.backend.name(),
+            e.reason
+        ));
     }
     let count = target.backend.probe().unwrap_or(1);
     for need in case.needs {
@@ -107,13 +117,20 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
             return Plan::Skip(reason);
         }
     }
-    Plan::Run { xfail: entry.map(|e| e.reason.clone()) }
+    Plan::Run {
+        xfail: entry.map(|e| e.reason.clone()),
+    }
 }
 
 /// The lock that serialises cases on one device (concurrent cases share it).
 fn device_lock(id: DeviceId) -> Arc<RwLock<()>> {
     static LOCKS: OnceLock<Mutex<HashMap<DeviceId, Arc<RwLock<()>>>>> = OnceLock::new();
-    LOCKS.get_or_init(Default::default).lock().entry(id).or_default().clone()
+    LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .entry(id)
+        .or_default()
+        .clone()
 }
 
 /// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
@@ -128,16 +145,22 @@ pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Out
             let _ = tx.send(r);
         });
     if let Err(e) = spawned {
-        return Outcome::Failed { message: format!("cannot start the case thread: {e}") };
+        return Outcome::Failed {
+            message: format!("cannot start the case thread: {e}"),
+        };
     }
     match rx.recv_timeout(timeout) {
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(f))) => Outcome::Failed { message: f.message },
         Ok(Err(p)) => {
-            let msg = p.downcast_ref::<String>().cloned()
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "non-string panic".into());
-            Outcome::Failed { message: format!("panicked: {msg}") }
+            Outcome::Failed {
+                message: format!("panicked: {msg}"),
+            }
         }
         Err(_) => Outcome::Failed {
             message: format!(
@@ -155,9 +178,19 @@ pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Out
 pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
-        Err(e) => return Outcome::Failed { message: format!("cannot find the current executable: {e}") },
+        Err(e) => {
+            return Outcome::Failed {
+                message: format!("cannot find the current executable: {e}"),
+            }
+        }
     };
-    let spec = format!("{}\t{}\t{}\t{}", target.backend.name(), target.device.id().ordinal, case.id, timeout.as_millis());
+    let spec = format!(
+        "{}\t{}\t{}\t{}",
+        target.backend.name(),
+        target.device.id().ordinal,
+        case.id,
+        timeout.as_millis()
+    );
     let child = Command::new(exe)
         .env(CHILD_ENV, spec)
         .stdin(Stdio::null())
@@ -166,7 +199,11 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
         .spawn();
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => return Outcome::Failed { message: format!("cannot start an isolated process: {e}") },
+        Err(e) => {
+            return Outcome::Failed {
+                message: format!("cannot start an isolated process: {e}"),
+            }
+        }
     };
     // Drain the pipes on threads so a chatty child never blocks on a full pipe.
     let drain = |r: Option<Box<dyn Read + Send>>| {
@@ -178,8 +215,18 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
             s
         })
     };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + timeout + Duration::from_secs(5);
     let status = loop {
         match child.try_wait() {
@@ -196,7 +243,10 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
     let stderr = err.join().unwrap_or_default();
     let Some(status) = status else {
         return Outcome::Failed {
-            message: format!("watchdog: the isolated process did not finish within {:.1}s and was killed", timeout.as_secs_f64()),
+            message: format!(
+                "watchdog: the isolated process did not finish within {:.1}s and was killed",
+                timeout.as_secs_f64()
+            ),
         };
     };
     match stdout.lines().find_map(|l| l.strip_prefix(CHILD_MARKER)) {
@@ -204,8 +254,19 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
             message: format!("unreadable result from the isolated process: {e}"),
         }),
         None => {
-            let tail: String = stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
-            Outcome::Failed { message: format!("the isolated process ended ({status}) without a result; stderr: {tail}") }
+            let tail: String = stderr
+                .chars()
+                .rev()
+                .take(600)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            Outcome::Failed {
+                message: format!(
+                    "the isolated process ended ({status}) without a result; stderr: {tail}"
+                ),
+            }
         }
     }
 }
@@ -213,26 +274,49 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
 /// In a child started by [`run_isolated`], runs the requested case, prints its outcome and exits.
 /// Returns (doing nothing) in any other process.
 pub fn run_child_if_requested(registry: &Registry) {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let outcome = child_outcome(registry, &spec);
-    println!("{CHILD_MARKER}{}", serde_json::to_string(&outcome).expect("outcomes serialise"));
+    println!(
+        "{CHILD_MARKER}{}",
+        serde_json::to_string(&outcome).expect("outcomes serialise")
+    );
     std::process::exit(0);
 }
 
 fn child_outcome(registry: &Registry, spec: &str) -> Outcome {
     let parts: Vec<&str> = spec.split('\t').collect();
     let [backend, ordinal, id, timeout_ms] = parts[..] else {
-        return Outcome::Failed { message: format!("malformed {CHILD_ENV}: {spec:?}") };
+        return Outcome::Failed {
+            message: format!("malformed {CHILD_ENV}: {spec:?}"),
+        };
     };
-    let (Ok(ordinal), Ok(timeout_ms)) = (ordinal.parse::<usize>(), timeout_ms.parse::<u64>()) else {
-        return Outcome::Failed { message: format!("malformed {CHILD_ENV}: {spec:?}") };
+    let (Ok(ordinal), Ok(timeout_ms)) = (ordinal.parse::<usize>(), timeout_ms.parse::<u64>())
+    else {
+        return Outcome::Failed {
+            message: format!("malformed {CHILD_ENV}: {spec:?}"),
+        };
     };
     let Some(case) = crate::cases::all().into_iter().find(|c| c.id == id) else {
-        return Outcome::Failed { message: format!("no case {id:?} in this build") };
+        return Outcome::Failed {
+            message: format!("no case {id:?} in this build"),
+        };
     };
-    let target = match registry.get(backend).and_then(|b| Ok((b.clone(), b.open(ordinal)?))) {
-        Ok((backend, device)) => Target { manifest: Manifest::builtin(backend.name()), backend, device },
-        Err(e) => return Outcome::Failed { message: format!("isolated process cannot open {backend}:{ordinal}: {e}") },
+    let target = match registry
+        .get(backend)
+        .and_then(|b| Ok((b.clone(), b.open(ordinal)?)))
+    {
+        Ok((backend, device)) => Target {
+            manifest: Manifest::builtin(backend.name()),
+            backend,
+            device,
+        },
+        Err(e) => {
+            return Outcome::Failed {
+                message: format!("isolated process cannot open {backend}:{ordinal}: {e}"),
+            }
+        }
     };
     run_with_watchdog(&case, &target, Duration::from_millis(timeout_ms))
 }
@@ -263,7 +347,11 @@ pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
             }
         }
     };
-    CaseReport { id: case.id.to_string(), outcome, duration_ms: start.elapsed().as_secs_f64() * 1e3 }
+    CaseReport {
+        id: case.id.to_string(),
+        outcome,
+        duration_ms: start.elapsed().as_secs_f64() * 1e3,
+    }
 }
 
 fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -> Outcome {
@@ -280,7 +368,12 @@ pub fn selected(id: &str, opts: &RunOptions) -> bool {
 }
 
 /// Runs `cases` (filtered) on every target, one case at a time, and builds the report.
-pub fn run(targets: &[Target], unavailable: Vec<UnavailableBackend>, cases: &[Case], opts: &RunOptions) -> Report {
+pub fn run(
+    targets: &[Target],
+    unavailable: Vec<UnavailableBackend>,
+    cases: &[Case],
+    opts: &RunOptions,
+) -> Report {
     let started = Instant::now();
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -15,21 +15,37 @@ fn config() -> CpuConfig {
 
 fn target(backend: CpuBackend) -> Target {
     let backend: Arc<dyn Backend> = Arc::new(backend);
-    Target { device: backend.open(0).unwrap(), backend, manifest: Manifest::default() }
+    Target {
+        device: backend.open(0).unwrap(),
+        backend,
+        manifest: Manifest::default(),
+    }
 }
 
 /// The cases that must catch each fault.
 fn catchers(f: Fault) -> &'static [&'static str] {
     match f {
-        Fault::InlineExecution => &["streams.async.enqueue_returns_before_completion", "streams.query.pending_then_done"],
+        Fault::InlineExecution => &[
+            "streams.async.enqueue_returns_before_completion",
+            "streams.query.pending_then_done",
+        ],
         Fault::IgnoreEventWaits => &["events.wait.cross_stream", "events.wait.cross_device"],
-        Fault::ReorderQueue => &["streams.order.blocked_queue", "kernels.launch.args_reusable_after_launch"],
-        Fault::EarlyEventCompletion => &["events.query.pending_then_complete", "events.record.latest_wins"],
+        Fault::ReorderQueue => &[
+            "streams.order.blocked_queue",
+            "kernels.launch.args_reusable_after_launch",
+        ],
+        Fault::EarlyEventCompletion => &[
+            "events.query.pending_then_complete",
+            "events.record.latest_wins",
+        ],
     }
 }
 
 fn case(id: &str) -> unihal_conformance::Case {
-    unihal_conformance::cases::all().into_iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no case {id}"))
+    unihal_conformance::cases::all()
+        .into_iter()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no case {id}"))
 }
 
 #[test]
@@ -48,10 +64,17 @@ fn every_injected_ordering_fault_fails_its_cases() {
     for f in Fault::ALL {
         let t = target(CpuBackend::with_fault(config(), f));
         // Inline execution turns the blocking kernel into a host hang: the watchdog must end it.
-        let opts = RunOptions { timeout: Duration::from_secs(2), ..RunOptions::default() };
+        let opts = RunOptions {
+            timeout: Duration::from_secs(2),
+            ..RunOptions::default()
+        };
         for id in catchers(f) {
             let r = run_case(&case(id), &t, &opts);
-            assert!(matches!(r.outcome, Outcome::Failed { .. }), "{id} under {f:?}: {:?}", r.outcome);
+            assert!(
+                matches!(r.outcome, Outcome::Failed { .. }),
+                "{id} under {f:?}: {:?}",
+                r.outcome
+            );
         }
     }
 }

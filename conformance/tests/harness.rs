@@ -48,11 +48,17 @@ fn panics(_: &Ctx) -> CaseResult {
 
 #[test]
 fn watchdog_turns_a_hang_into_a_failure() {
-    let case = Case { timeout: Some(Duration::from_millis(200)), ..Case::new("harness.hang", hangs) };
+    let case = Case {
+        timeout: Some(Duration::from_millis(200)),
+        ..Case::new("harness.hang", hangs)
+    };
     let t0 = Instant::now();
     let r = run_case(&case, &target(""), &RunOptions::default());
     RELEASE_HANG.store(true, Ordering::SeqCst);
-    assert!(t0.elapsed() < Duration::from_secs(5), "the watchdog did not fire in time");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the watchdog did not fire in time"
+    );
     match r.outcome {
         Outcome::Failed { message } => assert!(message.starts_with("watchdog"), "{message}"),
         o => panic!("hang reported as {o:?}"),
@@ -61,8 +67,17 @@ fn watchdog_turns_a_hang_into_a_failure() {
 
 #[test]
 fn panics_are_failures_not_crashes() {
-    let r = run_case(&Case::new("harness.panic", panics), &target(""), &RunOptions::default());
-    assert_eq!(r.outcome, Outcome::Failed { message: "panicked: deliberate panic".into() });
+    let r = run_case(
+        &Case::new("harness.panic", panics),
+        &target(""),
+        &RunOptions::default(),
+    );
+    assert_eq!(
+        r.outcome,
+        Outcome::Failed {
+            message: "panicked: deliberate panic".into()
+        }
+    );
 }
 
 #[test]
@@ -71,15 +86,28 @@ fn verify_mode_fails_an_unexpected_pass() {
     let pass = Case::new("harness.passes", passes);
     let fail = Case::new("harness.fails", fails);
     let lax = RunOptions::default();
-    let verify = RunOptions { verify: true, ..RunOptions::default() };
-    assert_eq!(run_case(&pass, &t, &lax).outcome, Outcome::Xpassed { reason: "known bug 123".into() });
+    let verify = RunOptions {
+        verify: true,
+        ..RunOptions::default()
+    };
+    assert_eq!(
+        run_case(&pass, &t, &lax).outcome,
+        Outcome::Xpassed {
+            reason: "known bug 123".into()
+        }
+    );
     match run_case(&pass, &t, &verify).outcome {
-        Outcome::Failed { message } => assert!(message.contains("unexpected pass") && message.contains("known bug 123")),
+        Outcome::Failed { message } => {
+            assert!(message.contains("unexpected pass") && message.contains("known bug 123"))
+        }
         o => panic!("verify mode reported {o:?}"),
     }
     assert_eq!(
         run_case(&fail, &t, &verify).outcome,
-        Outcome::Xfailed { reason: "known bug 456".into(), message: "deliberate failure".into() }
+        Outcome::Xfailed {
+            reason: "known bug 456".into(),
+            message: "deliberate failure".into()
+        }
     );
 }
 
@@ -91,7 +119,13 @@ fn missing_needs_and_unsupported_entries_are_skips() {
         Outcome::Skipped { reason } => assert_eq!(reason, "needs 99 devices, backend has 2"),
         o => panic!("{o:?}"),
     }
-    match run_case(&Case::new("harness.unsup.x", passes), &t, &RunOptions::default()).outcome {
+    match run_case(
+        &Case::new("harness.unsup.x", passes),
+        &t,
+        &RunOptions::default(),
+    )
+    .outcome
+    {
         Outcome::Skipped { reason } => assert!(reason.contains("not on this chip"), "{reason}"),
         o => panic!("{o:?}"),
     }
@@ -109,26 +143,53 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
     let t = target("xfail harness.b.xfail tracked\n");
     let report = run(&[t.clone()], Vec::new(), &cases, &RunOptions::default());
     let c = report.counts();
-    assert_eq!((c.total, c.passed, c.failed, c.skipped, c.xfailed), (5, 2, 1, 1, 1));
+    assert_eq!(
+        (c.total, c.passed, c.failed, c.skipped, c.xfailed),
+        (5, 2, 1, 1, 1)
+    );
     assert!(!report.success());
 
     let dir = std::env::temp_dir().join(format!("unihal-harness-report-{}", std::process::id()));
     report.write_to(&dir).unwrap();
 
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap())
+            .unwrap();
     assert_eq!(json["unihal_version"], unihal_hal::VERSION);
     let tj = &json["targets"][0];
     assert_eq!(tj["backend"]["name"], "cpu");
     assert_eq!(tj["device"]["id"]["ordinal"], 0);
-    assert!(tj["capabilities"]["mandatory"]["memory_bytes"].as_u64().unwrap() > 0);
-    let statuses: Vec<(String, String)> = tj["results"].as_array().unwrap().iter()
-        .map(|r| (r["id"].as_str().unwrap().to_string(), r["outcome"]["status"].as_str().unwrap().to_string()))
+    assert!(
+        tj["capabilities"]["mandatory"]["memory_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let statuses: Vec<(String, String)> = tj["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["outcome"]["status"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
-    let expected: Vec<(String, String)> = report.targets[0].results.iter().map(|r| {
-        let s = match r.outcome { Outcome::Passed => "passed", Outcome::Failed { .. } => "failed",
-            Outcome::Skipped { .. } => "skipped", Outcome::Xfailed { .. } => "xfailed", Outcome::Xpassed { .. } => "xpassed" };
-        (r.id.clone(), s.to_string())
-    }).collect();
+    let expected: Vec<(String, String)> = report.targets[0]
+        .results
+        .iter()
+        .map(|r| {
+            let s = match r.outcome {
+                Outcome::Passed => "passed",
+                Outcome::Failed { .. } => "failed",
+                Outcome::Skipped { .. } => "skipped",
+                Outcome::Xfailed { .. } => "xfailed",
+                Outcome::Xpassed { .. } => "xpassed",
+            };
+            (r.id.clone(), s.to_string())
+        })
+        .collect();
     assert_eq!(statuses, expected);
     assert_eq!(tj["counts"]["failed"], 1);
 
@@ -139,16 +200,36 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
     assert_eq!(root.attribute("tests"), Some("5"));
     assert_eq!(root.attribute("failures"), Some("1"));
     assert_eq!(root.attribute("skipped"), Some("1"));
-    let suite = root.children().find(|n| n.has_tag_name("testsuite")).unwrap();
+    let suite = root
+        .children()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
     assert_eq!(suite.attribute("name"), Some("cpu:0"));
-    let props: Vec<_> = suite.descendants().filter(|n| n.has_tag_name("property")).collect();
-    assert!(props.iter().any(|p| p.attribute("name") == Some("unihal.version") && p.attribute("value") == Some(unihal_hal::VERSION)));
-    assert!(props.iter().any(|p| p.attribute("name") == Some("capabilities")
-        && serde_json::from_str::<serde_json::Value>(p.attribute("value").unwrap()).is_ok()));
-    let testcases: Vec<_> = suite.children().filter(|n| n.has_tag_name("testcase")).collect();
+    let props: Vec<_> = suite
+        .descendants()
+        .filter(|n| n.has_tag_name("property"))
+        .collect();
+    assert!(props
+        .iter()
+        .any(|p| p.attribute("name") == Some("unihal.version")
+            && p.attribute("value") == Some(unihal_hal::VERSION)));
+    assert!(props
+        .iter()
+        .any(|p| p.attribute("name") == Some("capabilities")
+            && serde_json::from_str::<serde_json::Value>(p.attribute("value").unwrap()).is_ok()));
+    let testcases: Vec<_> = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
     assert_eq!(testcases.len(), 5);
     for (tc, (id, status)) in testcases.iter().zip(&expected) {
-        let full = format!("{}.{}", tc.attribute("classname").unwrap().trim_start_matches("cpu:0."), tc.attribute("name").unwrap());
+        let full = format!(
+            "{}.{}",
+            tc.attribute("classname")
+                .unwrap()
+                .trim_start_matches("cpu:0."),
+            tc.attribute("name").unwrap()
+        );
         assert_eq!(&full, id);
         let failed = tc.children().any(|n| n.has_tag_name("failure"));
         let skipped = tc.children().any(|n| n.has_tag_name("skipped"));
@@ -156,9 +237,18 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
         assert_eq!(skipped, status == "skipped", "{id}");
     }
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
-    assert!(summary.contains("FAILED  cpu:0 harness.a.fails: deliberate failure"), "{summary}");
-    assert!(summary.contains("skipped cpu:0 harness.b.skipped: needs 99 devices"), "{summary}");
-    assert!(summary.contains("total: 5 cases, 2 passed, 1 failed, 1 skipped, 1 xfail, 0 xpass"), "{summary}");
+    assert!(
+        summary.contains("FAILED  cpu:0 harness.a.fails: deliberate failure"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("skipped cpu:0 harness.b.skipped: needs 99 devices"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("total: 5 cases, 2 passed, 1 failed, 1 skipped, 1 xfail, 0 xpass"),
+        "{summary}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -174,6 +264,13 @@ fn suite_has_enough_cases_per_area_and_unique_ids() {
     ids.dedup();
     assert_eq!(ids.len(), all.len(), "duplicate case ids");
     for c in &all {
-        assert!(c.id.split('.').count() >= 3 && c.id.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._".contains(ch)), "{}", c.id);
+        assert!(
+            c.id.split('.').count() >= 3
+                && c.id
+                    .chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._".contains(ch)),
+            "{}",
+            c.id
+        );
     }
 }

@@ -24,6 +24,10 @@ pub trait DeviceAllocation: Send + Sync + 'static {
     fn addr(&self) -> u64;
     /// Length in bytes.
     fn len(&self) -> u64;
+    /// True for a zero-length allocation.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Downcast for the owning backend.
     fn as_any(&self) -> &dyn Any;
 }
@@ -107,15 +111,19 @@ impl Buffer {
     /// # Errors
     /// [`Invalid::ForeignHandle`] when the buffer was made by another backend.
     pub fn downcast_allocation<T: DeviceAllocation>(&self, arg: &'static str) -> Result<&T> {
-        self.shared.alloc.as_any().downcast_ref::<T>().ok_or_else(|| {
-            HalError::invalid(
-                arg,
-                Invalid::ForeignHandle {
-                    expected: std::any::type_name::<T>().to_string(),
-                    found: format!("buffer of {}", self.device()),
-                },
-            )
-        })
+        self.shared
+            .alloc
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| {
+                HalError::invalid(
+                    arg,
+                    Invalid::ForeignHandle {
+                        expected: std::any::type_name::<T>().to_string(),
+                        found: format!("buffer of {}", self.device()),
+                    },
+                )
+            })
     }
 
     /// True when both handles view the same allocation.
@@ -155,7 +163,13 @@ impl Buffer {
     ///
     /// # Errors
     /// [`Invalid::WrongDevice`], [`Invalid::FreeEnqueued`] or [`Invalid::OutOfRange`].
-    pub fn check_use(&self, arg: &'static str, device: DeviceId, offset: u64, len: u64) -> Result<u64> {
+    pub fn check_use(
+        &self,
+        arg: &'static str,
+        device: DeviceId,
+        offset: u64,
+        len: u64,
+    ) -> Result<u64> {
         let found = self.device();
         if found != device {
             return Err(HalError::invalid(

@@ -23,6 +23,10 @@ pub trait HostAllocation: Send + Sync + 'static {
     fn ptr(&self) -> *mut u8;
     /// Length in bytes.
     fn len(&self) -> usize;
+    /// True for a zero-length allocation.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Downcast for the owning backend.
     fn as_any(&self) -> &dyn Any;
 }
@@ -155,7 +159,7 @@ impl Deref for HostMap<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         let a = &self.buf.shared.alloc;
-        if a.len() == 0 {
+        if a.is_empty() {
             return &[];
         }
         // SAFETY: the allocation is valid for len bytes while the HostBuffer lives (we borrow it), and
@@ -167,7 +171,7 @@ impl Deref for HostMap<'_> {
 impl DerefMut for HostMap<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         let a = &self.buf.shared.alloc;
-        if a.len() == 0 {
+        if a.is_empty() {
             return &mut [];
         }
         // SAFETY: as in deref; the MAPPED bit also makes this the only host-side map.

@@ -63,7 +63,13 @@ impl LaunchConfig {
                 return bad("grid", format!("grid[{i}] = {g}"), format!("1..={max}"));
             }
         }
-        for (i, (&b, &max)) in self.block.to_array().iter().zip(&caps.max_block).enumerate() {
+        for (i, (&b, &max)) in self
+            .block
+            .to_array()
+            .iter()
+            .zip(&caps.max_block)
+            .enumerate()
+        {
             if b == 0 || b > max {
                 return bad("block", format!("block[{i}] = {b}"), format!("1..={max}"));
             }

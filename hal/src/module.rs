@@ -73,7 +73,8 @@ pub struct HostLaunchCtx {
 /// A host kernel: runs one block of a launch. `params` follows CUDA's `kernelParams` convention (one
 /// pointer per parameter, pointing at the parameter's value). Returns 0 on success; any other value
 /// is a kernel fault, sticky on the stream.
-pub type HostKernelFn = unsafe extern "C" fn(ctx: *const HostLaunchCtx, params: *const *mut c_void) -> i32;
+pub type HostKernelFn =
+    unsafe extern "C" fn(ctx: *const HostLaunchCtx, params: *const *mut c_void) -> i32;
 
 /// One entry of a [`HostSymbolTable`].
 #[derive(Clone, Copy)]

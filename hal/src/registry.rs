@@ -48,7 +48,9 @@ impl Registry {
         if name.is_empty() || name.contains(',') || entries.iter().any(|e| e.name == name) {
             return Err(HalError::invalid(
                 "name",
-                Invalid::Other(format!("backend name {name:?} is empty, has a comma or is taken")),
+                Invalid::Other(format!(
+                    "backend name {name:?} is empty, has a comma or is taken"
+                )),
             ));
         }
         entries.push(Arc::new(Entry {
@@ -69,12 +71,7 @@ impl Registry {
     /// # Errors
     /// [`HalError::Unavailable`] naming the registered backends when `name` is unknown.
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
-        let entry = self
-            .entries
-            .read()
-            .iter()
-            .find(|e| e.name == name)
-            .cloned();
+        let entry = self.entries.read().iter().find(|e| e.name == name).cloned();
         match entry {
             Some(e) => Ok(e.instance.get_or_init(|| (e.factory)()).clone()),
             None => Err(HalError::Unavailable {

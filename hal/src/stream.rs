@@ -51,7 +51,14 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// [`HalError::InvalidArgument`] for a buffer of another device, a freed buffer, a busy host
     /// buffer or a range out of bounds.
-    fn copy_h2d(&self, src: &HostBuffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+    fn copy_h2d(
+        &self,
+        src: &HostBuffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()>;
 
     /// Copies `src` to device memory, staging it into HAL-owned memory before returning, so `src` may
     /// be freed right away. One extra host copy compared with [`Stream::copy_h2d`].
@@ -64,14 +71,28 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// As [`Stream::copy_h2d`].
-    fn copy_d2h(&self, src: &Buffer, src_offset: u64, dst: &HostBuffer, dst_offset: u64, len: u64) -> Result<()>;
+    fn copy_d2h(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &HostBuffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()>;
 
     /// Copies `len` bytes between two buffers of this stream's device.
     ///
     /// # Errors
     /// As [`Stream::copy_h2d`]; [`crate::Invalid::Overlap`] when the ranges overlap (vendor copies
     /// do not define overlap, so no backend accepts it).
-    fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+    fn copy_d2d(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()>;
 
     /// Copies between devices of the same backend; either side may be this stream's device, the other
     /// must be listed in `OptionalCaps::peer_devices`. Ordered on this stream only. Overlap is as
@@ -79,7 +100,14 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// [`HalError::Unsupported`] without peer access; otherwise as [`Stream::copy_h2d`].
-    fn copy_peer(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()>;
+    fn copy_peer(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()>;
 
     /// Fills `len` bytes at `offset` with a repeated pattern.
     ///
@@ -98,7 +126,12 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// [`HalError::InvalidArgument`] for a function of another device or backend, a shape outside the
     /// device limits, or argument sizes that do not match the recorded parameter sizes.
-    unsafe fn launch(&self, function: &Arc<dyn Function>, config: &LaunchConfig, args: &KernelArgs) -> Result<()>;
+    unsafe fn launch(
+        &self,
+        function: &Arc<dyn Function>,
+        config: &LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()>;
 
     /// Runs `f` on a host thread once all previously enqueued work has completed; later work waits
     /// for it. `f` must not enqueue on or synchronize this stream.

@@ -206,7 +206,10 @@ pub fn host_symbols() -> HostSymbolTable {
     t.insert(names::IOTA_U32, k(iota_u32, &[PTR, 4]));
     t.insert(names::COORDS, k(coords, &[PTR]));
     t.insert(names::AXPY_F32, k(axpy_f32, &[4, 4, PTR, PTR]));
-    t.insert(names::ARGS_PROBE, k(args_probe, &[PTR, 1, 2, 4, 8, 4, 8, 8]));
+    t.insert(
+        names::ARGS_PROBE,
+        k(args_probe, &[PTR, 1, 2, 4, 8, 4, 8, 8]),
+    );
     t.insert(names::MUL_ADD_U32, k(mul_add_u32, &[PTR, 4, 4, 4]));
     t.insert(names::WAIT_FLAG, k(wait_flag, &[PTR, PTR, 4, 4]));
     t.insert(names::FAIL, k(fail, &[4]));

@@ -102,7 +102,11 @@ fn gib(b: u64) -> String {
 }
 
 fn devices(backend: Option<String>, json: bool) -> ExitCode {
-    let backends = match unihal::registry().select(backend.as_deref().or(std::env::var(unihal::BACKENDS_ENV).ok().as_deref())) {
+    let backends = match unihal::registry().select(
+        backend
+            .as_deref()
+            .or(std::env::var(unihal::BACKENDS_ENV).ok().as_deref()),
+    ) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("unihal: {e}");
@@ -111,37 +115,82 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
     };
     let entries: Vec<BackendEntry> = backends.iter().map(|b| list(&**b)).collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&entries).expect("serialisable"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&entries).expect("serialisable")
+        );
         return ExitCode::SUCCESS;
     }
     for e in &entries {
-        let status = if e.available { "Available" } else { "Unavailable" };
-        println!("{} {} — {status}{}{}", e.name, e.info.version,
-            if e.info.simulated { " (SIMULATED runtime)" } else { "" },
-            e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
+        let status = if e.available {
+            "Available"
+        } else {
+            "Unavailable"
+        };
+        println!(
+            "{} {} — {status}{}{}",
+            e.name,
+            e.info.version,
+            if e.info.simulated {
+                " (SIMULATED runtime)"
+            } else {
+                ""
+            },
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
         for l in &e.info.libraries {
-            println!("  library {} {} {}", l.name, l.version.as_deref().unwrap_or("?"), l.path.as_deref().unwrap_or(""));
+            println!(
+                "  library {} {} {}",
+                l.name,
+                l.version.as_deref().unwrap_or("?"),
+                l.path.as_deref().unwrap_or("")
+            );
         }
         for d in &e.devices {
             let (m, o) = (&d.capabilities.mandatory, &d.capabilities.optional);
-            let mem = d.memory.map_or("memory ?".into(), |mi| format!("memory {} total, {} free", gib(mi.total), gib(mi.free)));
-            println!("  {}  {} ({})  {mem}", d.info.id, d.info.name, d.info.vendor);
+            let mem = d.memory.map_or("memory ?".into(), |mi| {
+                format!("memory {} total, {} free", gib(mi.total), gib(mi.free))
+            });
+            println!(
+                "  {}  {} ({})  {mem}",
+                d.info.id, d.info.name, d.info.vendor
+            );
             println!("      arch {}, {} compute units, warp {}, max block {:?} ({} threads), shared {} KiB, modules {:?}",
                 o.arch.as_deref().unwrap_or("?"), m.compute_units, m.warp_size, m.max_block, m.max_threads_per_block,
                 m.max_shared_mem_per_block / 1024, m.module_formats);
             let feats: Vec<&str> = [
-                (o.event_timing, "event-timing"), (o.pinned_host_memory, "pinned-host"), (o.wide_fill, "wide-fill"),
-                (o.host_callbacks, "host-callbacks"), (o.stream_ordered_alloc, "stream-ordered-alloc"),
+                (o.event_timing, "event-timing"),
+                (o.pinned_host_memory, "pinned-host"),
+                (o.wide_fill, "wide-fill"),
+                (o.host_callbacks, "host-callbacks"),
+                (o.stream_ordered_alloc, "stream-ordered-alloc"),
                 (o.fault_poisons_device, "fault-poisons-device"),
-            ].iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect();
-            println!("      features: {}; peers {:?}", feats.join(", "), o.peer_devices);
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| *n)
+            .collect();
+            println!(
+                "      features: {}; peers {:?}",
+                feats.join(", "),
+                o.peer_devices
+            );
         }
     }
     ExitCode::SUCCESS
 }
 
-fn conformance(backend: Option<String>, opts: RunOptions, report: Option<PathBuf>, max_devices: Option<usize>) -> ExitCode {
-    let (mut targets, unavailable) = match runner::discover(unihal::registry(), backend.as_deref()) {
+fn conformance(
+    backend: Option<String>,
+    opts: RunOptions,
+    report: Option<PathBuf>,
+    max_devices: Option<usize>,
+) -> ExitCode {
+    let (mut targets, unavailable) = match runner::discover(unihal::registry(), backend.as_deref())
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("unihal: {e}");
@@ -153,7 +202,10 @@ fn conformance(backend: Option<String>, opts: RunOptions, report: Option<PathBuf
     }
     let cases = unihal_conformance::cases::all();
     if !cases.iter().any(|c| runner::selected(c.id, &opts)) {
-        eprintln!("unihal: no case matches the filter {:?}", opts.filter.as_deref().unwrap_or(""));
+        eprintln!(
+            "unihal: no case matches the filter {:?}",
+            opts.filter.as_deref().unwrap_or("")
+        );
         return ExitCode::from(2);
     }
     let report_data = runner::run(&targets, unavailable, &cases, &opts);
@@ -165,7 +217,11 @@ fn conformance(backend: Option<String>, opts: RunOptions, report: Option<PathBuf
         }
         println!("reports written to {}", dir.display());
     }
-    if report_data.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if report_data.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn main() -> ExitCode {
@@ -173,9 +229,27 @@ fn main() -> ExitCode {
     unihal::init_logging();
     match Cli::parse().command {
         Cmd::Devices { backend, json } => devices(backend, json),
-        Cmd::Conformance { backend, filter, report, isolate, verify, timeout_s, max_devices } => {
+        Cmd::Conformance {
+            backend,
+            filter,
+            report,
+            isolate,
+            verify,
+            timeout_s,
+            max_devices,
+        } => {
             let timeout = Duration::try_from_secs_f64(timeout_s).unwrap_or(Duration::from_secs(60));
-            conformance(backend, RunOptions { filter, verify, isolate, timeout }, report, max_devices)
+            conformance(
+                backend,
+                RunOptions {
+                    filter,
+                    verify,
+                    isolate,
+                    timeout,
+                },
+                report,
+                max_devices,
+            )
         }
     }
 }

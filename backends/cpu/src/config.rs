@@ -43,14 +43,19 @@ impl CpuConfig {
     ///
     /// # Errors
     /// As [`CpuConfig::from_env`].
-    pub fn from_values(devices: Option<&str>, memory: Option<&str>, threads: Option<&str>) -> Result<CpuConfig> {
+    pub fn from_values(
+        devices: Option<&str>,
+        memory: Option<&str>,
+        threads: Option<&str>,
+    ) -> Result<CpuConfig> {
         let devices = match devices {
             None => 4,
             Some(v) => parse_count(DEVICES_ENV, v, 64)?,
         };
         let memory_per_device = match memory {
             None => physical_memory(),
-            Some(v) => parse_bytes(v).ok_or_else(|| bad(MEMORY_ENV, v, "a byte count such as 1073741824, 512M or 2G"))?,
+            Some(v) => parse_bytes(v)
+                .ok_or_else(|| bad(MEMORY_ENV, v, "a byte count such as 1073741824, 512M or 2G"))?,
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads_per_device = match threads {
@@ -86,7 +91,10 @@ fn parse_count(var: &'static str, v: &str, max: usize) -> Result<usize> {
 /// trailing `B` or `iB` is accepted).
 pub fn parse_bytes(v: &str) -> Option<u64> {
     let s = v.trim().to_ascii_uppercase();
-    let s = s.strip_suffix("IB").or_else(|| s.strip_suffix('B')).unwrap_or(&s);
+    let s = s
+        .strip_suffix("IB")
+        .or_else(|| s.strip_suffix('B'))
+        .unwrap_or(&s);
     let (num, shift) = match s.chars().last()? {
         'K' => (&s[..s.len() - 1], 10),
         'M' => (&s[..s.len() - 1], 20),
@@ -120,7 +128,10 @@ mod tests {
         assert_eq!(parse_bytes("1000"), Some(1000));
         assert_eq!(parse_bytes("x"), None);
         let c = CpuConfig::from_values(Some("2"), Some("1G"), Some("3")).unwrap();
-        assert_eq!((c.devices, c.memory_per_device, c.threads_per_device), (2, 1 << 30, 3));
+        assert_eq!(
+            (c.devices, c.memory_per_device, c.threads_per_device),
+            (2, 1 << 30, 3)
+        );
         let e = CpuConfig::from_values(Some("0"), None, None).unwrap_err();
         assert!(e.to_string().contains("UNIHAL_CPU_DEVICES"), "{e}");
         assert!(CpuConfig::from_values(None, Some("lots"), None).is_err());

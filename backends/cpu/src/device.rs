@@ -57,7 +57,10 @@ impl CpuDevice {
         threads: usize,
         fault: FaultSwitch,
     ) -> Result<Arc<CpuDevice>> {
-        let id = DeviceId { backend: crate::NAME, ordinal };
+        let id = DeviceId {
+            backend: crate::NAME,
+            ordinal,
+        };
         let pool = if threads > 1 {
             let p = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -161,7 +164,8 @@ impl Device for CpuDevice {
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
         let dev = self.arc()?;
         let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        let worker = WorkerShared::spawn(format!("unihal-cpu{}-s{n}", self.id().ordinal), self.fault)?;
+        let worker =
+            WorkerShared::spawn(format!("unihal-cpu{}-s{n}", self.id().ordinal), self.fault)?;
         {
             let mut streams = self.streams.lock();
             streams.retain(|w| w.strong_count() > 0);
@@ -169,7 +173,11 @@ impl Device for CpuDevice {
         }
         tracing::debug!(device = %self.id(), stream = n, "stream created");
         let dyn_dev: Arc<dyn Device> = dev.clone();
-        Ok(Arc::new(CpuStream { dev, dyn_dev, worker }))
+        Ok(Arc::new(CpuStream {
+            dev,
+            dyn_dev,
+            worker,
+        }))
     }
 
     fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
@@ -190,7 +198,12 @@ impl Device for CpuDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let workers: Vec<_> = self.streams.lock().iter().filter_map(Weak::upgrade).collect();
+        let workers: Vec<_> = self
+            .streams
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
         let mut first = Ok(());
         for w in workers {
             if let Err(e) = w.synchronize() {

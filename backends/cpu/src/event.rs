@@ -74,7 +74,10 @@ impl CpuEvent {
             ));
         }
         let Some(r) = self.record() else {
-            return Err(HalError::invalid(which, Invalid::Other("event was never recorded".into())));
+            return Err(HalError::invalid(
+                which,
+                Invalid::Other("event was never recorded".into()),
+            ));
         };
         if let Some(e) = r.error() {
             return Err(e);
@@ -98,7 +101,9 @@ impl Event for CpuEvent {
     }
 
     fn query(&self) -> Result<bool> {
-        let Some(r) = self.record() else { return Ok(true) };
+        let Some(r) = self.record() else {
+            return Ok(true);
+        };
         if let Some(e) = r.error() {
             return Err(e);
         }
@@ -106,7 +111,9 @@ impl Event for CpuEvent {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let Some(r) = self.record() else { return Ok(()) };
+        let Some(r) = self.record() else {
+            return Ok(());
+        };
         r.worker.wait_for(r.pos);
         match r.error() {
             Some(e) => Err(e),

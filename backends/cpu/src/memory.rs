@@ -30,7 +30,8 @@ impl MemAccount {
     }
 
     pub fn free(&self) -> u64 {
-        self.capacity.saturating_sub(self.used.load(Ordering::Acquire))
+        self.capacity
+            .saturating_sub(self.used.load(Ordering::Acquire))
     }
 
     fn reserve(&self, n: u64) -> Result<()> {
@@ -213,11 +214,20 @@ mod tests {
     #[test]
     fn accounting_gives_out_of_memory_and_recovers() {
         let acc = Arc::new(MemAccount::new(1000));
-        let id = DeviceId { backend: "cpu", ordinal: 0 };
+        let id = DeviceId {
+            backend: "cpu",
+            ordinal: 0,
+        };
         let a = CpuAllocation::new(600, id, acc.clone()).unwrap();
         assert_eq!(a.addr() % ALLOC_ALIGN as u64, 0);
         let e = CpuAllocation::new(500, id, acc.clone()).err().unwrap();
-        assert_eq!(e, HalError::OutOfMemory { requested: 500, free: 400 });
+        assert_eq!(
+            e,
+            HalError::OutOfMemory {
+                requested: 500,
+                free: 400
+            }
+        );
         drop(a);
         assert_eq!(acc.free(), 1000);
         let z = CpuAllocation::new(0, id, acc.clone()).unwrap();

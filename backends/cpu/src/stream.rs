@@ -22,7 +22,13 @@ pub struct CpuStream {
 }
 
 /// Device address of `[offset, offset+len)` of a CPU buffer on `device`, after every check.
-fn cpu_addr(buf: &Buffer, arg: &'static str, device: DeviceId, offset: u64, len: u64) -> Result<*mut u8> {
+fn cpu_addr(
+    buf: &Buffer,
+    arg: &'static str,
+    device: DeviceId,
+    offset: u64,
+    len: u64,
+) -> Result<*mut u8> {
     buf.downcast_allocation::<CpuAllocation>(arg)?;
     Ok(buf.check_use(arg, device, offset, len)? as *mut u8)
 }
@@ -55,7 +61,14 @@ impl CpuStream {
     fn enqueue_copy(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
         let (s, d) = (src.get() as u64, dst.get() as u64);
         if len > 0 && s < d + len && d < s + len {
-            return Err(HalError::invalid("dst", Invalid::Overlap { src: s, dst: d, len }));
+            return Err(HalError::invalid(
+                "dst",
+                Invalid::Overlap {
+                    src: s,
+                    dst: d,
+                    len,
+                },
+            ));
         }
         self.submit(Box::new(move |err| {
             if err.is_none() && len > 0 {
@@ -80,7 +93,14 @@ impl Stream for CpuStream {
         &self.dyn_dev
     }
 
-    fn copy_h2d(&self, src: &HostBuffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+    fn copy_h2d(
+        &self,
+        src: &HostBuffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let use_ = src.begin_use("src", src_offset, len)?;
         let keep = dst.clone();
@@ -112,7 +132,14 @@ impl Stream for CpuStream {
         }))
     }
 
-    fn copy_d2h(&self, src: &Buffer, src_offset: u64, dst: &HostBuffer, dst_offset: u64, len: u64) -> Result<()> {
+    fn copy_d2h(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &HostBuffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let use_ = dst.begin_use("dst", dst_offset, len)?;
         let keep = src.clone();
@@ -128,21 +155,39 @@ impl Stream for CpuStream {
         }))
     }
 
-    fn copy_d2d(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+    fn copy_d2d(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])
     }
 
-    fn copy_peer(&self, src: &Buffer, src_offset: u64, dst: &Buffer, dst_offset: u64, len: u64) -> Result<()> {
+    fn copy_peer(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
         let me = self.id();
         let (sd, dd) = (src.device(), dst.device());
         let peers = &self.dev.capabilities_ref().optional.peer_devices;
-        let reachable = |d: DeviceId| d == me || (d.backend == me.backend && peers.contains(&d.ordinal));
+        let reachable =
+            |d: DeviceId| d == me || (d.backend == me.backend && peers.contains(&d.ordinal));
         if sd != me && dd != me {
             return Err(HalError::invalid(
                 "src",
-                Invalid::WrongDevice { expected: me, found: sd },
+                Invalid::WrongDevice {
+                    expected: me,
+                    found: sd,
+                },
             ));
         }
         for (arg, d) in [("src", sd), ("dst", dd)] {
@@ -188,20 +233,35 @@ impl Stream for CpuStream {
         }))
     }
 
-    unsafe fn launch(&self, function: &Arc<dyn Function>, config: &LaunchConfig, args: &KernelArgs) -> Result<()> {
-        let f = function.as_any().downcast_ref::<CpuFunction>().ok_or_else(|| {
-            HalError::invalid(
-                "function",
-                Invalid::ForeignHandle {
-                    expected: "CPU function".into(),
-                    found: format!("function {:?} of {}", function.name(), function.device_id()),
-                },
-            )
-        })?;
+    unsafe fn launch(
+        &self,
+        function: &Arc<dyn Function>,
+        config: &LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        let f = function
+            .as_any()
+            .downcast_ref::<CpuFunction>()
+            .ok_or_else(|| {
+                HalError::invalid(
+                    "function",
+                    Invalid::ForeignHandle {
+                        expected: "CPU function".into(),
+                        found: format!(
+                            "function {:?} of {}",
+                            function.name(),
+                            function.device_id()
+                        ),
+                    },
+                )
+            })?;
         if f.device != self.id() {
             return Err(HalError::invalid(
                 "function",
-                Invalid::WrongDevice { expected: self.id(), found: f.device },
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: f.device,
+                },
             ));
         }
         config.validate(&self.dev.capabilities_ref().mandatory)?;
@@ -209,10 +269,17 @@ impl Stream for CpuStream {
         if let Some(b) = args.buffers().iter().find(|b| b.is_free_enqueued()) {
             return Err(HalError::invalid(
                 "args",
-                Invalid::FreeEnqueued { addr: b.device_addr() - b.offset(), len: b.len() },
+                Invalid::FreeEnqueued {
+                    addr: b.device_addr() - b.offset(),
+                    len: b.len(),
+                },
             ));
         }
-        let f = CpuFunction { device: f.device, name: f.name.clone(), kernel: f.kernel };
+        let f = CpuFunction {
+            device: f.device,
+            name: f.name.clone(),
+            kernel: f.kernel,
+        };
         let (config, args) = (*config, args.clone());
         let pool = self.dev.pool();
         self.submit(Box::new(move |err| {
@@ -238,7 +305,10 @@ impl Stream for CpuStream {
         if ev.device_id() != self.id() {
             return Err(HalError::invalid(
                 "event",
-                Invalid::WrongDevice { expected: self.id(), found: ev.device_id() },
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: ev.device_id(),
+                },
             ));
         }
         let time = Arc::new(OnceLock::new());
@@ -249,8 +319,16 @@ impl Stream for CpuStream {
             }
             Ok(())
         }))?;
-        let pos = if self.dev.fault().is(Fault::EarlyEventCompletion) { 0 } else { pos };
-        ev.set_record(Record { worker: self.worker.clone(), pos, time });
+        let pos = if self.dev.fault().is(Fault::EarlyEventCompletion) {
+            0
+        } else {
+            pos
+        };
+        ev.set_record(Record {
+            worker: self.worker.clone(),
+            pos,
+            time,
+        });
         Ok(())
     }
 

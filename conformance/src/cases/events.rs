@@ -12,11 +12,13 @@ pub fn cases() -> Vec<Case> {
         Case::new("events.query.never_recorded", never_recorded),
         Case::new("events.query.pending_then_complete", pending_then_complete).needs(K),
         Case::new("events.synchronize.waits_for_work", synchronize).needs(K),
-        Case::new("events.elapsed.measures_work", elapsed).needs(&[Need::TestKernels, Need::EventTiming]),
+        Case::new("events.elapsed.measures_work", elapsed)
+            .needs(&[Need::TestKernels, Need::EventTiming]),
         Case::new("events.elapsed.timing_disabled", timing_disabled).needs(&[Need::EventTiming]),
         Case::new("events.elapsed.not_recorded", elapsed_unrecorded).needs(&[Need::EventTiming]),
         Case::new("events.wait.cross_stream", cross_stream).needs(K),
-        Case::new("events.wait.cross_device", cross_device).needs(&[Need::TestKernels, Need::Devices(2)]),
+        Case::new("events.wait.cross_device", cross_device)
+            .needs(&[Need::TestKernels, Need::Devices(2)]),
         Case::new("events.wait.never_recorded", wait_unrecorded),
         Case::new("events.record.latest_wins", rerecord).needs(K),
     ]
@@ -54,9 +56,16 @@ fn synchronize(ctx: &Ctx) -> CaseResult {
         blocker.release()
     });
     e.synchronize()?;
-    t.join().map_err(|_| crate::Failure::new("release thread panicked"))??;
-    ensure!(s.query()?, "stream work before the event is not complete after event synchronize");
-    ensure!(ctx.download(&b)?.iter().all(|&x| x == 3), "fill before the event not visible");
+    t.join()
+        .map_err(|_| crate::Failure::new("release thread panicked"))??;
+    ensure!(
+        s.query()?,
+        "stream work before the event is not complete after event synchronize"
+    );
+    ensure!(
+        ctx.download(&b)?.iter().all(|&x| x == 3),
+        "fill before the event not visible"
+    );
     Ok(())
 }
 
@@ -75,21 +84,35 @@ fn elapsed(ctx: &Ctx) -> CaseResult {
     end.synchronize()?;
     let wall = t0.elapsed().as_secs_f64() * 1e3;
     let ms = start.elapsed_ms(&*end)? as f64;
-    ensure!(ms >= 25.0, "elapsed {ms} ms, but the work between the events took at least 30 ms");
-    ensure!(ms <= wall + 5.0, "elapsed {ms} ms exceeds the wall time {wall} ms");
-    ensure!(start.elapsed_ms(&*start)?.abs() < 1e-3, "elapsed from an event to itself");
+    ensure!(
+        ms >= 25.0,
+        "elapsed {ms} ms, but the work between the events took at least 30 ms"
+    );
+    ensure!(
+        ms <= wall + 5.0,
+        "elapsed {ms} ms exceeds the wall time {wall} ms"
+    );
+    ensure!(
+        start.elapsed_ms(&*start)?.abs() < 1e-3,
+        "elapsed from an event to itself"
+    );
     Ok(())
 }
 
 fn timing_disabled(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
-    let a = ctx.device.create_event(EventFlags { disable_timing: true })?;
+    let a = ctx.device.create_event(EventFlags {
+        disable_timing: true,
+    })?;
     let b = ctx.device.create_event(EventFlags::default())?;
     s.record_event(&a)?;
     s.record_event(&b)?;
     s.synchronize()?;
     let r = expect_invalid(a.elapsed_ms(&*b), "start")?;
-    ensure!(matches!(r, Invalid::Other(ref m) if m.contains("timing disabled")), "reason: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Other(ref m) if m.contains("timing disabled")),
+        "reason: {r:?}"
+    );
     Ok(())
 }
 
@@ -100,7 +123,10 @@ fn elapsed_unrecorded(ctx: &Ctx) -> CaseResult {
     s.record_event(&a)?;
     s.synchronize()?;
     let r = expect_invalid(a.elapsed_ms(&*b), "end")?;
-    ensure!(matches!(r, Invalid::Other(ref m) if m.contains("never recorded")), "reason: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Other(ref m) if m.contains("never recorded")),
+        "reason: {r:?}"
+    );
     Ok(())
 }
 
@@ -117,10 +143,16 @@ fn cross_stream(ctx: &Ctx) -> CaseResult {
     consumer.wait_event(&e)?;
     consumer.copy_d2d(&data, 0, &out, 0, 4096)?;
     consumer.record_event(&done)?;
-    ensure!(!done.query()?, "the consumer ran past a wait on blocked work");
+    ensure!(
+        !done.query()?,
+        "the consumer ran past a wait on blocked work"
+    );
     blocker.release()?;
     consumer.synchronize()?;
-    ensure!(ctx.download(&out)?.iter().all(|&x| x == 2), "the consumer copied before the producer's fill");
+    ensure!(
+        ctx.download(&out)?.iter().all(|&x| x == 2),
+        "the consumer copied before the producer's fill"
+    );
     Ok(())
 }
 
@@ -136,12 +168,20 @@ fn cross_device(ctx: &Ctx) -> CaseResult {
     b.record_event(&done)?;
     let until = Instant::now() + Duration::from_millis(30);
     while Instant::now() < until {
-        ensure!(!done.query()?, "{}'s stream ran past a wait on {}'s blocked work", other.id(), ctx.device.id());
+        ensure!(
+            !done.query()?,
+            "{}'s stream ran past a wait on {}'s blocked work",
+            other.id(),
+            ctx.device.id()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     blocker.release()?;
     b.synchronize()?;
-    ensure!(done.query()?, "event after the cross-device wait incomplete");
+    ensure!(
+        done.query()?,
+        "event after the cross-device wait incomplete"
+    );
     Ok(())
 }
 
@@ -152,7 +192,11 @@ fn wait_unrecorded(ctx: &Ctx) -> CaseResult {
     let b = ctx.device.alloc(4)?;
     s.fill(&b, 0, 4, FillValue::U8(8))?;
     s.synchronize()?;
-    ensure_eq!(ctx.download(&b)?, vec![8u8; 4], "work after waiting on a never-recorded event");
+    ensure_eq!(
+        ctx.download(&b)?,
+        vec![8u8; 4],
+        "work after waiting on a never-recorded event"
+    );
     Ok(())
 }
 
@@ -164,7 +208,10 @@ fn rerecord(ctx: &Ctx) -> CaseResult {
     ensure!(e.query()?, "first record incomplete");
     let mut blocker = Blocker::new(ctx, &s)?;
     s.record_event(&e)?;
-    ensure!(!e.query()?, "the event still reports its first, completed record");
+    ensure!(
+        !e.query()?,
+        "the event still reports its first, completed record"
+    );
     blocker.release()?;
     e.synchronize()?;
     ensure!(e.query()?, "second record incomplete after synchronize");

@@ -1,7 +1,9 @@
 //! `kernels.*`: raw launches: grid and block shapes, argument passing, shared memory, limits.
 
 use crate::blocker::Blocker;
-use crate::case::{bytes_u32, expect_invalid, foreign_formats, pattern, u32_bytes, Case, CaseResult, Ctx, Need};
+use crate::case::{
+    bytes_u32, expect_invalid, foreign_formats, pattern, u32_bytes, Case, CaseResult, Ctx, Need,
+};
 use crate::{ensure, ensure_eq};
 use unihal_hal::{Dim3, HalError, Invalid, KernelArgs, LaunchConfig, ModuleSource};
 use unihal_kernels::testing::{names, Pair};
@@ -32,12 +34,25 @@ fn launch_coords(ctx: &Ctx, grid: Dim3, block: Dim3) -> CaseResult {
     args.push_buffer(&out);
     let s = ctx.stream()?;
     // SAFETY: coords writes one u32 per launched thread; out holds exactly that many.
-    unsafe { s.launch(&f, &LaunchConfig { grid, block, shared_mem_bytes: 0 }, &args)? };
+    unsafe {
+        s.launch(
+            &f,
+            &LaunchConfig {
+                grid,
+                block,
+                shared_mem_bytes: 0,
+            },
+            &args,
+        )?
+    };
     s.synchronize()?;
     let got = bytes_u32(&ctx.download(&out)?);
     let want: Vec<u32> = (1..=n as u32).collect();
-    ensure!(got == want, "grid {grid:?} block {block:?}: first mismatch at {:?}",
-        got.iter().zip(&want).position(|(a, b)| a != b));
+    ensure!(
+        got == want,
+        "grid {grid:?} block {block:?}: first mismatch at {:?}",
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
     Ok(())
 }
 
@@ -53,8 +68,16 @@ fn iota(ctx: &Ctx) -> CaseResult {
         s.synchronize()?;
         let got = ctx.download(&out)?;
         let want: Vec<u32> = (0..n).collect();
-        ensure_eq!(bytes_u32(&got[..n as usize * 4]), want, "iota over {blocks}x{threads} for n={n}");
-        ensure_eq!(got[n as usize * 4..], [0xFF; 8], "guard bytes after iota n={n}");
+        ensure_eq!(
+            bytes_u32(&got[..n as usize * 4]),
+            want,
+            "iota over {blocks}x{threads} for n={n}"
+        );
+        ensure_eq!(
+            got[n as usize * 4..],
+            [0xFF; 8],
+            "guard bytes after iota n={n}"
+        );
     }
     Ok(())
 }
@@ -67,7 +90,13 @@ fn grid_3d(ctx: &Ctx) -> CaseResult {
 fn block_shapes(ctx: &Ctx) -> CaseResult {
     let caps = ctx.device.capabilities().mandatory.clone();
     let max = caps.max_threads_per_block.min(caps.max_block[0]);
-    for block in [Dim3::x(1), Dim3::x(33), Dim3::new(8, 8, 1), Dim3::new(2, 4, 8), Dim3::x(max)] {
+    for block in [
+        Dim3::x(1),
+        Dim3::x(33),
+        Dim3::new(8, 8, 1),
+        Dim3::new(2, 4, 8),
+        Dim3::x(max),
+    ] {
         launch_coords(ctx, Dim3::x(3), block)?;
     }
     Ok(())
@@ -76,7 +105,10 @@ fn block_shapes(ctx: &Ctx) -> CaseResult {
 fn scalar_args(ctx: &Ctx) -> CaseResult {
     let f = ctx.kernel(names::ARGS_PROBE)?;
     let out = ctx.upload(&[0u8; 35])?;
-    let pair = Pair { a: 0xA1B2C3D4, b: -2.5 };
+    let pair = Pair {
+        a: 0xA1B2C3D4,
+        b: -2.5,
+    };
     let mut args = KernelArgs::new();
     args.push_buffer(&out)
         .push(0xABu8)
@@ -98,7 +130,11 @@ fn scalar_args(ctx: &Ctx) -> CaseResult {
     want.extend((-3.25f64).to_le_bytes());
     want.extend(0xA1B2C3D4u32.to_le_bytes());
     want.extend((-2.5f32).to_le_bytes());
-    ensure_eq!(ctx.download(&out)?, want, "argument bytes seen by the kernel");
+    ensure_eq!(
+        ctx.download(&out)?,
+        want,
+        "argument bytes seen by the kernel"
+    );
     Ok(())
 }
 
@@ -110,13 +146,20 @@ fn axpy(ctx: &Ctx) -> CaseResult {
     let (xb, yb) = (ctx.upload(&bytes(&x))?, ctx.upload(&bytes(&y))?);
     let f = ctx.kernel(names::AXPY_F32)?;
     let mut args = KernelArgs::new();
-    args.push(n as u32).push(2.0f32).push_buffer(&xb).push_buffer(&yb);
+    args.push(n as u32)
+        .push(2.0f32)
+        .push_buffer(&xb)
+        .push_buffer(&yb);
     let s = ctx.stream()?;
     // SAFETY: axpy reads x[0..n] and updates y[0..n]; both hold n f32s.
     unsafe { s.launch(&f, &LaunchConfig::linear(4, 256), &args)? };
     s.synchronize()?;
     let want: Vec<f32> = x.iter().zip(&y).map(|(x, y)| 2.0 * x + y).collect();
-    ensure_eq!(ctx.download(&yb)?, bytes(&want), "axpy result (exact: one fma-free multiply-add per element)");
+    ensure_eq!(
+        ctx.download(&yb)?,
+        bytes(&want),
+        "axpy result (exact: one fma-free multiply-add per element)"
+    );
     Ok(())
 }
 
@@ -128,13 +171,21 @@ fn shared_memory(ctx: &Ctx) -> CaseResult {
     let f = ctx.kernel(names::BLOCK_SUM_U32)?;
     let mut args = KernelArgs::new();
     args.push_buffer(&xb).push_buffer(&out);
-    let cfg = LaunchConfig { grid: Dim3::x(blocks), block: Dim3::x(b), shared_mem_bytes: b * 4 };
+    let cfg = LaunchConfig {
+        grid: Dim3::x(blocks),
+        block: Dim3::x(b),
+        shared_mem_bytes: b * 4,
+    };
     let s = ctx.stream()?;
     // SAFETY: block_sum reads x[0..blocks*b] and writes out[0..blocks], with b*4 shared bytes.
     unsafe { s.launch(&f, &cfg, &args)? };
     s.synchronize()?;
     let want: Vec<u32> = x.chunks(b as usize).map(|c| c.iter().sum()).collect();
-    ensure_eq!(bytes_u32(&ctx.download(&out)?), want, "per-block sums through shared memory");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&out)?),
+        want,
+        "per-block sums through shared memory"
+    );
     Ok(())
 }
 
@@ -152,7 +203,11 @@ fn args_reuse(ctx: &Ctx) -> CaseResult {
     }
     blocker.release()?;
     s.synchronize()?;
-    ensure_eq!(bytes_u32(&ctx.download(&buf)?), vec![(1 * 2 + 10) * 2 + 20; 4], "launches with dropped args");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&buf)?),
+        vec![(2 + 10) * 2 + 20; 4], // 1 * 2 + 10, then * 2 + 20
+        "launches with dropped args"
+    );
     Ok(())
 }
 
@@ -170,7 +225,11 @@ fn kept_alive(ctx: &Ctx) -> CaseResult {
     drop(buf);
     blocker.release()?;
     s.synchronize()?;
-    ensure_eq!(bytes_u32(&ctx.download(&keep_view)?), vec![4; 4], "kernel on a dropped buffer");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&keep_view)?),
+        vec![4; 4],
+        "kernel on a dropped buffer"
+    );
     Ok(())
 }
 
@@ -186,15 +245,45 @@ fn invalid_config(ctx: &Ctx) -> CaseResult {
     };
     let zero = LaunchConfig::linear(0, 1);
     let r = expect_invalid(try_cfg(zero), "grid")?;
-    ensure_eq!(r, Invalid::Value { value: "grid[0] = 0".into(), accepted: format!("1..={}", caps.max_grid[0]) }, "zero grid");
+    ensure_eq!(
+        r,
+        Invalid::Value {
+            value: "grid[0] = 0".into(),
+            accepted: format!("1..={}", caps.max_grid[0])
+        },
+        "zero grid"
+    );
     let big = caps.max_block[0].saturating_add(1);
     let r = expect_invalid(try_cfg(LaunchConfig::linear(1, big)), "block")?;
-    ensure_eq!(r, Invalid::Value { value: format!("block[0] = {big}"), accepted: format!("1..={}", caps.max_block[0]) }, "oversized block");
+    ensure_eq!(
+        r,
+        Invalid::Value {
+            value: format!("block[0] = {big}"),
+            accepted: format!("1..={}", caps.max_block[0])
+        },
+        "oversized block"
+    );
     let smem = caps.max_shared_mem_per_block.saturating_add(1);
-    let r = expect_invalid(try_cfg(LaunchConfig { shared_mem_bytes: smem, ..LaunchConfig::linear(1, 1) }), "shared_mem_bytes")?;
-    ensure_eq!(r, Invalid::Value { value: smem.to_string(), accepted: format!("0..={}", caps.max_shared_mem_per_block) }, "oversized shared memory");
+    let r = expect_invalid(
+        try_cfg(LaunchConfig {
+            shared_mem_bytes: smem,
+            ..LaunchConfig::linear(1, 1)
+        }),
+        "shared_mem_bytes",
+    )?;
+    ensure_eq!(
+        r,
+        Invalid::Value {
+            value: smem.to_string(),
+            accepted: format!("0..={}", caps.max_shared_mem_per_block)
+        },
+        "oversized shared memory"
+    );
     s.synchronize()?;
-    ensure!(s.async_error().is_none(), "a rejected launch left a sticky error");
+    ensure!(
+        s.async_error().is_none(),
+        "a rejected launch left a sticky error"
+    );
     Ok(())
 }
 
@@ -207,16 +296,33 @@ fn arg_mismatch(ctx: &Ctx) -> CaseResult {
     let mut args = KernelArgs::new();
     args.push(0u64);
     // SAFETY: must be rejected before running (one argument instead of two).
-    let r = expect_invalid(unsafe { s.launch(&f, &LaunchConfig::linear(1, 1), &args) }, "args")?;
-    ensure_eq!(r, Invalid::Value { value: "argument sizes [8]".into(), accepted: format!("the kernel's parameter sizes {sizes:?}") }, "reason");
+    let r = expect_invalid(
+        unsafe { s.launch(&f, &LaunchConfig::linear(1, 1), &args) },
+        "args",
+    )?;
+    ensure_eq!(
+        r,
+        Invalid::Value {
+            value: "argument sizes [8]".into(),
+            accepted: format!("the kernel's parameter sizes {sizes:?}")
+        },
+        "reason"
+    );
     Ok(())
 }
 
 fn unknown_entry(ctx: &Ctx) -> CaseResult {
     let _ = ctx.kernel(names::IOTA_U32)?;
     match ctx.kernel("unihal_test_no_such_kernel") {
-        Err(HalError::InvalidArgument { arg: "name", reason: Invalid::Value { value, .. } }) => {
-            ensure_eq!(value, "kernel \"unihal_test_no_such_kernel\"", "offending name");
+        Err(HalError::InvalidArgument {
+            arg: "name",
+            reason: Invalid::Value { value, .. },
+        }) => {
+            ensure_eq!(
+                value,
+                "kernel \"unihal_test_no_such_kernel\"",
+                "offending name"
+            );
             Ok(())
         }
         Err(e) => Err(crate::Failure::new(format!("unknown entry gave {e:?}"))),
@@ -239,7 +345,11 @@ fn unsupported_format(ctx: &Ctx) -> CaseResult {
     };
     match ctx.device.load_module(&src) {
         Err(HalError::Unsupported { .. }) => Ok(()),
-        Err(e) => Err(crate::Failure::new(format!("loading an unlisted {fmt:?} module gave {e:?}"))),
-        Ok(_) => Err(crate::Failure::new(format!("loaded a {fmt:?} module its capabilities do not list"))),
+        Err(e) => Err(crate::Failure::new(format!(
+            "loading an unlisted {fmt:?} module gave {e:?}"
+        ))),
+        Ok(_) => Err(crate::Failure::new(format!(
+            "loaded a {fmt:?} module its capabilities do not list"
+        ))),
     }
 }

@@ -24,8 +24,11 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
         Case::new("memory.alloc_async.free_async", alloc_async).needs(&[Need::StreamOrderedAlloc]),
         Case::new("memory.buffer.drop_with_queued_work", drop_queued).needs(&[Need::TestKernels]),
-        Case::new("memory.free_async.deferred_until_work_done", free_async_deferred)
-            .needs(&[Need::TestKernels, Need::StreamOrderedAlloc]),
+        Case::new(
+            "memory.free_async.deferred_until_work_done",
+            free_async_deferred,
+        )
+        .needs(&[Need::TestKernels, Need::StreamOrderedAlloc]),
     ]
 }
 
@@ -33,17 +36,27 @@ fn alloc_sizes(ctx: &Ctx) -> CaseResult {
     for len in [0usize, 1, 3, 255, 4097, 1 << 20] {
         let b = ctx.device.alloc(len)?;
         ensure_eq!(b.len(), len as u64, "length of a {len}-byte allocation");
-        ensure_eq!(b.device(), ctx.device.id(), "owner of a {len}-byte allocation");
+        ensure_eq!(
+            b.device(),
+            ctx.device.id(),
+            "owner of a {len}-byte allocation"
+        );
         let data = pattern(len, len as u32);
         ctx.stream()?.write(&b, 0, &data)?;
-        ensure!(ctx.download(&b)? == data, "round trip of {len} bytes differs");
+        ensure!(
+            ctx.download(&b)? == data,
+            "round trip of {len} bytes differs"
+        );
     }
     Ok(())
 }
 
 fn alloc_alignment(ctx: &Ctx) -> CaseResult {
     let align = ctx.device.capabilities().mandatory.alloc_alignment;
-    ensure!(align.is_power_of_two() && align >= 16, "alloc_alignment {align} is not a power of two >= 16");
+    ensure!(
+        align.is_power_of_two() && align >= 16,
+        "alloc_alignment {align} is not a power of two >= 16"
+    );
     let bufs: Vec<_> = [1usize, 7, 64, 100, 4096, 12345]
         .iter()
         .map(|&n| ctx.device.alloc(n))
@@ -60,13 +73,24 @@ fn out_of_memory(ctx: &Ctx) -> CaseResult {
     match ctx.device.alloc(request as usize) {
         Err(HalError::OutOfMemory { requested, free }) => {
             ensure_eq!(requested, request, "requested bytes in the error");
-            ensure!(free <= info.total, "free {free} exceeds total {}", info.total);
+            ensure!(
+                free <= info.total,
+                "free {free} exceeds total {}",
+                info.total
+            );
         }
-        other => return Err(crate::Failure::new(format!("expected OutOfMemory, got {other:?}"))),
+        other => {
+            return Err(crate::Failure::new(format!(
+                "expected OutOfMemory, got {other:?}"
+            )))
+        }
     }
     // The device stays usable.
     let b = ctx.upload(&pattern(1024, 9))?;
-    ensure!(ctx.download(&b)? == pattern(1024, 9), "device unusable after out-of-memory");
+    ensure!(
+        ctx.download(&b)? == pattern(1024, 9),
+        "device unusable after out-of-memory"
+    );
     Ok(())
 }
 
@@ -116,7 +140,10 @@ fn async_round_trip(ctx: &Ctx) -> CaseResult {
     s.copy_h2d(&src, 0, &d, 0, len as u64)?;
     s.copy_d2h(&d, 0, &dst, 0, len as u64)?;
     s.synchronize()?;
-    ensure!(*dst.map()? == pattern(len, 5)[..], "asynchronous h2d then d2h differs");
+    ensure!(
+        *dst.map()? == pattern(len, 5)[..],
+        "asynchronous h2d then d2h differs"
+    );
     Ok(())
 }
 
@@ -132,7 +159,10 @@ fn d2d(ctx: &Ctx) -> CaseResult {
     s.copy_d2d(&c, 0, &c, 32, 32)?;
     s.synchronize()?;
     let got = ctx.download(&c)?;
-    ensure!(got[32..] == got[..32] && got[..32] == pattern(64, 12)[..32], "copy inside one allocation differs");
+    ensure!(
+        got[32..] == got[..32] && got[..32] == pattern(64, 12)[..32],
+        "copy inside one allocation differs"
+    );
     Ok(())
 }
 
@@ -153,10 +183,19 @@ fn offsets(ctx: &Ctx) -> CaseResult {
     s.synchronize()?;
     let mut want = base.clone();
     want[100..132].copy_from_slice(&pattern(64, 22)[8..40]);
-    ensure!(ctx.download(&b)? == want, "h2d with offsets wrote the wrong bytes");
-    ensure!(back.map()?[3..13] == want[110..120], "d2h with offsets read the wrong bytes");
+    ensure!(
+        ctx.download(&b)? == want,
+        "h2d with offsets wrote the wrong bytes"
+    );
+    ensure!(
+        back.map()?[3..13] == want[110..120],
+        "d2h with offsets read the wrong bytes"
+    );
     let cw = ctx.download(&c)?;
-    ensure!(cw[11..] == base[..5] && cw[..11] == [0u8; 11], "d2d with offsets differs: {cw:?}");
+    ensure!(
+        cw[11..] == base[..5] && cw[..11] == [0u8; 11],
+        "d2d with offsets differs: {cw:?}"
+    );
     Ok(())
 }
 
@@ -175,18 +214,40 @@ fn large(ctx: &Ctx) -> CaseResult {
 fn subranges(ctx: &Ctx) -> CaseResult {
     let b = ctx.upload(&[0u8; 64])?;
     let mid = b.slice(16, 32)?;
-    ensure_eq!((mid.offset(), mid.len()), (16, 32), "slice offset and length");
+    ensure_eq!(
+        (mid.offset(), mid.len()),
+        (16, 32),
+        "slice offset and length"
+    );
     ensure_eq!(mid.device_addr(), b.device_addr() + 16, "slice address");
     let inner = mid.slice(8, 8)?;
-    ensure_eq!(inner.device_addr(), b.device_addr() + 24, "nested slice address");
+    ensure_eq!(
+        inner.device_addr(),
+        b.device_addr() + 24,
+        "nested slice address"
+    );
     ctx.stream()?.write(&inner, 0, &[7u8; 8])?;
     let got = ctx.download(&b)?;
     let mut want = [0u8; 64];
     want[24..32].fill(7);
-    ensure!(got == want, "writing through a nested slice changed the wrong bytes: {got:?}");
-    ensure!(ctx.download(&mid)?[8..16] == [7u8; 8], "reading through a slice differs");
+    ensure!(
+        got == want,
+        "writing through a nested slice changed the wrong bytes: {got:?}"
+    );
+    ensure!(
+        ctx.download(&mid)?[8..16] == [7u8; 8],
+        "reading through a slice differs"
+    );
     let e = crate::case::expect_invalid(mid.slice(30, 3), "slice")?;
-    ensure_eq!(e, Invalid::OutOfRange { offset: 30, len: 3, size: 32 }, "slice past the end");
+    ensure_eq!(
+        e,
+        Invalid::OutOfRange {
+            offset: 30,
+            len: 3,
+            size: 32
+        },
+        "slice past the end"
+    );
     Ok(())
 }
 
@@ -199,7 +260,10 @@ fn fill_u8(ctx: &Ctx) -> CaseResult {
     let mut want = [1u8; 100];
     want[10..43].fill(0xAB);
     want[95..].fill(0);
-    ensure!(ctx.download(&b)? == want, "byte fills wrote the wrong bytes");
+    ensure!(
+        ctx.download(&b)? == want,
+        "byte fills wrote the wrong bytes"
+    );
     Ok(())
 }
 
@@ -228,13 +292,19 @@ fn pinned(ctx: &Ctx) -> CaseResult {
         let mut m = h.map()?;
         m.copy_from_slice(&pattern(4096, 8));
         let e = crate::case::expect_invalid(h.map().map(|_| ()), "host buffer")?;
-        ensure!(matches!(e, Invalid::Busy(_)), "second map while mapped: {e:?}");
+        ensure!(
+            matches!(e, Invalid::Busy(_)),
+            "second map while mapped: {e:?}"
+        );
     }
     let d = ctx.device.alloc(4096)?;
     let s = ctx.stream()?;
     s.copy_h2d(&h, 0, &d, 0, 4096)?;
     s.synchronize()?;
-    ensure!(ctx.download(&d)? == pattern(4096, 8), "copy from a host buffer differs");
+    ensure!(
+        ctx.download(&d)? == pattern(4096, 8),
+        "copy from a host buffer differs"
+    );
     Ok(())
 }
 
@@ -246,10 +316,16 @@ fn host_busy(ctx: &Ctx) -> CaseResult {
     s.copy_d2h(&d, 0, &h, 0, 256)?;
     ensure_eq!(h.pending_uses(), 1, "queued uses of the host buffer");
     let e = crate::case::expect_invalid(h.map().map(|_| ()), "host buffer")?;
-    ensure!(matches!(e, Invalid::Busy(_)), "map while a queued copy uses the buffer: {e:?}");
+    ensure!(
+        matches!(e, Invalid::Busy(_)),
+        "map while a queued copy uses the buffer: {e:?}"
+    );
     blocker.release()?;
     s.synchronize()?;
-    ensure!(*h.map()? == pattern(256, 4)[..], "queued copy into the host buffer differs");
+    ensure!(
+        *h.map()? == pattern(256, 4)[..],
+        "queued copy into the host buffer differs"
+    );
     Ok(())
 }
 
@@ -260,11 +336,19 @@ fn peer(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     s.copy_peer(&a, 0, &b, 0, 3000)?;
     s.synchronize()?;
-    ensure!(ctx.download(&b)? == pattern(3000, 31), "peer copy to {} differs", other.id());
+    ensure!(
+        ctx.download(&b)? == pattern(3000, 31),
+        "peer copy to {} differs",
+        other.id()
+    );
     let c = ctx.device.alloc(1000)?;
     s.copy_peer(&b, 1000, &c, 0, 1000)?;
     s.synchronize()?;
-    ensure!(ctx.download(&c)? == pattern(3000, 31)[1000..2000], "peer copy from {} differs", other.id());
+    ensure!(
+        ctx.download(&c)? == pattern(3000, 31)[1000..2000],
+        "peer copy from {} differs",
+        other.id()
+    );
     Ok(())
 }
 
@@ -278,9 +362,15 @@ fn alloc_async(ctx: &Ctx) -> CaseResult {
     s.free_async(&b)?;
     drop(b);
     s.synchronize()?;
-    ensure!(*h.map()? == pattern(1 << 20, 2)[..], "data through a stream-ordered allocation differs");
+    ensure!(
+        *h.map()? == pattern(1 << 20, 2)[..],
+        "data through a stream-ordered allocation differs"
+    );
     let after = ctx.device.memory_info()?.free;
-    ensure!(after + (1 << 19) >= before, "memory not returned: free {before} before, {after} after");
+    ensure!(
+        after + (1 << 19) >= before,
+        "memory not returned: free {before} before, {after} after"
+    );
     Ok(())
 }
 
@@ -291,12 +381,17 @@ fn drop_queued(ctx: &Ctx) -> CaseResult {
     let mut blocker = Blocker::new(ctx, &s)?;
     s.copy_d2h(&src, 0, &h, 0, 1 << 16)?;
     drop(src); // the queued copy still holds it
-    // Reuse freed memory aggressively: a premature free would let these allocations overwrite it.
-    let junk: Vec<_> = (0..8).map(|_| ctx.upload(&[0xEE; 1 << 16])).collect::<Result<_, _>>()?;
+               // Reuse freed memory aggressively: a premature free would let these allocations overwrite it.
+    let junk: Vec<_> = (0..8)
+        .map(|_| ctx.upload(&[0xEE; 1 << 16]))
+        .collect::<Result<_, _>>()?;
     blocker.release()?;
     s.synchronize()?;
     drop(junk);
-    ensure!(*h.map()? == pattern(1 << 16, 6)[..], "a dropped buffer's queued copy read wrong data");
+    ensure!(
+        *h.map()? == pattern(1 << 16, 6)[..],
+        "a dropped buffer's queued copy read wrong data"
+    );
     Ok(())
 }
 
@@ -310,6 +405,9 @@ fn free_async_deferred(ctx: &Ctx) -> CaseResult {
     drop(b);
     blocker.release()?;
     s.synchronize()?;
-    ensure!(*h.map()? == pattern(4096, 13)[..], "work queued before free_async read wrong data");
+    ensure!(
+        *h.map()? == pattern(4096, 13)[..],
+        "work queued before free_async read wrong data"
+    );
     Ok(())
 }

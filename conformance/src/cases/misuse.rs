@@ -22,9 +22,13 @@ pub fn cases() -> Vec<Case> {
         Case::new("misuse.handle.foreign_buffer", foreign_buffer),
         Case::new("misuse.handle.foreign_event", foreign_event),
         Case::new("misuse.handle.foreign_function", foreign_function),
-        Case::new("misuse.event.record_on_other_device", event_other_device).needs(&[Need::Devices(2)]),
-        Case::new("misuse.launch.function_of_other_device", function_other_device)
-            .needs(&[Need::Devices(2), Need::TestKernels]),
+        Case::new("misuse.event.record_on_other_device", event_other_device)
+            .needs(&[Need::Devices(2)]),
+        Case::new(
+            "misuse.launch.function_of_other_device",
+            function_other_device,
+        )
+        .needs(&[Need::Devices(2), Need::TestKernels]),
         Case::new("misuse.host.mapped_buffer_in_copy", mapped_in_copy),
         Case::new("misuse.zero_sized.operations", zero_sized),
         Case::new("misuse.stream.usable_after_rejected_calls", usable_after),
@@ -40,17 +44,53 @@ fn out_of_range(ctx: &Ctx) -> CaseResult {
     let b = ctx.device.alloc(100)?;
     let c = ctx.device.alloc(50)?;
     let h = ctx.device.alloc_host(10)?;
-    ensure_eq!(expect_invalid(s.copy_d2d(&b, 90, &c, 0, 20), "src")?, oor(90, 20, 100), "d2d source");
-    ensure_eq!(expect_invalid(s.copy_d2d(&b, 0, &c, 40, 20), "dst")?, oor(40, 20, 50), "d2d destination");
-    ensure_eq!(expect_invalid(s.copy_h2d(&h, 5, &b, 0, 6), "src")?, oor(5, 6, 10), "h2d host side");
-    ensure_eq!(expect_invalid(s.copy_h2d(&h, 0, &c, 45, 6), "dst")?, oor(45, 6, 50), "h2d device side");
-    ensure_eq!(expect_invalid(s.copy_d2h(&c, 0, &h, 8, 4), "dst")?, oor(8, 4, 10), "d2h host side");
-    ensure_eq!(expect_invalid(s.copy_h2d_staged(&[0; 11], &c, 40), "dst")?, oor(40, 11, 50), "staged h2d");
-    ensure_eq!(expect_invalid(s.fill(&b, 99, 2, FillValue::U8(0)), "dst")?, oor(99, 2, 100), "fill");
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&b, 90, &c, 0, 20), "src")?,
+        oor(90, 20, 100),
+        "d2d source"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&b, 0, &c, 40, 20), "dst")?,
+        oor(40, 20, 50),
+        "d2d destination"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_h2d(&h, 5, &b, 0, 6), "src")?,
+        oor(5, 6, 10),
+        "h2d host side"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_h2d(&h, 0, &c, 45, 6), "dst")?,
+        oor(45, 6, 50),
+        "h2d device side"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_d2h(&c, 0, &h, 8, 4), "dst")?,
+        oor(8, 4, 10),
+        "d2h host side"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_h2d_staged(&[0; 11], &c, 40), "dst")?,
+        oor(40, 11, 50),
+        "staged h2d"
+    );
+    ensure_eq!(
+        expect_invalid(s.fill(&b, 99, 2, FillValue::U8(0)), "dst")?,
+        oor(99, 2, 100),
+        "fill"
+    );
     let view = b.slice(10, 20)?;
-    ensure_eq!(expect_invalid(s.fill(&view, 15, 6, FillValue::U8(0)), "dst")?, oor(15, 6, 20), "fill of a view");
+    ensure_eq!(
+        expect_invalid(s.fill(&view, 15, 6, FillValue::U8(0)), "dst")?,
+        oor(15, 6, 20),
+        "fill of a view"
+    );
     let mut out = [0u8; 8];
-    ensure_eq!(expect_invalid(s.read(&c, 45, &mut out), "src")?, oor(45, 8, 50), "synchronous read");
+    ensure_eq!(
+        expect_invalid(s.read(&c, 45, &mut out), "src")?,
+        oor(45, 8, 50),
+        "synchronous read"
+    );
     Ok(())
 }
 
@@ -71,10 +111,26 @@ fn overlap(ctx: &Ctx) -> CaseResult {
     let b = ctx.device.alloc(64)?;
     let base = b.device_addr();
     let r = expect_invalid(s.copy_d2d(&b, 0, &b, 16, 32), "dst")?;
-    ensure_eq!(r, Invalid::Overlap { src: base, dst: base + 16, len: 32 }, "overlapping copy");
+    ensure_eq!(
+        r,
+        Invalid::Overlap {
+            src: base,
+            dst: base + 16,
+            len: 32
+        },
+        "overlapping copy"
+    );
     let v = b.slice(8, 40)?;
     let r = expect_invalid(s.copy_d2d(&b, 10, &v, 0, 8), "dst")?;
-    ensure_eq!(r, Invalid::Overlap { src: base + 10, dst: base + 8, len: 8 }, "overlap through a view");
+    ensure_eq!(
+        r,
+        Invalid::Overlap {
+            src: base + 10,
+            dst: base + 8,
+            len: 8
+        },
+        "overlap through a view"
+    );
     Ok(())
 }
 
@@ -82,10 +138,15 @@ fn fill_misaligned(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let b = ctx.device.alloc(64)?;
     let r = expect_invalid(s.fill(&b, 2, 8, FillValue::U32(1)), "dst")?;
-    ensure!(matches!(r, Invalid::Value { ref value, .. } if value.contains(&format!("{:#x}", b.device_addr() + 2))),
-        "misaligned 32-bit fill: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Value { ref value, .. } if value.contains(&format!("{:#x}", b.device_addr() + 2))),
+        "misaligned 32-bit fill: {r:?}"
+    );
     let r = expect_invalid(s.fill(&b, 0, 6, FillValue::U32(1)), "dst")?;
-    ensure!(matches!(r, Invalid::Value { ref value, .. } if value.contains("length 6")), "ragged 32-bit fill: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Value { ref value, .. } if value.contains("length 6")),
+        "ragged 32-bit fill: {r:?}"
+    );
     Ok(())
 }
 
@@ -94,11 +155,30 @@ fn other_device(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let mine = ctx.device.alloc(8)?;
     let theirs = other.alloc(8)?;
-    let want = Invalid::WrongDevice { expected: ctx.device.id(), found: other.id() };
-    ensure_eq!(expect_invalid(s.copy_d2d(&theirs, 0, &mine, 0, 8), "src")?, want, "d2d source");
-    ensure_eq!(expect_invalid(s.copy_d2d(&mine, 0, &theirs, 0, 8), "dst")?, want, "d2d destination");
-    ensure_eq!(expect_invalid(s.fill(&theirs, 0, 8, FillValue::U8(0)), "dst")?, want, "fill");
-    ensure_eq!(expect_invalid(s.free_async(&theirs), "buffer")?, want, "free_async");
+    let want = Invalid::WrongDevice {
+        expected: ctx.device.id(),
+        found: other.id(),
+    };
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&theirs, 0, &mine, 0, 8), "src")?,
+        want,
+        "d2d source"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&mine, 0, &theirs, 0, 8), "dst")?,
+        want,
+        "d2d destination"
+    );
+    ensure_eq!(
+        expect_invalid(s.fill(&theirs, 0, 8, FillValue::U8(0)), "dst")?,
+        want,
+        "fill"
+    );
+    ensure_eq!(
+        expect_invalid(s.free_async(&theirs), "buffer")?,
+        want,
+        "free_async"
+    );
     Ok(())
 }
 
@@ -106,13 +186,31 @@ fn free_enqueued(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let b = ctx.device.alloc(32)?;
     let alias = b.slice(8, 8)?;
-    let want = Invalid::FreeEnqueued { addr: b.device_addr(), len: 32 };
+    let want = Invalid::FreeEnqueued {
+        addr: b.device_addr(),
+        len: 32,
+    };
     s.free_async(&b)?;
-    ensure!(alias.is_free_enqueued(), "a view does not see the enqueued free");
-    ensure_eq!(expect_invalid(s.free_async(&b), "buffer")?, want, "second free_async");
-    ensure_eq!(expect_invalid(s.fill(&alias, 0, 8, FillValue::U8(0)), "dst")?, want, "fill of a freed view");
+    ensure!(
+        alias.is_free_enqueued(),
+        "a view does not see the enqueued free"
+    );
+    ensure_eq!(
+        expect_invalid(s.free_async(&b), "buffer")?,
+        want,
+        "second free_async"
+    );
+    ensure_eq!(
+        expect_invalid(s.fill(&alias, 0, 8, FillValue::U8(0)), "dst")?,
+        want,
+        "fill of a freed view"
+    );
     let other = ctx.device.alloc(32)?;
-    ensure_eq!(expect_invalid(s.copy_d2d(&b, 0, &other, 0, 8), "src")?, want, "copy from a freed buffer");
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&b, 0, &other, 0, 8), "src")?,
+        want,
+        "copy from a freed buffer"
+    );
     s.synchronize()?;
     Ok(())
 }
@@ -139,12 +237,27 @@ fn foreign_buffer(ctx: &Ctx) -> CaseResult {
     let fake = Buffer::from_allocation(Box::new(FakeAllocation(ctx.device.id())));
     let real = ctx.device.alloc(64)?;
     for (what, r) in [
-        ("d2d source", expect_invalid(s.copy_d2d(&fake, 0, &real, 0, 8), "src")),
-        ("d2d destination", expect_invalid(s.copy_d2d(&real, 0, &fake, 0, 8), "dst")),
-        ("fill", expect_invalid(s.fill(&fake, 0, 8, FillValue::U8(0)), "dst")),
-        ("staged h2d", expect_invalid(s.copy_h2d_staged(&[1; 8], &fake, 0), "dst")),
+        (
+            "d2d source",
+            expect_invalid(s.copy_d2d(&fake, 0, &real, 0, 8), "src"),
+        ),
+        (
+            "d2d destination",
+            expect_invalid(s.copy_d2d(&real, 0, &fake, 0, 8), "dst"),
+        ),
+        (
+            "fill",
+            expect_invalid(s.fill(&fake, 0, 8, FillValue::U8(0)), "dst"),
+        ),
+        (
+            "staged h2d",
+            expect_invalid(s.copy_h2d_staged(&[1; 8], &fake, 0), "dst"),
+        ),
     ] {
-        ensure!(matches!(r?, Invalid::ForeignHandle { .. }), "{what} with a foreign buffer");
+        ensure!(
+            matches!(r?, Invalid::ForeignHandle { .. }),
+            "{what} with a foreign buffer"
+        );
     }
     s.synchronize()?;
     Ok(())
@@ -177,14 +290,23 @@ fn foreign_event(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let fake: Arc<dyn Event> = Arc::new(FakeEvent(ctx.device.id()));
     let r = expect_invalid(s.record_event(&fake), "event")?;
-    ensure!(matches!(r, Invalid::ForeignHandle { .. }), "record of a foreign event: {r:?}");
+    ensure!(
+        matches!(r, Invalid::ForeignHandle { .. }),
+        "record of a foreign event: {r:?}"
+    );
     let r = expect_invalid(s.wait_event(&fake), "event")?;
-    ensure!(matches!(r, Invalid::ForeignHandle { .. }), "wait on a foreign event: {r:?}");
+    ensure!(
+        matches!(r, Invalid::ForeignHandle { .. }),
+        "wait on a foreign event: {r:?}"
+    );
     let real = ctx.device.create_event(Default::default())?;
     s.record_event(&real)?;
     s.synchronize()?;
     let r = expect_invalid(real.elapsed_ms(&*fake), "end")?;
-    ensure!(matches!(r, Invalid::ForeignHandle { .. }), "elapsed to a foreign event: {r:?}");
+    ensure!(
+        matches!(r, Invalid::ForeignHandle { .. }),
+        "elapsed to a foreign event: {r:?}"
+    );
     Ok(())
 }
 
@@ -209,8 +331,14 @@ fn foreign_function(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let fake: Arc<dyn Function> = Arc::new(FakeFunction(ctx.device.id()));
     // SAFETY: must be rejected before anything runs.
-    let r = expect_invalid(unsafe { s.launch(&fake, &LaunchConfig::linear(1, 1), &KernelArgs::new()) }, "function")?;
-    ensure!(matches!(r, Invalid::ForeignHandle { .. }), "launch of a foreign function: {r:?}");
+    let r = expect_invalid(
+        unsafe { s.launch(&fake, &LaunchConfig::linear(1, 1), &KernelArgs::new()) },
+        "function",
+    )?;
+    ensure!(
+        matches!(r, Invalid::ForeignHandle { .. }),
+        "launch of a foreign function: {r:?}"
+    );
     Ok(())
 }
 
@@ -219,7 +347,14 @@ fn event_other_device(ctx: &Ctx) -> CaseResult {
     let e = other.create_event(Default::default())?;
     let s = ctx.stream()?;
     let r = expect_invalid(s.record_event(&e), "event")?;
-    ensure_eq!(r, Invalid::WrongDevice { expected: ctx.device.id(), found: other.id() }, "record of another device's event");
+    ensure_eq!(
+        r,
+        Invalid::WrongDevice {
+            expected: ctx.device.id(),
+            found: other.id()
+        },
+        "record of another device's event"
+    );
     Ok(())
 }
 
@@ -230,8 +365,18 @@ fn function_other_device(ctx: &Ctx) -> CaseResult {
     let mut args = KernelArgs::new();
     args.push(0i32);
     // SAFETY: must be rejected before running.
-    let r = expect_invalid(unsafe { s.launch(&f, &LaunchConfig::linear(1, 1), &args) }, "function")?;
-    ensure_eq!(r, Invalid::WrongDevice { expected: ctx.device.id(), found: other.id() }, "launch of another device's function");
+    let r = expect_invalid(
+        unsafe { s.launch(&f, &LaunchConfig::linear(1, 1), &args) },
+        "function",
+    )?;
+    ensure_eq!(
+        r,
+        Invalid::WrongDevice {
+            expected: ctx.device.id(),
+            found: other.id()
+        },
+        "launch of another device's function"
+    );
     Ok(())
 }
 
@@ -241,9 +386,15 @@ fn mapped_in_copy(ctx: &Ctx) -> CaseResult {
     let d = ctx.device.alloc(16)?;
     let m = h.map()?;
     let r = expect_invalid(s.copy_d2h(&d, 0, &h, 0, 16), "dst")?;
-    ensure!(matches!(r, Invalid::Busy(_)), "copy into a mapped host buffer: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Busy(_)),
+        "copy into a mapped host buffer: {r:?}"
+    );
     let r = expect_invalid(s.copy_h2d(&h, 0, &d, 0, 16), "src")?;
-    ensure!(matches!(r, Invalid::Busy(_)), "copy from a mapped host buffer: {r:?}");
+    ensure!(
+        matches!(r, Invalid::Busy(_)),
+        "copy from a mapped host buffer: {r:?}"
+    );
     drop(m);
     s.copy_h2d(&h, 0, &d, 0, 16)?;
     s.synchronize()?;
@@ -264,9 +415,21 @@ fn zero_sized(ctx: &Ctx) -> CaseResult {
     let tail = b.slice(16, 0)?;
     ensure!(tail.is_empty(), "slice at the end is not empty");
     s.synchronize()?;
-    ensure_eq!(ctx.download(&b)?, vec![4u8; 16], "zero-sized operations changed data");
-    ensure_eq!(expect_invalid(s.copy_d2d(&b, 17, &empty, 0, 0), "src")?, oor(17, 0, 16), "empty range past the end");
-    ensure_eq!(expect_invalid(s.fill(&empty, 1, 0, FillValue::U8(0)), "dst")?, oor(1, 0, 0), "empty fill past an empty buffer");
+    ensure_eq!(
+        ctx.download(&b)?,
+        vec![4u8; 16],
+        "zero-sized operations changed data"
+    );
+    ensure_eq!(
+        expect_invalid(s.copy_d2d(&b, 17, &empty, 0, 0), "src")?,
+        oor(17, 0, 16),
+        "empty range past the end"
+    );
+    ensure_eq!(
+        expect_invalid(s.fill(&empty, 1, 0, FillValue::U8(0)), "dst")?,
+        oor(1, 0, 0),
+        "empty fill past an empty buffer"
+    );
     Ok(())
 }
 
@@ -275,8 +438,16 @@ fn usable_after(ctx: &Ctx) -> CaseResult {
     let b = ctx.device.alloc(8)?;
     let _ = s.copy_d2d(&b, 4, &b, 0, 8);
     let _ = s.fill(&b, 0, 9, FillValue::U8(0));
-    ensure!(s.async_error().is_none(), "a rejected call left a sticky error: {:?}", s.async_error());
+    ensure!(
+        s.async_error().is_none(),
+        "a rejected call left a sticky error: {:?}",
+        s.async_error()
+    );
     s.write(&b, 0, &[6u8; 8])?;
-    ensure_eq!(ctx.download(&b)?, vec![6u8; 8], "stream after rejected calls");
+    ensure_eq!(
+        ctx.download(&b)?,
+        vec![6u8; 8],
+        "stream after rejected calls"
+    );
     Ok(())
 }

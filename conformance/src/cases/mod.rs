@@ -10,10 +10,16 @@ pub mod streams;
 
 /// Every case of the suite, in id order.
 pub fn all() -> Vec<Case> {
-    let mut v: Vec<Case> = [memory::cases(), streams::cases(), events::cases(), kernels::cases(), misuse::cases()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let mut v: Vec<Case> = [
+        memory::cases(),
+        streams::cases(),
+        events::cases(),
+        kernels::cases(),
+        misuse::cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     v.sort_by_key(|c| c.id);
     v
 }

@@ -13,7 +13,11 @@ use unihal_kernels::testing::names;
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
     vec![
-        Case::new("streams.async.enqueue_returns_before_completion", enqueue_is_async).needs(K),
+        Case::new(
+            "streams.async.enqueue_returns_before_completion",
+            enqueue_is_async,
+        )
+        .needs(K),
         Case::new("streams.order.blocked_queue", blocked_queue).needs(K),
         Case::new("streams.order.mixed_operations", mixed_ops),
         Case::new("streams.order.under_load", under_load).needs(K),
@@ -30,7 +34,14 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Enqueues `buf[i] = buf[i] * mul + add` over `n` u32s.
-fn mul_add(ctx: &Ctx, s: &Arc<dyn Stream>, buf: &Buffer, n: u32, mul: u32, add: u32) -> unihal_hal::Result<()> {
+fn mul_add(
+    ctx: &Ctx,
+    s: &Arc<dyn Stream>,
+    buf: &Buffer,
+    n: u32,
+    mul: u32,
+    add: u32,
+) -> unihal_hal::Result<()> {
     let f = ctx.kernel(names::MUL_ADD_U32)?;
     let mut args = KernelArgs::new();
     args.push_buffer(buf).push(n).push(mul).push(add);
@@ -44,10 +55,17 @@ fn enqueue_is_async(ctx: &Ctx) -> CaseResult {
     // If enqueue waited for completion, Blocker::new would not have returned before release.
     let dst = ctx.device.alloc(4)?;
     s.copy_d2d(blocker.out(), 0, &dst, 0, 4)?;
-    ensure!(!s.query()?, "the stream reports completion while its kernel waits for the host");
+    ensure!(
+        !s.query()?,
+        "the stream reports completion while its kernel waits for the host"
+    );
     blocker.release()?;
     s.synchronize()?;
-    ensure_eq!(bytes_u32(&ctx.download(&dst)?), vec![0xB10C], "value written after the flag");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&dst)?),
+        vec![0xB10C],
+        "value written after the flag"
+    );
     Ok(())
 }
 
@@ -63,7 +81,11 @@ fn blocked_queue(ctx: &Ctx) -> CaseResult {
     }
     blocker.release()?;
     s.synchronize()?;
-    ensure_eq!(bytes_u32(&ctx.download(&buf)?), vec![want; 8], "100 queued non-commuting updates");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&buf)?),
+        vec![want; 8],
+        "100 queued non-commuting updates"
+    );
     Ok(())
 }
 
@@ -81,8 +103,16 @@ fn mixed_ops(ctx: &Ctx) -> CaseResult {
     s.copy_d2h(&b, 0, &h, 0, 1024)?;
     s.synchronize()?;
     let m = h.map()?;
-    ensure!(m[..512].iter().all(|&x| x == 19), "first half: {:?}", &m[..8]);
-    ensure!(m[512..768].iter().all(|&x| x == 119), "third quarter: {:?}", &m[512..520]);
+    ensure!(
+        m[..512].iter().all(|&x| x == 19),
+        "first half: {:?}",
+        &m[..8]
+    );
+    ensure!(
+        m[512..768].iter().all(|&x| x == 119),
+        "third quarter: {:?}",
+        &m[512..520]
+    );
     Ok(())
 }
 
@@ -96,13 +126,19 @@ fn under_load(ctx: &Ctx) -> CaseResult {
         want = want.wrapping_mul(2 + (i & 1)).wrapping_add(i);
     }
     s.synchronize()?;
-    ensure_eq!(bytes_u32(&ctx.download(&buf)?), vec![want; n as usize], "1000 back-to-back launches");
+    ensure_eq!(
+        bytes_u32(&ctx.download(&buf)?),
+        vec![want; n as usize],
+        "1000 back-to-back launches"
+    );
     Ok(())
 }
 
 fn many_streams(ctx: &Ctx) -> CaseResult {
     let streams: Vec<_> = (0..64).map(|_| ctx.stream()).collect::<Result<_, _>>()?;
-    let bufs: Vec<_> = (0..64).map(|_| ctx.device.alloc(4096)).collect::<Result<_, _>>()?;
+    let bufs: Vec<_> = (0..64)
+        .map(|_| ctx.device.alloc(4096))
+        .collect::<Result<_, _>>()?;
     for (i, (s, b)) in streams.iter().zip(&bufs).enumerate() {
         s.copy_h2d_staged(&pattern(4096, i as u32), b, 0)?;
         s.fill(b, 0, 16, FillValue::U8(i as u8))?;
@@ -112,14 +148,19 @@ fn many_streams(ctx: &Ctx) -> CaseResult {
     }
     for (i, b) in bufs.iter().enumerate() {
         let got = ctx.download(b)?;
-        ensure!(got[..16] == [i as u8; 16] && got[16..] == pattern(4096, i as u32)[16..], "stream {i} differs");
+        ensure!(
+            got[..16] == [i as u8; 16] && got[16..] == pattern(4096, i as u32)[16..],
+            "stream {i} differs"
+        );
     }
     Ok(())
 }
 
 fn concurrent_enqueue(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
-    let bufs: Vec<_> = (0..8).map(|_| ctx.device.alloc(256)).collect::<Result<_, _>>()?;
+    let bufs: Vec<_> = (0..8)
+        .map(|_| ctx.device.alloc(256))
+        .collect::<Result<_, _>>()?;
     std::thread::scope(|scope| {
         let handles: Vec<_> = bufs
             .iter()
@@ -134,14 +175,18 @@ fn concurrent_enqueue(ctx: &Ctx) -> CaseResult {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().map_err(|_| HalError::Internal("thread panicked".into()))?)
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .map_err(|_| HalError::Internal("thread panicked".into()))?
+        })
     })?;
     s.synchronize()?;
     for (t, b) in bufs.iter().enumerate() {
         let want = (t as u32 * 31 + 199) as u8;
-        ensure!(ctx.download(b)?.iter().all(|&x| x == want), "thread {t}'s last fill is not the final value");
+        ensure!(
+            ctx.download(b)?.iter().all(|&x| x == want),
+            "thread {t}'s last fill is not the final value"
+        );
     }
     Ok(())
 }
@@ -166,7 +211,11 @@ fn fresh_thread(ctx: &Ctx) -> CaseResult {
     .map_err(|_| crate::Failure::new("the fresh thread panicked"))??;
     let (s2, b2) = made_there;
     s2.synchronize()?;
-    ensure_eq!(ctx.download(&b2)?, vec![5u8; 64], "data through objects crossing threads");
+    ensure_eq!(
+        ctx.download(&b2)?,
+        vec![5u8; 64],
+        "data through objects crossing threads"
+    );
     Ok(())
 }
 
@@ -204,13 +253,19 @@ fn host_callback(ctx: &Ctx) -> CaseResult {
         s.copy_d2h(&b, 0, &h, 0, 4)?;
         let seen = seen.clone();
         s.host_callback(Box::new(move || {
-            let v = h.map().map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+            let v = h
+                .map()
+                .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
             seen.lock().unwrap().push(v.ok());
         }))?;
     }
     s.synchronize()?;
     let seen = seen.lock().unwrap().clone();
-    ensure_eq!(seen, (0..10).map(Some).collect::<Vec<_>>(), "values seen by callbacks in order");
+    ensure_eq!(
+        seen,
+        (0..10).map(Some).collect::<Vec<_>>(),
+        "values seen by callbacks in order"
+    );
     Ok(())
 }
 
@@ -231,12 +286,21 @@ fn device_sync(ctx: &Ctx) -> CaseResult {
         r
     });
     std::thread::sleep(Duration::from_millis(30));
-    ensure_eq!(done.load(Ordering::SeqCst), 0, "device synchronize returned while streams were blocked");
+    ensure_eq!(
+        done.load(Ordering::SeqCst),
+        0,
+        "device synchronize returned while streams were blocked"
+    );
     for b in &mut blockers {
         b.release()?;
     }
-    t.join().map_err(|_| crate::Failure::new("synchronize thread panicked"))??;
-    ensure_eq!(ctx.download(&buf)?, [vec![1u8; 4], vec![2; 4], vec![3; 4]].concat(), "stream results");
+    t.join()
+        .map_err(|_| crate::Failure::new("synchronize thread panicked"))??;
+    ensure_eq!(
+        ctx.download(&buf)?,
+        [vec![1u8; 4], vec![2; 4], vec![3; 4]].concat(),
+        "stream results"
+    );
     Ok(())
 }
 
@@ -249,17 +313,28 @@ fn sticky_error(ctx: &Ctx) -> CaseResult {
     unsafe { s.launch(&f, &LaunchConfig::linear(1, 1), &args)? };
     let e = match s.synchronize() {
         Err(e) => e,
-        Ok(()) => return Err(crate::Failure::new("a failing kernel did not fail synchronize")),
+        Ok(()) => {
+            return Err(crate::Failure::new(
+                "a failing kernel did not fail synchronize",
+            ))
+        }
     };
     ensure!(!e.is_not_available(), "a kernel fault reported as {e:?}");
     ensure_eq!(s.async_error(), Some(e.clone()), "sticky error");
     ensure_eq!(s.synchronize().err(), Some(e.clone()), "second synchronize");
     let later = s.fill(&ctx.device.alloc(4)?, 0, 4, FillValue::U8(0));
     ensure_eq!(later.err(), Some(e.clone()), "enqueue after the error");
-    ensure!(matches!(s.query(), Err(ref x) if *x == e), "query after the error");
+    ensure!(
+        matches!(s.query(), Err(ref x) if *x == e),
+        "query after the error"
+    );
     if !ctx.device.capabilities().optional.fault_poisons_device {
         let b = ctx.upload(&[9u8; 8])?;
-        ensure_eq!(ctx.download(&b)?, vec![9u8; 8], "a new stream after another stream's fault");
+        ensure_eq!(
+            ctx.download(&b)?,
+            vec![9u8; 8],
+            "a new stream after another stream's fault"
+        );
     }
     Ok(())
 }
@@ -275,7 +350,14 @@ fn drop_pending(ctx: &Ctx) -> CaseResult {
     blocker.release()?;
     let t0 = Instant::now();
     e.synchronize()?;
-    ensure!(t0.elapsed() < Duration::from_secs(5), "pending work on a dropped stream took too long");
-    ensure_eq!(ctx.download(&b)?, vec![0x5Au8; 8], "work queued before the stream was dropped");
+    ensure!(
+        t0.elapsed() < Duration::from_secs(5),
+        "pending work on a dropped stream took too long"
+    );
+    ensure_eq!(
+        ctx.download(&b)?,
+        vec![0x5Au8; 8],
+        "work queued before the stream was dropped"
+    );
     Ok(())
 }
