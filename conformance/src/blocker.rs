@@ -1,13 +1,15 @@
 //! Holding a stream back on purpose, to make ordering observable.
 //!
 //! A [`Blocker`] enqueues the `wait_flag` test kernel, which spins on a flag in device memory until
-//! another stream sets it. Work enqueued behind it stays queued until [`Blocker::release`], so a case
-//! can inspect the state of queued work (events pending, buffers in use) deterministically, without
+//! another stream sets it, and waits until the kernel is seen running. From then on, everything
+//! enqueued on the stream is queued behind it until [`Blocker::release`], so a case can inspect the
+//! state of queued work (events pending, buffers in use, queue order) deterministically, without
 //! sleeping and hoping.
 
 use crate::case::Ctx;
 use std::sync::Arc;
-use unihal_hal::{Buffer, KernelArgs, LaunchConfig, Result, Stream};
+use std::time::{Duration, Instant};
+use unihal_hal::{Buffer, HalError, KernelArgs, LaunchConfig, Result, Stream};
 use unihal_kernels::testing::names;
 
 /// How long the blocking kernel waits before failing (so a bug never hangs forever).
@@ -38,6 +40,22 @@ impl Blocker {
         // SAFETY: wait_flag takes (flag, out, value, timeout) and reads/writes 4 bytes at each
         // pointer; both buffers are 4 bytes and kept alive by the args.
         unsafe { stream.launch(&f, &LaunchConfig::linear(1, 1), &args)? };
+        // Wait until the kernel runs (it writes 1 to `out` first thing).
+        let start = Instant::now();
+        let mut word = [0u8; 4];
+        loop {
+            side.read(&out, 0, &mut word)?;
+            if u32::from_le_bytes(word) != 0 {
+                break;
+            }
+            if start.elapsed() > Duration::from_millis(BLOCK_TIMEOUT_MS as u64) {
+                return Err(HalError::Timeout {
+                    what: "the blocking kernel did not start".into(),
+                    millis: BLOCK_TIMEOUT_MS as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
         Ok(Blocker {
             flag,
             out,

@@ -29,8 +29,9 @@ pub mod names {
     pub const ARGS_PROBE: &str = "unihal_test_args_probe";
     /// `(buf: *mut u32, n: u32, mul: u32, add: u32)`: `buf[i] = buf[i] * mul + add` (wrapping).
     pub const MUL_ADD_U32: &str = "unihal_test_mul_add_u32";
-    /// `(flag: *const u32, out: *mut u32, value: u32, timeout_ms: u32)`: waits until `*flag != 0`,
-    /// then writes `value` to `*out`. Fails with status 2 after `timeout_ms`.
+    /// `(flag: *const u32, out: *mut u32, value: u32, timeout_ms: u32)`: writes 1 to `*out` when it
+    /// starts (so the host can see it is running), waits until `*flag != 0`, then writes `value` to
+    /// `*out`. Fails with status 2 after `timeout_ms`.
     pub const WAIT_FLAG: &str = "unihal_test_wait_flag";
     /// `(status: i32)`: returns `status` (a non-zero status is a kernel fault).
     pub const FAIL: &str = "unihal_test_fail";
@@ -158,7 +159,8 @@ unsafe extern "C" fn wait_flag(ctx: *const HostLaunchCtx, p: *const *mut c_void)
         return 0;
     }
     let flag = &*(param::<u64>(p, 0) as *const AtomicU32);
-    let out = param::<u64>(p, 1) as *mut u32;
+    let out = &*(param::<u64>(p, 1) as *const AtomicU32);
+    out.store(1, Ordering::Release);
     let value: u32 = param(p, 2);
     let timeout = Duration::from_millis(param::<u32>(p, 3) as u64);
     let start = Instant::now();
@@ -168,7 +170,7 @@ unsafe extern "C" fn wait_flag(ctx: *const HostLaunchCtx, p: *const *mut c_void)
         }
         std::thread::sleep(Duration::from_micros(50));
     }
-    out.write(value);
+    out.store(value, Ordering::Release);
     0
 }
 

@@ -3,8 +3,9 @@
 use crate::blocker::Blocker;
 use crate::case::{expect_invalid, Case, CaseResult, Ctx, Need};
 use crate::{ensure, ensure_eq};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::{EventFlags, FillValue, Invalid};
+use unihal_hal::{Event, EventFlags, FillValue, Invalid, Stream};
 
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
@@ -130,9 +131,27 @@ fn elapsed_unrecorded(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Asserts, for `window`, that `done` stays incomplete (its stream waits on blocked work). A stream
+/// that ignored the wait would complete it within microseconds; the window absorbs scheduling delay.
+fn stays_pending(done: &Arc<dyn Event>, what: &str) -> CaseResult {
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        ensure!(!done.query()?, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Makes sure a stream's worker has started (so a missing wait shows up at once, not late).
+fn warm(ctx: &Ctx, s: &Arc<dyn Stream>) -> unihal_hal::Result<()> {
+    s.fill(&ctx.device.alloc(4)?, 0, 4, FillValue::U8(0))?;
+    s.synchronize()
+}
+
 fn cross_stream(ctx: &Ctx) -> CaseResult {
     let producer = ctx.stream()?;
     let consumer = ctx.stream()?;
+    warm(ctx, &consumer)?;
     let data = ctx.upload(&[1u8; 4096])?;
     let out = ctx.device.alloc(4096)?;
     let e = ctx.device.create_event(EventFlags::default())?;
@@ -143,10 +162,7 @@ fn cross_stream(ctx: &Ctx) -> CaseResult {
     consumer.wait_event(&e)?;
     consumer.copy_d2d(&data, 0, &out, 0, 4096)?;
     consumer.record_event(&done)?;
-    ensure!(
-        !done.query()?,
-        "the consumer ran past a wait on blocked work"
-    );
+    stays_pending(&done, "the consumer ran past a wait on blocked work")?;
     blocker.release()?;
     consumer.synchronize()?;
     ensure!(
@@ -160,6 +176,8 @@ fn cross_device(ctx: &Ctx) -> CaseResult {
     let other = ctx.other_device()?;
     let a = ctx.stream()?;
     let b = other.create_stream()?;
+    b.fill(&other.alloc(4)?, 0, 4, FillValue::U8(0))?;
+    b.synchronize()?;
     let e = ctx.device.create_event(EventFlags::default())?;
     let done = other.create_event(EventFlags::default())?;
     let mut blocker = Blocker::new(ctx, &a)?;
