@@ -24,8 +24,19 @@ pub struct Blocker {
 }
 
 impl Blocker {
-    /// Blocks `stream` (which must be on the context's device) at its current end.
+    /// Blocks `stream` (which must be on the context's device) at its current end, and returns once
+    /// the blocking kernel runs. The stream must not already be blocked (use [`Blocker::behind`]).
     pub fn new(ctx: &Ctx, stream: &Arc<dyn Stream>) -> Result<Blocker> {
+        Self::enqueue(ctx, stream, true)
+    }
+
+    /// Enqueues a blocking kernel behind whatever `stream` holds already (e.g. another blocker),
+    /// without waiting for it to start.
+    pub fn behind(ctx: &Ctx, stream: &Arc<dyn Stream>) -> Result<Blocker> {
+        Self::enqueue(ctx, stream, false)
+    }
+
+    fn enqueue(ctx: &Ctx, stream: &Arc<dyn Stream>, wait_started: bool) -> Result<Blocker> {
         let mem = ctx.device.alloc(8)?;
         let side = ctx.stream()?;
         side.write(&mem, 0, &[0u8; 8])?;
@@ -43,7 +54,7 @@ impl Blocker {
         // Wait until the kernel runs (it writes 1 to `out` first thing).
         let start = Instant::now();
         let mut word = [0u8; 4];
-        loop {
+        while wait_started {
             side.read(&out, 0, &mut word)?;
             if u32::from_le_bytes(word) != 0 {
                 break;

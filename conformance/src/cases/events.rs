@@ -76,7 +76,7 @@ fn elapsed(ctx: &Ctx) -> CaseResult {
     let end = ctx.device.create_event(EventFlags::default())?;
     let mut blocker = Blocker::new(ctx, &s)?;
     s.record_event(&start)?;
-    let mut second = Blocker::new(ctx, &s)?;
+    let mut second = Blocker::behind(ctx, &s)?;
     s.record_event(&end)?;
     let t0 = Instant::now();
     blocker.release()?;
