@@ -54,7 +54,7 @@ impl Blocker {
         // Wait until the kernel runs (it writes 1 to `out` first thing).
         let start = Instant::now();
         let mut word = [0u8; 4];
-        while wait_started {
+        while wait_started && u32::from_le_bytes(word) == 0 {
             side.read(&out, 0, &mut word)?;
             if u32::from_le_bytes(word) != 0 {
                 break;

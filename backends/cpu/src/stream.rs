@@ -10,7 +10,7 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
-    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
+    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, HostUse, Invalid,
     KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
 };
 
@@ -33,6 +33,13 @@ fn cpu_addr(
     Ok(buf.check_use(arg, device, offset, len)? as *mut u8)
 }
 
+/// Which way a host copy goes.
+#[derive(Clone, Copy)]
+enum Direction {
+    ToDevice,
+    ToHost,
+}
+
 /// A raw address that may cross to the worker thread.
 #[derive(Clone, Copy)]
 struct Addr(*mut u8);
@@ -50,6 +57,32 @@ impl Addr {
 impl CpuStream {
     fn id(&self) -> DeviceId {
         self.dev.id()
+    }
+
+    /// Enqueues a copy between a checked host range and a checked device address, holding both.
+    fn enqueue_host_copy(
+        &self,
+        host: HostUse,
+        dev: Addr,
+        keep: Buffer,
+        dir: Direction,
+    ) -> Result<()> {
+        self.submit(Box::new(move |err| {
+            if err.is_none() {
+                host.with_ptr(|p, n| {
+                    // SAFETY: the host range was checked by begin_use and is held by `host`; the
+                    // device range was checked and is held by `keep`; they are different memory.
+                    unsafe {
+                        match dir {
+                            Direction::ToDevice => std::ptr::copy_nonoverlapping(p, dev.get(), n),
+                            Direction::ToHost => std::ptr::copy_nonoverlapping(dev.get(), p, n),
+                        }
+                    }
+                });
+            }
+            drop(keep);
+            Ok(())
+        }))
     }
 
     /// Enqueues `op`, dropping its position.
@@ -102,19 +135,8 @@ impl Stream for CpuStream {
         len: u64,
     ) -> Result<()> {
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
-        let use_ = src.begin_use("src", src_offset, len)?;
-        let keep = dst.clone();
-        self.submit(Box::new(move |err| {
-            if err.is_none() {
-                use_.with_ptr(|p, n| {
-                    // SAFETY: the host range was checked by begin_use and is held by `use_`; the
-                    // device range was checked and is held by `keep`.
-                    unsafe { std::ptr::copy_nonoverlapping(p, d.get(), n) }
-                });
-            }
-            drop(keep);
-            Ok(())
-        }))
+        let host = src.begin_use("src", src_offset, len)?;
+        self.enqueue_host_copy(host, d, dst.clone(), Direction::ToDevice)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
@@ -141,18 +163,8 @@ impl Stream for CpuStream {
         len: u64,
     ) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
-        let use_ = dst.begin_use("dst", dst_offset, len)?;
-        let keep = src.clone();
-        self.submit(Box::new(move |err| {
-            if err.is_none() {
-                use_.with_ptr(|p, n| {
-                    // SAFETY: as in copy_h2d, with the roles swapped.
-                    unsafe { std::ptr::copy_nonoverlapping(s.get(), p, n) }
-                });
-            }
-            drop(keep);
-            Ok(())
-        }))
+        let host = dst.begin_use("dst", dst_offset, len)?;
+        self.enqueue_host_copy(host, s, src.clone(), Direction::ToHost)
     }
 
     fn copy_d2d(
