@@ -24,8 +24,9 @@ pub fn options_from_env() -> RunOptions {
     let timeout = std::env::var("UNIHAL_CONFORMANCE_TIMEOUT_S")
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .map_or(Duration::from_secs(60), Duration::from_secs_f64);
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Duration::from_secs(60));
     RunOptions {
         filter: None,
         verify: env_flag("UNIHAL_CONFORMANCE_VERIFY"),

@@ -1,7 +1,7 @@
 //! Running cases: planning (needs, manifest, filters), the per-case watchdog, process isolation and
 //! per-device exclusivity.
 
-use crate::case::{Case, Ctx};
+use crate::case::{Case, Ctx, Need};
 use crate::manifest::{EntryKind, Manifest};
 use crate::report::{CaseReport, Counts, Outcome, Report, TargetReport, UnavailableBackend};
 use parking_lot::{Mutex, RwLock};
@@ -133,6 +133,38 @@ fn device_lock(id: DeviceId) -> Arc<RwLock<()>> {
         .clone()
 }
 
+/// Devices whose last in-process case hung: its abandoned thread may still hold their streams, so
+/// later cases there would not be independent. Maps each to the case that hung.
+/// Keyed by the device object (two backend instances may both have a `cpu:0`).
+fn poisoned() -> &'static Mutex<HashMap<usize, String>> {
+    static POISONED: OnceLock<Mutex<HashMap<usize, String>>> = OnceLock::new();
+    POISONED.get_or_init(Default::default)
+}
+
+fn device_key(target: &Target) -> usize {
+    Arc::as_ptr(&target.device) as *const () as usize
+}
+
+/// The devices a case uses: its own, or every device of the backend for multi-device cases (in
+/// ordinal order, so locks are always taken in the same order).
+fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
+    let me = target.device.id();
+    let multi = case
+        .needs
+        .iter()
+        .any(|n| matches!(n, Need::Devices(_) | Need::PeerDevice));
+    if !multi {
+        return vec![me];
+    }
+    let n = target.backend.probe().unwrap_or(1);
+    (0..n as u32)
+        .map(|ordinal| DeviceId {
+            backend: me.backend,
+            ordinal,
+        })
+        .collect()
+}
+
 /// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
 pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Outcome {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -207,13 +239,15 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
     };
     // Drain the pipes on threads so a chatty child never blocks on a full pipe.
     let drain = |r: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut s = String::new();
             if let Some(mut r) = r {
                 let _ = r.read_to_string(&mut s);
             }
-            s
-        })
+            let _ = tx.send(s);
+        });
+        rx
     };
     let out = drain(
         child
@@ -227,7 +261,9 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
             .take()
             .map(|r| Box::new(r) as Box<dyn Read + Send>),
     );
-    let deadline = Instant::now() + timeout + Duration::from_secs(5);
+    let deadline = Instant::now()
+        .checked_add(timeout.saturating_add(Duration::from_secs(5)))
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86400));
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
@@ -239,8 +275,9 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
             }
         }
     };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
+    // A grandchild may hold the pipes open: never wait long for them once the child is gone.
+    let stdout = out.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+    let stderr = err.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
     let Some(status) = status else {
         return Outcome::Failed {
             message: format!(
@@ -272,7 +309,8 @@ pub fn run_isolated(case: &Case, target: &Target, timeout: Duration) -> Outcome 
 }
 
 /// In a child started by [`run_isolated`], runs the requested case, prints its outcome and exits.
-/// Returns (doing nothing) in any other process.
+/// Returns (doing nothing) in any other process. The child opens the backend through `registry`, so
+/// it sees the registry's configuration (environment), not a backend object built in the parent.
 pub fn run_child_if_requested(registry: &Registry) {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
@@ -328,13 +366,32 @@ pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
         Plan::Skip(reason) => Outcome::Skipped { reason },
         Plan::Run { xfail } => {
             let timeout = case.timeout.unwrap_or(opts.timeout);
-            let lock = device_lock(target.device.id());
-            let raw = if case.concurrent {
-                let _g = lock.read();
-                execute(case, target, opts, timeout)
-            } else {
-                let _g = lock.write();
-                execute(case, target, opts, timeout)
+            let locks: Vec<_> = devices_used(case, target)
+                .into_iter()
+                .map(device_lock)
+                .collect();
+            let raw = {
+                let (_shared, _exclusive): (Vec<_>, Vec<_>) = if case.concurrent {
+                    (locks.iter().map(|l| l.read()).collect(), Vec::new())
+                } else {
+                    (Vec::new(), locks.iter().map(|l| l.write()).collect())
+                };
+                let hung = poisoned().lock().get(&device_key(target)).cloned();
+                match hung {
+                    Some(other) if !opts.isolate => Outcome::Failed {
+                        message: format!(
+                            "not run: case {other} hung on this device and its thread may still hold \
+                             the device's streams; rerun with isolation"
+                        ),
+                    },
+                    _ => {
+                        let o = execute(case, target, opts, timeout);
+                        if !opts.isolate && matches!(&o, Outcome::Failed { message } if message.starts_with("watchdog")) {
+                            poisoned().lock().insert(device_key(target), case.id.to_string());
+                        }
+                        o
+                    }
+                }
             };
             match (xfail, raw) {
                 (None, o) => o,

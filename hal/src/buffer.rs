@@ -17,7 +17,12 @@ use std::sync::Arc;
 /// One device allocation, implemented by a backend. Dropping it returns the memory to the device.
 ///
 /// Thread safety: shared between host threads and stream workers, hence `Send + Sync`.
-pub trait DeviceAllocation: Send + Sync + 'static {
+///
+/// # Safety
+/// Implementers promise that `addr()..addr()+len()` is device memory owned by this object for its
+/// whole life, and that `device`, `addr` and `len` never change. Backends trust these values when
+/// they touch memory.
+pub unsafe trait DeviceAllocation: Send + Sync + 'static {
     /// The device that owns the memory.
     fn device(&self) -> DeviceId;
     /// Device address of the first byte (opaque to the HAL; a host address on the CPU backend).

@@ -6,8 +6,11 @@
 //! skipped with the reason, and a backend that claims a feature and then returns
 //! [`crate::HalError::Unsupported`] for it fails.
 
+use crate::dtype::DType;
 use crate::module::ModuleFormat;
+use crate::op::OpId;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Everything a caller may ask about a device before using it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -62,4 +65,17 @@ pub struct OptionalCaps {
     pub fault_poisons_device: bool,
     /// Resolution of event timestamps in nanoseconds, when events can time.
     pub timer_resolution_ns: Option<u64>,
+    /// Library ops `Stream::run_op` runs, each with the dtypes it runs in (the dtype of the op's
+    /// first output; for `cast`, every listed dtype converts to every other).
+    pub ops: BTreeMap<OpId, Vec<DType>>,
+}
+
+impl Capabilities {
+    /// True when `op` runs in `dtype` on this device.
+    pub fn supports(&self, op: OpId, dtype: DType) -> bool {
+        self.optional
+            .ops
+            .get(&op)
+            .is_some_and(|d| d.contains(&dtype))
+    }
 }

@@ -16,7 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Host memory allocated by a backend (pinned where it can). Dropping it frees the memory.
-pub trait HostAllocation: Send + Sync + 'static {
+///
+/// # Safety
+/// Implementers promise that `ptr()..ptr()+len()` is readable and writable host memory owned by this
+/// object for its whole life (any pointer when `len()` is 0), and that `ptr` and `len` never change:
+/// [`HostBuffer::map`] hands it out as a slice.
+pub unsafe trait HostAllocation: Send + Sync + 'static {
     /// The device whose backend allocated it.
     fn device(&self) -> DeviceId;
     /// First byte. Valid for `len()` bytes while `self` lives.

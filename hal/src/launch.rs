@@ -93,10 +93,11 @@ impl LaunchConfig {
     }
 }
 
-/// One argument value, stored 16-byte aligned.
+/// One argument value, stored 16-byte aligned. `MaybeUninit` because a struct's padding bytes are
+/// copied too.
 #[derive(Clone)]
 struct Arg {
-    words: Box<[u128]>,
+    words: Box<[std::mem::MaybeUninit<u128>]>,
     size: usize,
 }
 
@@ -119,8 +120,15 @@ impl KernelArgs {
 
     /// Appends a plain value (an integer, float, pointer-sized handle or `#[repr(C)]` struct).
     pub fn push<T: Copy + 'static>(&mut self, value: T) -> &mut Self {
+        const {
+            assert!(
+                std::mem::align_of::<T>() <= 16,
+                "kernel arguments are at most 16-aligned"
+            )
+        };
         let size = std::mem::size_of::<T>();
-        let mut words = vec![0u128; size.div_ceil(16).max(1)].into_boxed_slice();
+        let mut words =
+            vec![std::mem::MaybeUninit::new(0u128); size.div_ceil(16).max(1)].into_boxed_slice();
         // SAFETY: words holds at least size bytes, is 16-aligned (enough for any T with align <= 16),
         // and T: Copy has no drop glue; we copy its bytes.
         unsafe {

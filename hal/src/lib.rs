@@ -60,6 +60,7 @@ pub mod host;
 pub mod launch;
 pub mod log;
 pub mod module;
+pub mod op;
 pub mod registry;
 pub mod stream;
 
@@ -76,6 +77,7 @@ pub use module::{
     Function, HostKernel, HostKernelFn, HostLaunchCtx, HostSymbolTable, Module, ModuleFormat,
     ModuleSource,
 };
+pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};
 pub use stream::{FillValue, Stream};
 

@@ -7,6 +7,7 @@ use crate::event::Event;
 use crate::host::HostBuffer;
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::module::Function;
+use crate::op::OpCall;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -133,6 +134,19 @@ pub trait Stream: Send + Sync {
         args: &KernelArgs,
     ) -> Result<()>;
 
+    /// Enqueues a library operation (see [`crate::op`]).
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] when the op/dtype pair is not in `OptionalCaps::ops`;
+    /// [`HalError::InvalidArgument`] from [`OpCall::validate`] or for buffers of another device.
+    fn run_op(&self, call: &OpCall) -> Result<()> {
+        Err(HalError::unsupported(format!(
+            "op {} on {}",
+            call.op,
+            self.device_id()
+        )))
+    }
+
     /// Runs `f` on a host thread once all previously enqueued work has completed; later work waits
     /// for it. `f` must not enqueue on or synchronize this stream.
     ///
@@ -159,10 +173,10 @@ pub trait Stream: Send + Sync {
     /// [`HalError::OutOfMemory`].
     fn alloc_async(&self, len: usize) -> Result<Buffer>;
 
-    /// Frees the allocation behind `buffer` once the work enqueued so far on this stream has
-    /// completed. Every handle of the allocation becomes unusable at once (later use is
-    /// [`crate::Invalid::FreeEnqueued`]); work already queued on other streams must be ordered before
-    /// this stream's point by the caller, as on CUDA.
+    /// Frees the allocation behind `buffer` in stream order. Every handle of the allocation becomes
+    /// unusable at once (later use is [`crate::Invalid::FreeEnqueued`]). The memory returns to the
+    /// device when the stream reaches this point and no other handle remains (queued work on other
+    /// streams and host clones keep it alive, so safe code never reaches freed memory).
     ///
     /// # Errors
     /// [`crate::Invalid::FreeEnqueued`] when already freed; a buffer of another device.

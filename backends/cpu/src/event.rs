@@ -17,13 +17,20 @@ pub(crate) struct Record {
     pub(crate) worker: Arc<WorkerShared>,
     /// Stream position that completes the record (0 = already complete).
     pub(crate) pos: u64,
-    /// When the record ran on the stream (set by the stream worker).
-    pub(crate) time: Arc<OnceLock<Instant>>,
+    /// When the record ran on the stream, or the sticky error that stopped the captured work (set
+    /// by the stream worker before the stream's position advances past the record).
+    pub(crate) time: Arc<OnceLock<Result<Instant>>>,
 }
 
 impl Record {
-    fn error(&self) -> Option<HalError> {
-        self.worker.error()
+    /// The captured work's outcome once complete: `Ok(None)` when the record carries no timestamp
+    /// (only possible under the early-completion test fault).
+    pub(crate) fn outcome(&self) -> Result<Option<Instant>> {
+        match self.time.get() {
+            Some(Ok(t)) => Ok(Some(*t)),
+            Some(Err(e)) => Err(e.clone()),
+            None => Ok(None),
+        }
     }
 }
 
@@ -79,19 +86,16 @@ impl CpuEvent {
                 Invalid::Other("event was never recorded".into()),
             ));
         };
-        if let Some(e) = r.error() {
-            return Err(e);
-        }
-        if !r.worker.reached(r.pos) {
-            return Err(HalError::invalid(
+        let not_yet = || {
+            HalError::invalid(
                 which,
                 Invalid::Other("event has not completed yet; synchronize it first".into()),
-            ));
+            )
+        };
+        if !r.worker.reached(r.pos) {
+            return Err(not_yet());
         }
-        r.time
-            .get()
-            .copied()
-            .ok_or_else(|| HalError::Internal("completed event without a timestamp".into()))
+        r.outcome()?.ok_or_else(not_yet)
     }
 }
 
@@ -104,10 +108,10 @@ impl Event for CpuEvent {
         let Some(r) = self.record() else {
             return Ok(true);
         };
-        if let Some(e) = r.error() {
-            return Err(e);
+        if !r.worker.reached(r.pos) {
+            return Ok(false);
         }
-        Ok(r.worker.reached(r.pos))
+        r.outcome().map(|_| true)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -115,10 +119,7 @@ impl Event for CpuEvent {
             return Ok(());
         };
         r.worker.wait_for(r.pos);
-        match r.error() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        r.outcome().map(drop)
     }
 
     fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {

@@ -120,7 +120,7 @@ unsafe impl Sync for CpuAllocation {}
 
 impl CpuAllocation {
     /// Reserves `len` bytes from `account` and allocates them.
-    pub fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
+    pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
         let block = RawBlock::new(len, ALLOC_ALIGN, &account)?;
         tracing::trace!(%device, len, "cpu alloc");
         Ok(CpuAllocation {
@@ -143,7 +143,8 @@ impl Drop for CpuAllocation {
     }
 }
 
-impl DeviceAllocation for CpuAllocation {
+// SAFETY: the block is owned by the allocation, and its address and length are fixed at creation.
+unsafe impl DeviceAllocation for CpuAllocation {
     fn device(&self) -> DeviceId {
         self.device
     }
@@ -175,7 +176,7 @@ const PAGE: usize = 4096;
 impl CpuHostAllocation {
     /// Allocates `len` page-aligned bytes (contents unspecified), accounted against the
     /// host budget `account`.
-    pub fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
+    pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
         let block = RawBlock::new(len, PAGE, &account)?;
         Ok(CpuHostAllocation {
             block,
@@ -192,7 +193,8 @@ impl Drop for CpuHostAllocation {
     }
 }
 
-impl HostAllocation for CpuHostAllocation {
+// SAFETY: as for CpuAllocation; the block is readable and writable host memory.
+unsafe impl HostAllocation for CpuHostAllocation {
     fn device(&self) -> DeviceId {
         self.device
     }

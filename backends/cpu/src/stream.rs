@@ -10,8 +10,8 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
-    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, HostUse, Invalid,
-    KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
+    Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
+    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -29,7 +29,17 @@ fn cpu_addr(
     offset: u64,
     len: u64,
 ) -> Result<*mut u8> {
-    buf.downcast_allocation::<CpuAllocation>(arg)?;
+    let a = buf.downcast_allocation::<CpuAllocation>(arg)?;
+    // The outer object must describe the CPU allocation it downcasts to.
+    if a.addr() != buf.allocation().addr() || a.len() != buf.allocation().len() {
+        return Err(HalError::invalid(
+            arg,
+            Invalid::ForeignHandle {
+                expected: "CPU allocation".into(),
+                found: "a wrapper of one".into(),
+            },
+        ));
+    }
     Ok(buf.check_use(arg, device, offset, len)? as *mut u8)
 }
 
@@ -326,9 +336,11 @@ impl Stream for CpuStream {
         let time = Arc::new(OnceLock::new());
         let slot = time.clone();
         let pos = self.worker.enqueue(Box::new(move |err| {
-            if err.is_none() {
-                let _ = slot.set(Instant::now());
-            }
+            // The outcome of the work the record captures: its time, or the error that ended it.
+            let _ = slot.set(match err {
+                None => Ok(Instant::now()),
+                Some(e) => Err(e.clone()),
+            });
             Ok(())
         }))?;
         let pos = if self.dev.fault().is(Fault::EarlyEventCompletion) {
@@ -361,10 +373,7 @@ impl Stream for CpuStream {
                 }
                 record.worker.wait_for(record.pos);
                 // Work this stream depends on failed: so does this stream.
-                match record.worker.error() {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                }
+                record.outcome().map(drop)
             }))
             .map(drop)
     }
@@ -378,6 +387,9 @@ impl Stream for CpuStream {
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {
         cpu_addr(buffer, "buffer", self.id(), 0, 0)?;
+        if let Some(e) = self.worker.error() {
+            return Err(e);
+        }
         buffer.mark_free_enqueued("buffer")?;
         let keep = buffer.clone();
         self.submit(Box::new(move |_| {

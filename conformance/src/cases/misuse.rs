@@ -217,7 +217,9 @@ fn free_enqueued(ctx: &Ctx) -> CaseResult {
 
 /// A device allocation no backend made.
 struct FakeAllocation(DeviceId);
-impl DeviceAllocation for FakeAllocation {
+// SAFETY: deliberately false (address 0x1000 is not memory): the case checks that the backend
+// rejects the foreign allocation before touching its address.
+unsafe impl DeviceAllocation for FakeAllocation {
     fn device(&self) -> DeviceId {
         self.0
     }

@@ -1,0 +1,675 @@
+//! Library operations as plain data: an [`OpId`] plus a call description ([`OpCall`]: tensor views,
+//! scalars, random state), so that every backend, a future C-ABI plugin, or Ascend's aclnn mapping
+//! can implement them. Ops enqueue on a stream like everything else (`Stream::run_op`); which op runs
+//! in which dtype is a capability (`Capabilities::supports`).
+//!
+//! ## Rules every backend follows (checked by [`OpCall::validate`])
+//!
+//! * **Arbitrary strides.** Every tensor is a [`TensorView`]: a buffer, a byte offset, a dtype, a
+//!   shape and strides in elements (negative allowed; 0 = broadcast). Inputs broadcast to the output
+//!   shape by numpy's rules (missing leading dims, size-1 dims, or explicit 0 strides).
+//! * **Aliasing.** An output may alias an input exactly (same address, dtype, shape and strides after
+//!   broadcasting); any other overlap of the memory spans of an output and another operand is
+//!   [`Invalid::Overlap`]. An output may not overlap itself (no 0 strides on dims of size > 1).
+//! * **NaN.** `maximum`/`minimum` propagate NaN; so do all float unary ops.
+//! * **Integers** wrap on overflow; float→integer casts truncate toward zero and saturate, NaN → 0
+//!   (as Rust's `as`). Float→f16/bf16 rounds to nearest even, once, from any source type.
+
+use crate::buffer::Buffer;
+use crate::dtype::DType;
+use crate::error::{HalError, Invalid, Result};
+use serde::Serialize;
+use std::fmt;
+
+/// Most dimensions a tensor view may have.
+pub const MAX_DIMS: usize = 8;
+
+/// Stable operation ids. The snake_case name ([`OpId::name`]) appears in capabilities, reports and
+/// conformance case ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OpId {
+    /// `[out]`, scalars `[value]`.
+    Fill,
+    /// `[src, dst]`, same dtype; `src` broadcasts to `dst` (slice, concat, transpose, expand).
+    Copy,
+    /// `[src, dst]`, any two of the float types, i32 and i64.
+    Cast,
+    // Unary, `[x, y]`.
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    GeluTanh,
+    GeluErf,
+    Silu,
+    // Unary backward, `[x, dy, dx]`: dx = dy * f'(x).
+    ReluBackward,
+    GeluTanhBackward,
+    GeluErfBackward,
+    SiluBackward,
+    // Binary, `[a, b, out]` with broadcasting.
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    Pow,
+    // Binary with a scalar right operand, `[a, out]`, scalars `[b]`.
+    AddScalar,
+    SubScalar,
+    MulScalar,
+    DivScalar,
+    MaximumScalar,
+    MinimumScalar,
+    PowScalar,
+    /// `[x, y]`, scalars `[alpha]`: y = alpha * x + y.
+    Axpy,
+    /// `[cond (bool or u8), a, b, out]`: out = cond != 0 ? a : b.
+    Where,
+    /// `[out]`, scalars `[low, high]`, rng: uniform in [low, high).
+    RandomUniform,
+    /// `[out]`, scalars `[mean, std]`, rng: normal (Box-Muller on Philox).
+    RandomNormal,
+    /// `[x, out, mask (bool or u8)]`, scalars `[p]`, rng: keep with probability 1-p, scale 1/(1-p).
+    DropoutForward,
+    /// `[dy, mask, dx]`, scalars `[p]`: dx = mask ? dy / (1-p) : 0.
+    DropoutBackward,
+}
+
+impl OpId {
+    /// Every op, in declaration order.
+    pub const ALL: [OpId; 39] = [
+        OpId::Fill,
+        OpId::Copy,
+        OpId::Cast,
+        OpId::Neg,
+        OpId::Abs,
+        OpId::Exp,
+        OpId::Log,
+        OpId::Sqrt,
+        OpId::Rsqrt,
+        OpId::Tanh,
+        OpId::Sigmoid,
+        OpId::Relu,
+        OpId::GeluTanh,
+        OpId::GeluErf,
+        OpId::Silu,
+        OpId::ReluBackward,
+        OpId::GeluTanhBackward,
+        OpId::GeluErfBackward,
+        OpId::SiluBackward,
+        OpId::Add,
+        OpId::Sub,
+        OpId::Mul,
+        OpId::Div,
+        OpId::Maximum,
+        OpId::Minimum,
+        OpId::Pow,
+        OpId::AddScalar,
+        OpId::SubScalar,
+        OpId::MulScalar,
+        OpId::DivScalar,
+        OpId::MaximumScalar,
+        OpId::MinimumScalar,
+        OpId::PowScalar,
+        OpId::Axpy,
+        OpId::Where,
+        OpId::RandomUniform,
+        OpId::RandomNormal,
+        OpId::DropoutForward,
+        OpId::DropoutBackward,
+    ];
+
+    /// The stable snake_case name.
+    pub fn name(self) -> &'static str {
+        use OpId::*;
+        match self {
+            Fill => "fill",
+            Copy => "copy",
+            Cast => "cast",
+            Neg => "neg",
+            Abs => "abs",
+            Exp => "exp",
+            Log => "log",
+            Sqrt => "sqrt",
+            Rsqrt => "rsqrt",
+            Tanh => "tanh",
+            Sigmoid => "sigmoid",
+            Relu => "relu",
+            GeluTanh => "gelu_tanh",
+            GeluErf => "gelu_erf",
+            Silu => "silu",
+            ReluBackward => "relu_backward",
+            GeluTanhBackward => "gelu_tanh_backward",
+            GeluErfBackward => "gelu_erf_backward",
+            SiluBackward => "silu_backward",
+            Add => "add",
+            Sub => "sub",
+            Mul => "mul",
+            Div => "div",
+            Maximum => "maximum",
+            Minimum => "minimum",
+            Pow => "pow",
+            AddScalar => "add_scalar",
+            SubScalar => "sub_scalar",
+            MulScalar => "mul_scalar",
+            DivScalar => "div_scalar",
+            MaximumScalar => "maximum_scalar",
+            MinimumScalar => "minimum_scalar",
+            PowScalar => "pow_scalar",
+            Axpy => "axpy",
+            Where => "where",
+            RandomUniform => "random_uniform",
+            RandomNormal => "random_normal",
+            DropoutForward => "dropout_forward",
+            DropoutBackward => "dropout_backward",
+        }
+    }
+
+    /// The class of the op, which fixes its operands.
+    pub fn class(self) -> OpClass {
+        use OpId::*;
+        match self {
+            Fill => OpClass::Fill,
+            Copy => OpClass::Copy,
+            Cast => OpClass::Cast,
+            Neg | Abs | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | GeluTanh | GeluErf
+            | Silu => OpClass::Unary,
+            ReluBackward | GeluTanhBackward | GeluErfBackward | SiluBackward => {
+                OpClass::UnaryBackward
+            }
+            Add | Sub | Mul | Div | Maximum | Minimum | Pow => OpClass::Binary,
+            AddScalar | SubScalar | MulScalar | DivScalar | MaximumScalar | MinimumScalar
+            | PowScalar => OpClass::BinaryScalar,
+            Axpy => OpClass::Axpy,
+            Where => OpClass::Where,
+            RandomUniform | RandomNormal => OpClass::Random,
+            DropoutForward => OpClass::DropoutForward,
+            DropoutBackward => OpClass::DropoutBackward,
+        }
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Op classes: ops of one class share operand lists and validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpClass {
+    Fill,
+    Copy,
+    Cast,
+    Unary,
+    UnaryBackward,
+    Binary,
+    BinaryScalar,
+    Axpy,
+    Where,
+    Random,
+    DropoutForward,
+    DropoutBackward,
+}
+
+impl OpClass {
+    /// (number of tensors, number of scalars, needs rng, index of the first output).
+    pub const fn arity(self) -> (usize, usize, bool, usize) {
+        match self {
+            OpClass::Fill => (1, 1, false, 0),
+            OpClass::Copy | OpClass::Cast | OpClass::Unary => (2, 0, false, 1),
+            OpClass::UnaryBackward => (3, 0, false, 2),
+            OpClass::Binary => (3, 0, false, 2),
+            OpClass::BinaryScalar => (2, 1, false, 1),
+            OpClass::Axpy => (2, 1, false, 1),
+            OpClass::Where => (4, 0, false, 3),
+            OpClass::Random => (1, 2, true, 0),
+            OpClass::DropoutForward => (3, 1, true, 1),
+            OpClass::DropoutBackward => (3, 1, false, 2),
+        }
+    }
+}
+
+/// A scalar operand.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Scalar {
+    F64(f64),
+    I64(i64),
+}
+
+impl Scalar {
+    /// As f64 (i64 values convert with rounding).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::F64(v) => v,
+            Scalar::I64(v) => v as f64,
+        }
+    }
+    /// As i64 (f64 values truncate and saturate, NaN → 0).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Scalar::F64(v) => v as i64,
+            Scalar::I64(v) => v,
+        }
+    }
+}
+
+/// State of the counter-based generator: the same `(seed, offset)` gives the same bits on every
+/// backend. Element `i` of a call uses Philox4x32-10 counter block `offset + i`, key `seed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RngState {
+    pub seed: u64,
+    pub offset: u64,
+}
+
+/// A strided view of device memory as a tensor.
+#[derive(Debug, Clone)]
+pub struct TensorView {
+    pub buffer: Buffer,
+    /// Byte offset of element `[0, 0, ...]` within `buffer`.
+    pub offset: u64,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// Strides in elements, one per dim.
+    pub strides: Vec<i64>,
+}
+
+impl TensorView {
+    /// A row-major contiguous view of the start of `buffer`.
+    pub fn contiguous(buffer: &Buffer, dtype: DType, shape: &[u64]) -> TensorView {
+        let mut strides = vec![0i64; shape.len()];
+        let mut s = 1i64;
+        for (i, &d) in shape.iter().enumerate().rev() {
+            strides[i] = s;
+            s = s.saturating_mul(d.max(1) as i64);
+        }
+        TensorView {
+            buffer: buffer.clone(),
+            offset: 0,
+            dtype,
+            shape: shape.to_vec(),
+            strides,
+        }
+    }
+
+    /// The same view with other strides (in elements) and byte offset.
+    pub fn strided(mut self, offset: u64, strides: &[i64]) -> TensorView {
+        self.offset = offset;
+        self.strides = strides.to_vec();
+        self
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Element offsets `(lowest, highest)` reached by the view (`None` when empty).
+    fn element_span(&self) -> Option<(i128, i128)> {
+        if self.numel() == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (0i128, 0i128);
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (d as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach
+            } else {
+                hi += reach
+            }
+        }
+        Some((lo, hi))
+    }
+
+    /// Byte range `[start, end)` of the buffer's device addresses spanned, after checking that the
+    /// view's shape and strides agree and that every element lies inside the buffer.
+    ///
+    /// # Errors
+    /// [`Invalid::Value`] for mismatched shape/strides or too many dims; [`Invalid::OutOfRange`]
+    /// when an element falls outside the buffer.
+    pub fn byte_span(&self, arg: &'static str) -> Result<Option<(u64, u64)>> {
+        if self.shape.len() != self.strides.len() || self.shape.len() > MAX_DIMS {
+            return Err(HalError::invalid(
+                arg,
+                Invalid::Value {
+                    value: format!("shape {:?} with strides {:?}", self.shape, self.strides),
+                    accepted: format!("as many strides as dims, at most {MAX_DIMS} dims"),
+                },
+            ));
+        }
+        let Some((lo, hi)) = self.element_span() else {
+            return Ok(None);
+        };
+        let esz = self.dtype.size() as i128;
+        let start = self.offset as i128 + lo * esz;
+        let end = self.offset as i128 + (hi + 1) * esz;
+        if start < 0 || end > self.buffer.len() as i128 {
+            let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
+            return Err(HalError::out_of_range(
+                arg,
+                clamp(start),
+                clamp(end - start),
+                self.buffer.len(),
+            ));
+        }
+        let base = self.buffer.device_addr();
+        Ok(Some((base + start as u64, base + end as u64)))
+    }
+
+    /// Strides of this view broadcast to `shape` (numpy rules), or `None` if it does not broadcast.
+    pub fn broadcast_strides(&self, shape: &[u64]) -> Option<Vec<i64>> {
+        if self.shape.len() > shape.len() {
+            return None;
+        }
+        let lead = shape.len() - self.shape.len();
+        let mut out = vec![0i64; shape.len()];
+        for (i, (&d, &s)) in self.shape.iter().zip(&self.strides).enumerate() {
+            let target = shape[lead + i];
+            out[lead + i] = if d == target {
+                if d == 1 {
+                    0
+                } else {
+                    s
+                }
+            } else if d == 1 {
+                0
+            } else {
+                return None;
+            };
+        }
+        Some(out)
+    }
+}
+
+/// One library operation: an op id plus its operands.
+#[derive(Debug, Clone)]
+pub struct OpCall {
+    pub op: OpId,
+    /// Inputs then outputs, as documented per [`OpId`].
+    pub tensors: Vec<TensorView>,
+    pub scalars: Vec<Scalar>,
+    pub rng: Option<RngState>,
+}
+
+impl OpCall {
+    fn new(
+        op: OpId,
+        tensors: Vec<TensorView>,
+        scalars: Vec<Scalar>,
+        rng: Option<RngState>,
+    ) -> OpCall {
+        OpCall {
+            op,
+            tensors,
+            scalars,
+            rng,
+        }
+    }
+    /// `out = value`.
+    pub fn fill(out: TensorView, value: Scalar) -> OpCall {
+        Self::new(OpId::Fill, vec![out], vec![value], None)
+    }
+    /// `dst = src` (same dtype, `src` broadcasts).
+    pub fn copy(src: TensorView, dst: TensorView) -> OpCall {
+        Self::new(OpId::Copy, vec![src, dst], vec![], None)
+    }
+    /// `dst = src as dst.dtype`.
+    pub fn cast(src: TensorView, dst: TensorView) -> OpCall {
+        Self::new(OpId::Cast, vec![src, dst], vec![], None)
+    }
+    /// `y = op(x)` for a unary op.
+    pub fn unary(op: OpId, x: TensorView, y: TensorView) -> OpCall {
+        Self::new(op, vec![x, y], vec![], None)
+    }
+    /// `dx = dy * op'(x)` for a unary backward op.
+    pub fn unary_backward(op: OpId, x: TensorView, dy: TensorView, dx: TensorView) -> OpCall {
+        Self::new(op, vec![x, dy, dx], vec![], None)
+    }
+    /// `out = op(a, b)` with broadcasting.
+    pub fn binary(op: OpId, a: TensorView, b: TensorView, out: TensorView) -> OpCall {
+        Self::new(op, vec![a, b, out], vec![], None)
+    }
+    /// `out = op(a, b)` for a `*_scalar` op.
+    pub fn binary_scalar(op: OpId, a: TensorView, b: Scalar, out: TensorView) -> OpCall {
+        Self::new(op, vec![a, out], vec![b], None)
+    }
+    /// `y = alpha * x + y`.
+    pub fn axpy(alpha: Scalar, x: TensorView, y: TensorView) -> OpCall {
+        Self::new(OpId::Axpy, vec![x, y], vec![alpha], None)
+    }
+    /// `out = cond ? a : b`.
+    pub fn where_(cond: TensorView, a: TensorView, b: TensorView, out: TensorView) -> OpCall {
+        Self::new(OpId::Where, vec![cond, a, b, out], vec![], None)
+    }
+    /// Uniform random numbers in `[low, high)`.
+    pub fn uniform(out: TensorView, low: f64, high: f64, rng: RngState) -> OpCall {
+        Self::new(
+            OpId::RandomUniform,
+            vec![out],
+            vec![Scalar::F64(low), Scalar::F64(high)],
+            Some(rng),
+        )
+    }
+    /// Normal random numbers.
+    pub fn normal(out: TensorView, mean: f64, std: f64, rng: RngState) -> OpCall {
+        Self::new(
+            OpId::RandomNormal,
+            vec![out],
+            vec![Scalar::F64(mean), Scalar::F64(std)],
+            Some(rng),
+        )
+    }
+    /// Dropout forward: `out = keep ? x / (1-p) : 0`, `mask = keep`.
+    pub fn dropout(
+        x: TensorView,
+        out: TensorView,
+        mask: TensorView,
+        p: f64,
+        rng: RngState,
+    ) -> OpCall {
+        Self::new(
+            OpId::DropoutForward,
+            vec![x, out, mask],
+            vec![Scalar::F64(p)],
+            Some(rng),
+        )
+    }
+    /// Dropout backward: `dx = mask ? dy / (1-p) : 0`.
+    pub fn dropout_backward(dy: TensorView, mask: TensorView, dx: TensorView, p: f64) -> OpCall {
+        Self::new(
+            OpId::DropoutBackward,
+            vec![dy, mask, dx],
+            vec![Scalar::F64(p)],
+            None,
+        )
+    }
+
+    /// The dtype support is keyed on: the first output's dtype.
+    pub fn key_dtype(&self) -> Option<DType> {
+        let (_, _, _, first_out) = self.op.class().arity();
+        self.tensors.get(first_out).map(|t| t.dtype)
+    }
+
+    /// Checks the call against the rules in the module docs and returns the output shape.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for a wrong number of operands, mismatched dtypes or shapes,
+    /// views outside their buffers, out-of-range scalars, or partial overlap between an output and
+    /// another operand.
+    pub fn validate(&self) -> Result<Vec<u64>> {
+        let class = self.op.class();
+        let (nt, ns, needs_rng, first_out) = class.arity();
+        if self.tensors.len() != nt || self.scalars.len() != ns || self.rng.is_some() != needs_rng {
+            return Err(HalError::invalid(
+                "call",
+                Invalid::Value {
+                    value: format!(
+                        "{} with {} tensors, {} scalars, rng {}",
+                        self.op,
+                        self.tensors.len(),
+                        self.scalars.len(),
+                        self.rng.is_some()
+                    ),
+                    accepted: format!("{nt} tensors, {ns} scalars, rng {needs_rng}"),
+                },
+            ));
+        }
+        let out_shape = self.tensors[first_out].shape.clone();
+        // Dtypes.
+        let dt: Vec<DType> = self.tensors.iter().map(|t| t.dtype).collect();
+        let mask_ok = |d: DType| matches!(d, DType::Bool | DType::U8);
+        let same = |idx: &[usize]| idx.iter().all(|&i| dt[i] == dt[first_out]);
+        let dtypes_ok = match class {
+            OpClass::Fill | OpClass::Random => true,
+            OpClass::Cast => true,
+            OpClass::Copy
+            | OpClass::Unary
+            | OpClass::Binary
+            | OpClass::BinaryScalar
+            | OpClass::Axpy
+            | OpClass::UnaryBackward => same(&(0..nt).collect::<Vec<_>>()),
+            OpClass::Where => mask_ok(dt[0]) && same(&[1, 2]),
+            OpClass::DropoutForward => dt[0] == dt[1] && mask_ok(dt[2]),
+            OpClass::DropoutBackward => dt[0] == dt[2] && mask_ok(dt[1]),
+        };
+        if !dtypes_ok {
+            return Err(HalError::invalid(
+                "tensors",
+                Invalid::Value {
+                    value: format!(
+                        "{} with dtypes {:?}",
+                        self.op,
+                        dt.iter().map(|d| d.name()).collect::<Vec<_>>()
+                    ),
+                    accepted: "matching dtypes (masks and conditions: bool or u8)".into(),
+                },
+            ));
+        }
+        // Spans (bounds) and broadcasting.
+        let mut spans = Vec::with_capacity(nt);
+        for (i, t) in self.tensors.iter().enumerate() {
+            let arg = if i >= first_out { "output" } else { "input" };
+            spans.push(t.byte_span(arg)?);
+            let bcast = if i >= first_out {
+                t.shape == out_shape
+            } else {
+                t.broadcast_strides(&out_shape).is_some()
+            };
+            if !bcast {
+                return Err(HalError::invalid(
+                    arg,
+                    Invalid::Value {
+                        value: format!("shape {:?} (operand {i} of {})", t.shape, self.op),
+                        accepted: format!(
+                            "a shape that broadcasts to the output shape {out_shape:?}"
+                        ),
+                    },
+                ));
+            }
+        }
+        // Outputs: no self-overlap.
+        for t in &self.tensors[first_out..] {
+            if !non_overlapping(&t.shape, &t.strides) {
+                return Err(HalError::invalid(
+                    "output",
+                    Invalid::Value {
+                        value: format!("shape {:?} with strides {:?}", t.shape, t.strides),
+                        accepted: "an output whose elements do not overlap each other".into(),
+                    },
+                ));
+            }
+        }
+        // Outputs vs everything else: exact alias or disjoint.
+        for o in first_out..nt {
+            for i in (0..nt).filter(|&i| i != o) {
+                let (Some((os, oe)), Some((is, ie))) = (spans[o], spans[i]) else {
+                    continue;
+                };
+                let allowed =
+                    i < first_out && exact_alias(&self.tensors[o], &self.tensors[i], &out_shape);
+                if os < ie && is < oe && !allowed {
+                    return Err(HalError::invalid(
+                        "output",
+                        Invalid::Overlap {
+                            src: is,
+                            dst: os,
+                            len: (oe.min(ie) - os.max(is)),
+                        },
+                    ));
+                }
+            }
+        }
+        // Scalars.
+        if matches!(class, OpClass::DropoutForward | OpClass::DropoutBackward) {
+            let p = self.scalars[0].as_f64();
+            if !(0.0..1.0).contains(&p) {
+                return Err(HalError::invalid(
+                    "p",
+                    Invalid::Value {
+                        value: p.to_string(),
+                        accepted: "[0, 1)".into(),
+                    },
+                ));
+            }
+        }
+        Ok(out_shape)
+    }
+}
+
+/// True when no two elements of a view with this shape and these strides share memory.
+fn non_overlapping(shape: &[u64], strides: &[i64]) -> bool {
+    let mut dims: Vec<(u64, u64)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (d, s.unsigned_abs()))
+        .collect();
+    dims.sort_by_key(|&(_, s)| s);
+    let mut extent = 1u64; // elements spanned by the dims so far
+    for (d, s) in dims {
+        if s < extent {
+            return false;
+        }
+        extent = s.saturating_mul(d - 1).saturating_add(extent);
+    }
+    true
+}
+
+/// True when `a` (an output) and `b` address exactly the same elements in the same order.
+fn exact_alias(a: &TensorView, b: &TensorView, shape: &[u64]) -> bool {
+    a.buffer.device_addr() + a.offset == b.buffer.device_addr() + b.offset
+        && a.dtype.size() == b.dtype.size()
+        && b.broadcast_strides(shape).as_deref() == Some(&a.strides[..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_snake_case() {
+        let mut names: Vec<_> = OpId::ALL.iter().map(|o| o.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 39);
+    }
+
+    #[test]
+    fn overlap_detection() {
+        assert!(non_overlapping(&[2, 3], &[3, 1]));
+        assert!(non_overlapping(&[2, 3], &[1, 2]));
+        assert!(non_overlapping(&[2, 3], &[-3, -1]));
+        assert!(!non_overlapping(&[2, 3], &[0, 1]));
+        assert!(!non_overlapping(&[4, 4], &[2, 1]));
+        assert!(non_overlapping(&[4, 1], &[1, 0]));
+    }
+}
