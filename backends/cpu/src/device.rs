@@ -93,7 +93,7 @@ impl CpuDevice {
                 peer_devices: (0..devices).filter(|&d| d != ordinal).collect(),
                 fault_poisons_device: false,
                 timer_resolution_ns: Some(1),
-                ops: Default::default(),
+                ops: unihal_kernels::support(),
             },
         };
         Ok(Arc::new_cyclic(|me| CpuDevice {

@@ -1,0 +1,48 @@
+// The CPU translation unit of the portable kernel library. Compiled once per ISA variant with
+// UH_VARIANT set (uh_base, uh_avx2, uh_avx512); each variant exports its entry points under
+// `<variant>_<name>` and a table `<variant>_kernels` that the Rust side turns into a host symbol table.
+#include "uh_dialect.h"
+#include "uh_ops.h"
+
+#define UH_CAT2(a, b) a##b
+#define UH_CAT(a, b) UH_CAT2(a, b)
+#define UH_SYM(name) UH_CAT(UH_CAT(UH_VARIANT, _), name)
+
+// Host kernels follow unihal's host-kernel ABI: one call per block, CUDA-style kernelParams.
+#define UH_K(name, ...)                                                                            \
+    extern "C" int UH_SYM(name)(const uh_host_ctx *c, void **p) {                                  \
+        uh_args a;                                                                                 \
+        memcpy(&a, p[0], sizeof a);                                                                \
+        __VA_ARGS__::run(c, a);                                                                    \
+        return 0;                                                                                  \
+    }
+#include "uh_kernels.def"
+#undef UH_K
+
+typedef int (*uh_host_fn)(const uh_host_ctx *, void **);
+typedef struct {
+    const char *name;
+    uh_host_fn fn;
+} uh_entry;
+
+#define UH_K(name, ...) {#name, &UH_SYM(name)},
+static const uh_entry uh_table[] = {
+#include "uh_kernels.def"
+};
+#undef UH_K
+
+extern "C" const uh_entry *UH_CAT(UH_VARIANT, _kernels)(uh_u64 *count) {
+    *count = sizeof uh_table / sizeof uh_table[0];
+    return uh_table;
+}
+
+// Layout facts checked against the Rust declaration of uh_args.
+extern "C" void UH_CAT(UH_VARIANT, _args_layout)(uh_u64 out[6]) {
+    uh_args a;
+    out[0] = sizeof(uh_args);
+    out[1] = (uh_u64)((char *)&a.size - (char *)&a);
+    out[2] = (uh_u64)((char *)&a.ptr - (char *)&a);
+    out[3] = (uh_u64)((char *)&a.stride - (char *)&a);
+    out[4] = (uh_u64)((char *)&a.s - (char *)&a);
+    out[5] = (uh_u64)((char *)&a.u - (char *)&a);
+}

@@ -1,0 +1,270 @@
+// unihal kernel dialect: one kernel source for the CPU (any C++ compiler), CUDA (NVRTC) and HIP
+// (hiprtc).
+//
+// The compiling side defines exactly one of UH_CPU, UH_CUDA, UH_HIP (UH_GPU is derived). The header
+// provides:
+//   * fixed-width integer types (uh_i32, uh_u64, ...) without system headers on GPUs;
+//   * UH_DEV for device functions, and uh_ctx_t, the launch context every kernel body receives;
+//   * UH_LOOP(ctx, i, n): a loop over [0, n) in which each i is visited exactly once by the whole
+//     launch. GPUs: a grid-stride loop. CPU: each block (one call of the host kernel) walks one
+//     contiguous chunk, so the compiler can vectorise it;
+//   * uh_block_reduce_sum: a block-cooperative reduction (shared memory and barriers on GPUs, with the
+//     warp width a parameter; on the CPU a block is one thread that already holds its whole sum);
+//   * f16 and bf16 as raw 16-bit patterns with exact widening and round-to-nearest-even narrowing,
+//     so every compiler accepts them (hiprtc 5.2 breaks on hip_fp16.h; NVRTC needs no header);
+//   * the Philox4x32-10 counter-based generator and the float math used by the random ops, written
+//     with plain IEEE operations so that, compiled without contraction, every backend gives the same
+//     bits.
+#ifndef UH_DIALECT_H
+#define UH_DIALECT_H
+
+#if defined(UH_CUDA) || defined(UH_HIP)
+#define UH_GPU 1
+#elif !defined(UH_CPU)
+#error "define one of UH_CPU, UH_CUDA, UH_HIP"
+#endif
+
+#ifdef UH_CPU
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+typedef int8_t uh_i8;
+typedef uint8_t uh_u8;
+typedef int16_t uh_i16;
+typedef uint16_t uh_u16;
+typedef int32_t uh_i32;
+typedef uint32_t uh_u32;
+typedef int64_t uh_i64;
+typedef uint64_t uh_u64;
+#define UH_DEV static inline
+#else
+typedef signed char uh_i8;
+typedef unsigned char uh_u8;
+typedef short uh_i16;
+typedef unsigned short uh_u16;
+typedef int uh_i32;
+typedef unsigned int uh_u32;
+typedef long long uh_i64;
+typedef unsigned long long uh_u64;
+#define UH_DEV static __device__ __forceinline__
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Launch context and loops.
+
+#ifdef UH_CPU
+// Must match unihal_hal::HostLaunchCtx.
+typedef struct {
+    uh_u32 grid[3];
+    uh_u32 block[3];
+    uh_u32 block_idx[3];
+    uh_u8 *shared;
+    uh_u64 shared_bytes;
+} uh_host_ctx;
+typedef const uh_host_ctx *uh_ctx_t;
+
+// This block's chunk of [0, n): contiguous, a multiple of 64 elements except at the end.
+UH_DEV void uh_chunk(uh_ctx_t c, uh_i64 n, uh_i64 *lo, uh_i64 *hi) {
+    uh_i64 blocks = (uh_i64)c->grid[0] * c->grid[1] * c->grid[2];
+    uh_i64 b = c->block_idx[0] + (uh_i64)c->grid[0] * (c->block_idx[1] + (uh_i64)c->grid[1] * c->block_idx[2]);
+    uh_i64 per = (n + blocks - 1) / blocks;
+    per = (per + 63) / 64 * 64;
+    uh_i64 l = b * per;
+    *lo = l < n ? l : n;
+    *hi = l + per < n ? l + per : n;
+}
+#define UH_LOOP(ctx, i, n)                                                                         \
+    uh_i64 uh_lo_##i, uh_hi_##i;                                                                  \
+    uh_chunk(ctx, (n), &uh_lo_##i, &uh_hi_##i);                                                   \
+    for (uh_i64 i = uh_lo_##i; i < uh_hi_##i; ++i)
+#else
+typedef struct {
+    int unused;
+} uh_ctx_t;
+#define UH_LOOP(ctx, i, n)                                                                         \
+    for (uh_i64 i = (uh_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                       \
+         i += (uh_i64)blockDim.x * gridDim.x)
+#endif
+
+// Sum of one value per thread over a block, returned to every thread. `scratch` holds at least
+// (threads per block / warp) floats of shared memory on GPUs; warp is 32 on NVIDIA, 64 on most AMD
+// and Hygon parts. On the CPU a block is one thread: the value is already the block's sum.
+#ifdef UH_CPU
+UH_DEV float uh_block_reduce_sum(uh_ctx_t, float v, float *, int) { return v; }
+#else
+__device__ __forceinline__ float uh_block_reduce_sum(uh_ctx_t, float v, float *scratch, int warp) {
+    for (int off = warp / 2; off > 0; off /= 2) {
+#ifdef UH_CUDA
+        v += __shfl_down_sync(0xffffffffu, v, off, warp);
+#else
+        v += __shfl_down(v, off, warp);
+#endif
+    }
+    int lane = threadIdx.x % warp, w = threadIdx.x / warp, nw = (blockDim.x + warp - 1) / warp;
+    if (lane == 0) scratch[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < nw; ++k) s += scratch[k];
+        scratch[0] = s;
+    }
+    __syncthreads();
+    s = scratch[0];
+    __syncthreads();
+    return s;
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Bit casts.
+
+#ifdef UH_CPU
+UH_DEV uh_u32 uh_f2u(float f) { uh_u32 u; memcpy(&u, &f, 4); return u; }
+UH_DEV float uh_u2f(uh_u32 u) { float f; memcpy(&f, &u, 4); return f; }
+UH_DEV uh_u64 uh_d2u(double d) { uh_u64 u; memcpy(&u, &d, 8); return u; }
+UH_DEV double uh_u2d(uh_u64 u) { double d; memcpy(&d, &u, 8); return d; }
+#else
+UH_DEV uh_u32 uh_f2u(float f) { return __float_as_uint(f); }
+UH_DEV float uh_u2f(uh_u32 u) { return __uint_as_float(u); }
+UH_DEV uh_u64 uh_d2u(double d) { return (uh_u64)__double_as_longlong(d); }
+UH_DEV double uh_u2d(uh_u64 u) { return __longlong_as_double((long long)u); }
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// f16 and bf16 as raw bits.
+
+// Exact widening of an IEEE binary16 pattern.
+UH_DEV float uh_f16_to_float(uh_u16 h) {
+    uh_u32 sign = (uh_u32)(h & 0x8000u) << 16;
+    uh_u32 exp = (h >> 10) & 0x1fu;
+    uh_u32 man = h & 0x3ffu;
+    if (exp == 0x1fu) return uh_u2f(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        float f = (float)man * 5.9604644775390625e-8f; // man * 2^-24, exact
+        return sign ? -f : f;
+    }
+    return uh_u2f(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// Exact widening of a bfloat16 pattern.
+UH_DEV float uh_bf16_to_float(uh_u16 h) { return uh_u2f((uh_u32)h << 16); }
+
+// Round-to-nearest-even narrowing of a double to a 16-bit float with `ebits` exponent and `mbits`
+// mantissa bits (f16: 5/10, bf16: 8/7), in one rounding step from any source type. NaN keeps the
+// sign and top payload bits and is made quiet.
+UH_DEV uh_u16 uh_round16(double x, int ebits, int mbits) {
+    uh_u64 b = uh_d2u(x);
+    uh_u16 sign = (uh_u16)((b >> 48) & 0x8000u);
+    int dexp = (int)((b >> 52) & 0x7ff);
+    uh_u64 dman = b & 0xfffffffffffffull;
+    uh_u16 expmask = (uh_u16)(((1u << ebits) - 1u) << mbits);
+    if (dexp == 0x7ff) {
+        if (dman == 0) return (uh_u16)(sign | expmask);
+        return (uh_u16)(sign | expmask | (1u << (mbits - 1)) | (uh_u16)(dman >> (52 - mbits)));
+    }
+    if (dexp == 0) return sign; // below 2^-1022: far under both formats' smallest subnormal
+    int bias = (1 << (ebits - 1)) - 1;
+    int e = dexp - 1023 + bias;
+    uh_u64 mant = dman | (1ull << 52);
+    int shift = e >= 1 ? 52 - mbits : 53 - mbits - e;
+    if (shift > 53) return sign;
+    uh_u64 keep = mant >> shift;
+    uh_u64 rem = mant & ((1ull << shift) - 1);
+    uh_u64 half = 1ull << (shift - 1);
+    if (rem > half || (rem == half && (keep & 1))) keep += 1;
+    if (e >= 1) {
+        if (keep >> (mbits + 1)) {
+            keep >>= 1;
+            e += 1;
+        }
+        if (e >= (1 << ebits) - 1) return (uh_u16)(sign | expmask);
+        return (uh_u16)(sign | ((uh_u32)e << mbits) | (uh_u32)(keep & ((1u << mbits) - 1)));
+    }
+    return (uh_u16)(sign | (uh_u32)keep); // subnormal (or the smallest normal after rounding up)
+}
+UH_DEV uh_u16 uh_float_to_f16(double x) { return uh_round16(x, 5, 10); }
+UH_DEV uh_u16 uh_float_to_bf16(double x) { return uh_round16(x, 8, 7); }
+
+// ---------------------------------------------------------------------------------------------
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").
+
+typedef struct {
+    uh_u32 v[4];
+} uh_philox_out;
+
+UH_DEV uh_philox_out uh_philox(uh_u64 counter, uh_u64 key) {
+    uh_u32 c0 = (uh_u32)counter, c1 = (uh_u32)(counter >> 32), c2 = 0, c3 = 0;
+    uh_u32 k0 = (uh_u32)key, k1 = (uh_u32)(key >> 32);
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uh_u64 p0 = (uh_u64)0xD2511F53u * c0;
+        uh_u64 p1 = (uh_u64)0xCD9E8D57u * c2;
+        uh_u32 n0 = (uh_u32)(p1 >> 32) ^ c1 ^ k0;
+        uh_u32 n2 = (uh_u32)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uh_u32)p1;
+        c3 = (uh_u32)p0;
+        c0 = n0;
+        c2 = n2;
+    }
+    uh_philox_out o;
+    o.v[0] = c0; o.v[1] = c1; o.v[2] = c2; o.v[3] = c3;
+    return o;
+}
+
+// A uniform float in [0, 1) from the top 24 bits of a word (exact).
+UH_DEV float uh_uniform24(uh_u32 w) { return (float)(w >> 8) * 5.9604644775390625e-8f; }
+
+// Natural logarithm of u in (0, 1], from IEEE operations only (about 1 ulp).
+UH_DEV float uh_log_unit(float u) {
+    uh_u32 b = uh_f2u(u);
+    int e = (int)((b >> 23) & 0xffu) - 127;
+    float m = uh_u2f((b & 0x7fffffu) | 0x3f800000u); // [1, 2)
+    if (m > 1.41421356f) {
+        m = m * 0.5f;
+        e += 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f);
+    float s2 = s * s;
+    float p = 1.0f / 11.0f;
+    p = p * s2 + 1.0f / 9.0f;
+    p = p * s2 + 1.0f / 7.0f;
+    p = p * s2 + 1.0f / 5.0f;
+    p = p * s2 + 1.0f / 3.0f;
+    p = p * s2 + 1.0f;
+    return (float)e * 0.693147180559945f + 2.0f * s * p;
+}
+
+// cos(2 pi u) for u in [0, 1), from IEEE operations only.
+UH_DEV float uh_cos_2pi(float u) {
+    float q4 = u * 4.0f;
+    int q = (int)q4;
+    float t = (q4 - (float)q) * 1.57079632679489662f; // [0, pi/2)
+    float t2 = t * t;
+    float c = 1.0f / 479001600.0f;
+    c = c * t2 - 1.0f / 3628800.0f;
+    c = c * t2 + 1.0f / 40320.0f;
+    c = c * t2 - 1.0f / 720.0f;
+    c = c * t2 + 1.0f / 24.0f;
+    c = c * t2 - 0.5f;
+    c = c * t2 + 1.0f;
+    float s = -1.0f / 39916800.0f;
+    s = s * t2 + 1.0f / 362880.0f;
+    s = s * t2 - 1.0f / 5040.0f;
+    s = s * t2 + 1.0f / 120.0f;
+    s = s * t2 - 1.0f / 6.0f;
+    s = s * t2 + 1.0f;
+    s = s * t;
+    return q == 0 ? c : q == 1 ? -s : q == 2 ? -c : s;
+}
+
+// A standard normal value from one Philox block (Box-Muller on words 0 and 1).
+UH_DEV float uh_normal(uh_philox_out r) {
+    float u1 = (float)((r.v[0] >> 8) + 1u) * 5.9604644775390625e-8f; // (0, 1]
+    float u2 = uh_uniform24(r.v[1]);                                  // [0, 1)
+    return sqrtf(-2.0f * uh_log_unit(u1)) * uh_cos_2pi(u2);
+}
+
+#endif // UH_DIALECT_H
