@@ -11,15 +11,24 @@ use std::path::PathBuf;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    std::fs::write(out.join("uh_kernels.def"), catalogue::def_file()).expect("write uh_kernels.def");
-    for f in ["device/uh_dialect.h", "device/uh_ops.h", "device/uh_cpu.cpp", "src/catalogue.rs"] {
+    std::fs::write(out.join("uh_kernels.def"), catalogue::def_file())
+        .expect("write uh_kernels.def");
+    for f in [
+        "device/uh_dialect.h",
+        "device/uh_ops.h",
+        "device/uh_cpu.cpp",
+        "src/catalogue.rs",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let mut variants: Vec<(&str, &[&str])> = vec![("uh_base", &[])];
     if arch == "x86_64" {
         variants.push(("uh_avx2", &["-mavx2", "-mfma", "-mf16c"]));
-        variants.push(("uh_avx512", &["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]));
+        variants.push((
+            "uh_avx512",
+            &["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"],
+        ));
         println!("cargo:rustc-cfg=unihal_x86_variants");
     }
     println!("cargo:rustc-check-cfg=cfg(unihal_x86_variants)");

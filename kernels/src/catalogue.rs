@@ -32,7 +32,15 @@ pub const WIDTHS: [(&str, &str, usize); 4] = [
 pub const UNARY_ALL: [&str; 3] = ["neg", "abs", "relu"];
 /// Unary ops for floats only.
 pub const UNARY_FLOAT: [&str; 9] = [
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu_tanh", "gelu_erf", "silu",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "gelu_tanh",
+    "gelu_erf",
+    "silu",
 ];
 /// Ops with a backward kernel (`<op>_backward`).
 pub const BACKWARD: [&str; 4] = ["relu", "gelu_tanh", "gelu_erf", "silu"];
@@ -58,30 +66,60 @@ pub fn kernel_entries() -> Vec<KernelEntry> {
     }
     for op in UNARY_ALL {
         for (d, t) in &all {
-            add(format!("uh_{op}_{d}"), format!("uh_unary_k<{t}, uh_op_{op}>"));
+            add(
+                format!("uh_{op}_{d}"),
+                format!("uh_unary_k<{t}, uh_op_{op}>"),
+            );
         }
     }
     for (d, t) in FLOATS {
         for op in UNARY_FLOAT {
-            add(format!("uh_{op}_{d}"), format!("uh_unary_k<{t}, uh_op_{op}>"));
+            add(
+                format!("uh_{op}_{d}"),
+                format!("uh_unary_k<{t}, uh_op_{op}>"),
+            );
         }
         for op in BACKWARD {
-            add(format!("uh_{op}_backward_{d}"), format!("uh_unary_backward_k<{t}, uh_op_{op}_backward>"));
+            add(
+                format!("uh_{op}_backward_{d}"),
+                format!("uh_unary_backward_k<{t}, uh_op_{op}_backward>"),
+            );
         }
         for op in BINARY_FLOAT {
-            add(format!("uh_{op}_{d}"), format!("uh_binary_k<{t}, uh_op_{op}>"));
-            add(format!("uh_{op}_scalar_{d}"), format!("uh_binary_scalar_k<{t}, uh_op_{op}>"));
+            add(
+                format!("uh_{op}_{d}"),
+                format!("uh_binary_k<{t}, uh_op_{op}>"),
+            );
+            add(
+                format!("uh_{op}_scalar_{d}"),
+                format!("uh_binary_scalar_k<{t}, uh_op_{op}>"),
+            );
         }
         add(format!("uh_axpy_{d}"), format!("uh_axpy_k<{t}>"));
-        add(format!("uh_random_uniform_{d}"), format!("uh_uniform_k<{t}>"));
+        add(
+            format!("uh_random_uniform_{d}"),
+            format!("uh_uniform_k<{t}>"),
+        );
         add(format!("uh_random_normal_{d}"), format!("uh_normal_k<{t}>"));
-        add(format!("uh_dropout_forward_{d}"), format!("uh_dropout_k<{t}>"));
-        add(format!("uh_dropout_backward_{d}"), format!("uh_dropout_backward_k<{t}>"));
+        add(
+            format!("uh_dropout_forward_{d}"),
+            format!("uh_dropout_k<{t}>"),
+        );
+        add(
+            format!("uh_dropout_backward_{d}"),
+            format!("uh_dropout_backward_k<{t}>"),
+        );
     }
     for op in BINARY_ALL {
         for (d, t) in &all {
-            add(format!("uh_{op}_{d}"), format!("uh_binary_k<{t}, uh_op_{op}>"));
-            add(format!("uh_{op}_scalar_{d}"), format!("uh_binary_scalar_k<{t}, uh_op_{op}>"));
+            add(
+                format!("uh_{op}_{d}"),
+                format!("uh_binary_k<{t}, uh_op_{op}>"),
+            );
+            add(
+                format!("uh_{op}_scalar_{d}"),
+                format!("uh_binary_scalar_k<{t}, uh_op_{op}>"),
+            );
         }
     }
     v

@@ -102,8 +102,16 @@ pub fn symbols_for(isa: Isa) -> HostSymbolTable {
     for i in 0..n as usize {
         // SAFETY: i < n, the length of the static table; names are NUL-terminated string literals.
         let e = unsafe { &*p.add(i) };
-        let name = unsafe { CStr::from_ptr(e.name) }.to_string_lossy().into_owned();
-        t.insert(name, HostKernel { func: e.func, param_sizes: &PARAM_SIZES });
+        let name = unsafe { CStr::from_ptr(e.name) }
+            .to_string_lossy()
+            .into_owned();
+        t.insert(
+            name,
+            HostKernel {
+                func: e.func,
+                param_sizes: &PARAM_SIZES,
+            },
+        );
     }
     t
 }
@@ -111,7 +119,9 @@ pub fn symbols_for(isa: Isa) -> HostSymbolTable {
 /// The library's kernels for the selected ISA level, built once.
 pub fn host_symbols() -> Arc<HostSymbolTable> {
     static TABLE: OnceLock<Arc<HostSymbolTable>> = OnceLock::new();
-    TABLE.get_or_init(|| Arc::new(symbols_for(Isa::selected()))).clone()
+    TABLE
+        .get_or_init(|| Arc::new(symbols_for(Isa::selected())))
+        .clone()
 }
 
 /// `sizeof(uh_args)` and the offsets of `size`, `ptr`, `stride`, `s`, `u` as the C compiler laid
@@ -146,7 +156,10 @@ mod tests {
 
     #[test]
     fn every_variant_has_every_catalogue_kernel() {
-        let names: Vec<String> = crate::catalogue::kernel_entries().into_iter().map(|e| e.name).collect();
+        let names: Vec<String> = crate::catalogue::kernel_entries()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         for isa in [Isa::Base, Isa::Avx2, Isa::Avx512] {
             if !isa.available() {
                 continue;

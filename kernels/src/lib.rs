@@ -28,13 +28,25 @@ use unihal_hal::{DType, OpId};
 pub fn has_kernel(name: &str) -> bool {
     static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
     NAMES
-        .get_or_init(|| catalogue::kernel_entries().into_iter().map(|e| e.name).collect())
+        .get_or_init(|| {
+            catalogue::kernel_entries()
+                .into_iter()
+                .map(|e| e.name)
+                .collect()
+        })
         .contains(name)
 }
 
 /// The ops and dtypes the library implements, for a backend's capabilities.
 pub fn support() -> BTreeMap<OpId, Vec<DType>> {
-    let arith = [DType::F32, DType::F64, DType::F16, DType::Bf16, DType::I32, DType::I64];
+    let arith = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::Bf16,
+        DType::I32,
+        DType::I64,
+    ];
     let mut m = BTreeMap::new();
     for op in OpId::ALL {
         let dtypes: Vec<DType> = match op {

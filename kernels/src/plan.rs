@@ -22,7 +22,9 @@ pub struct Launch {
 /// Name of a dtype in kernel names, for the typed (not width-generic) kernels.
 fn typed(op: OpId, d: DType) -> Result<&'static str> {
     match d {
-        DType::F32 | DType::F64 | DType::F16 | DType::Bf16 | DType::I32 | DType::I64 => Ok(d.name()),
+        DType::F32 | DType::F64 | DType::F16 | DType::Bf16 | DType::I32 | DType::I64 => {
+            Ok(d.name())
+        }
         _ => Err(HalError::unsupported(format!("op {op} in {d}"))),
     }
 }
@@ -40,7 +42,9 @@ fn width(d: DType) -> &'static str {
 pub fn kernel_name(call: &OpCall) -> Result<String> {
     let op = call.op;
     let t = &call.tensors;
-    let key = call.key_dtype().ok_or_else(|| HalError::invalid("call", Invalid::Other("no output".into())))?;
+    let key = call
+        .key_dtype()
+        .ok_or_else(|| HalError::invalid("call", Invalid::Other("no output".into())))?;
     Ok(match op.class() {
         OpClass::Fill | OpClass::Copy => format!("uh_{}_{}", op.name(), width(key)),
         OpClass::Where => format!("uh_where_{}", width(key)),
@@ -58,7 +62,11 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
     let out_shape = call.validate()?;
     let kernel = kernel_name(call)?;
     if !crate::has_kernel(&kernel) {
-        return Err(HalError::unsupported(format!("op {} in {:?} (no kernel {kernel})", call.op, call.key_dtype())));
+        return Err(HalError::unsupported(format!(
+            "op {} in {:?} (no kernel {kernel})",
+            call.op,
+            call.key_dtype()
+        )));
     }
     let n: u64 = out_shape.iter().product();
     if n == 0 {
@@ -81,7 +89,11 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
         }
         let col: Vec<i64> = strides.iter().map(|s| s[d]).collect();
         if let Some((psize, pcol)) = dims.last_mut() {
-            if pcol.iter().zip(&col).all(|(&ps, &cs)| ps == cs * size as i64) {
+            if pcol
+                .iter()
+                .zip(&col)
+                .all(|(&ps, &cs)| ps == cs * size as i64)
+            {
                 *psize *= size;
                 *pcol = col;
                 continue;
@@ -90,10 +102,13 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
         dims.push((size, col));
     }
     if dims.len() > MAX_DIMS {
-        return Err(HalError::invalid("tensors", Invalid::Value {
-            value: format!("{} dims that do not collapse", dims.len()),
-            accepted: format!("at most {MAX_DIMS}"),
-        }));
+        return Err(HalError::invalid(
+            "tensors",
+            Invalid::Value {
+                value: format!("{} dims that do not collapse", dims.len()),
+                accepted: format!("at most {MAX_DIMS}"),
+            },
+        ));
     }
     args.ndim = dims.len() as i64;
     args.n = n as i64;
@@ -103,7 +118,8 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
             args.stride[k][d] = s;
         }
     }
-    args.contiguous = (dims.len() <= 1 && dims.iter().all(|(_, col)| col.iter().all(|&s| s == 1))) as i64;
+    args.contiguous =
+        (dims.len() <= 1 && dims.iter().all(|(_, col)| col.iter().all(|&s| s == 1))) as i64;
     if dims.is_empty() {
         args.contiguous = 1;
     }
@@ -142,7 +158,13 @@ pub fn fill_bits(value: Scalar, dtype: DType) -> u64 {
         DType::F32 => (f as f32).to_bits() as u64,
         DType::F16 => half::f16::from_f64(f).to_bits() as u64,
         DType::Bf16 => half::bf16::from_f64(f).to_bits() as u64,
-        DType::Bool => (if matches!(value, Scalar::F64(_)) { f != 0.0 } else { i != 0 }) as u64,
+        DType::Bool => {
+            (if matches!(value, Scalar::F64(_)) {
+                f != 0.0
+            } else {
+                i != 0
+            }) as u64
+        }
         DType::I8 => int_of(value, i8::MIN as i64, i8::MAX as i64) as u8 as u64,
         DType::U8 => int_of(value, 0, u8::MAX as i64) as u8 as u64,
         DType::I16 => int_of(value, i16::MIN as i64, i16::MAX as i64) as u16 as u64,
@@ -165,11 +187,16 @@ fn int_of(v: Scalar, lo: i64, hi: i64) -> i64 {
 pub fn launch_shape(n: u64, caps: &MandatoryCaps) -> LaunchConfig {
     if caps.warp_size <= 1 {
         let per_block = 1u64 << 15;
-        let blocks = n.div_ceil(per_block).clamp(1, caps.compute_units.max(1) as u64 * 4);
+        let blocks = n
+            .div_ceil(per_block)
+            .clamp(1, caps.compute_units.max(1) as u64 * 4);
         LaunchConfig::linear(blocks as u32, 1)
     } else {
         let threads = 256u64.min(caps.max_threads_per_block as u64);
-        let blocks = n.div_ceil(threads).clamp(1, caps.compute_units.max(1) as u64 * 32).min(caps.max_grid[0] as u64);
+        let blocks = n
+            .div_ceil(threads)
+            .clamp(1, caps.compute_units.max(1) as u64 * 32)
+            .min(caps.max_grid[0] as u64);
         LaunchConfig::linear(blocks as u32, threads as u32)
     }
 }

@@ -38,10 +38,15 @@ pub fn library_source(target: GpuTarget) -> String {
 
 /// Every entry name the library source defines.
 pub fn entry_names() -> Vec<String> {
-    catalogue::kernel_entries().into_iter().map(|e| e.name).collect()
+    catalogue::kernel_entries()
+        .into_iter()
+        .map(|e| e.name)
+        .collect()
 }
 
 /// A stable 64-bit FNV-1a hash of `text` (for compile caches keyed on the source).
 pub fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }

@@ -9,7 +9,8 @@ use unihal_kernels::source::{entry_names, library_source, GpuTarget};
 
 #[test]
 fn nvrtc_compiles_every_kernel_for_sm80_and_sm90() {
-    let nvrtc = Nvrtc::load().unwrap_or_else(|e| panic!("NVRTC must be installed for this gate: {e}"));
+    let nvrtc =
+        Nvrtc::load().unwrap_or_else(|e| panic!("NVRTC must be installed for this gate: {e}"));
     eprintln!("NVRTC {:?} from {}", nvrtc.version(), nvrtc.path());
     let src = library_source(GpuTarget::Cuda);
     let names = entry_names();
@@ -18,13 +19,28 @@ fn nvrtc_compiles_every_kernel_for_sm80_and_sm90() {
         let out = nvrtc
             .compile(&src, "unihal_kernels.cu", arch)
             .unwrap_or_else(|e| panic!("NVRTC {arch}: {e}"));
-        eprintln!("{arch}: PTX {} bytes, cubin {} bytes in {:?}", out.ptx.len(), out.cubin.len(), t.elapsed());
-        assert!(out.ptx.contains(&format!(".target {arch}")), "PTX for {arch} has no matching .target");
+        eprintln!(
+            "{arch}: PTX {} bytes, cubin {} bytes in {:?}",
+            out.ptx.len(),
+            out.cubin.len(),
+            t.elapsed()
+        );
+        assert!(
+            out.ptx.contains(&format!(".target {arch}")),
+            "PTX for {arch} has no matching .target"
+        );
         assert!(!out.cubin.is_empty(), "empty cubin for {arch}");
-        assert_eq!(&out.cubin[..4], b"\x7fELF", "cubin for {arch} is not an ELF image");
+        assert_eq!(
+            &out.cubin[..4],
+            b"\x7fELF",
+            "cubin for {arch} is not an ELF image"
+        );
         let entries = ptx_entries(&out.ptx);
         for n in &names {
-            assert!(entries.contains(n), "{arch}: entry {n} missing from the PTX");
+            assert!(
+                entries.contains(n),
+                "{arch}: entry {n} missing from the PTX"
+            );
         }
         assert_eq!(entries.len(), names.len(), "{arch}: unexpected entries");
     }
@@ -32,7 +48,8 @@ fn nvrtc_compiles_every_kernel_for_sm80_and_sm90() {
 
 #[test]
 fn hiprtc_compiles_every_kernel_for_gfx906_gfx908_gfx90a() {
-    let hiprtc = Hiprtc::load().unwrap_or_else(|e| panic!("hiprtc must be installed for this gate: {e}"));
+    let hiprtc =
+        Hiprtc::load().unwrap_or_else(|e| panic!("hiprtc must be installed for this gate: {e}"));
     eprintln!("hiprtc {:?} from {}", hiprtc.version(), hiprtc.path());
     let src = library_source(GpuTarget::Hip);
     let names = entry_names();
@@ -41,11 +58,18 @@ fn hiprtc_compiles_every_kernel_for_gfx906_gfx908_gfx90a() {
         let out = hiprtc
             .compile(&src, "unihal_kernels.hip", arch)
             .unwrap_or_else(|e| panic!("hiprtc {arch}: {e}"));
-        eprintln!("{arch}: code object {} bytes in {:?}", out.code.len(), t.elapsed());
+        eprintln!(
+            "{arch}: code object {} bytes in {:?}",
+            out.code.len(),
+            t.elapsed()
+        );
         assert_eq!(&out.code[..4], b"\x7fELF", "{arch}: not an ELF code object");
         let text = String::from_utf8_lossy(&out.code);
         for n in &names {
-            assert!(text.contains(&format!("{n}.kd")), "{arch}: kernel descriptor {n}.kd missing");
+            assert!(
+                text.contains(&format!("{n}.kd")),
+                "{arch}: kernel descriptor {n}.kd missing"
+            );
         }
     }
     // Architectures that abort this hiprtc are refused before reaching it.

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use unihal_hal::{
     Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
-    MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle, OptionalCaps,
-    Result, Stream,
+    HostSymbolTable, MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle,
+    OptionalCaps, Result, Stream,
 };
 
 /// One virtual CPU device.
@@ -27,6 +27,7 @@ pub struct CpuDevice {
     streams: Mutex<Vec<Weak<WorkerShared>>>,
     next_stream: AtomicU64,
     fault: FaultSwitch,
+    kernels: Arc<HostSymbolTable>,
 }
 
 /// The host's widest vector ISA level, reported as the device architecture.
@@ -110,6 +111,7 @@ impl CpuDevice {
             streams: Mutex::new(Vec::new()),
             next_stream: AtomicU64::new(0),
             fault,
+            kernels: unihal_kernels::cpu::host_symbols(),
         }))
     }
 
@@ -119,6 +121,11 @@ impl CpuDevice {
 
     pub(crate) fn pool(&self) -> Option<Arc<rayon::ThreadPool>> {
         self.pool.clone()
+    }
+
+    /// The portable kernel library for this CPU's ISA level.
+    pub(crate) fn kernels(&self) -> &HostSymbolTable {
+        &self.kernels
     }
 
     pub(crate) fn fault(&self) -> FaultSwitch {

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
     Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
+    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -310,6 +310,45 @@ impl Stream for CpuStream {
             }
             let _span = tracing::trace_span!("cpu launch", kernel = %f.name).entered();
             run_launch(pool.as_deref(), &f, &config, &args)
+        }))
+    }
+
+    fn run_op(&self, call: &OpCall) -> Result<()> {
+        for t in &call.tensors {
+            cpu_addr(&t.buffer, "tensors", self.id(), 0, 0)?;
+        }
+        let caps = self.dev.capabilities_ref();
+        if let Some(d) = call.key_dtype() {
+            if !caps.supports(call.op, d) {
+                return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
+            }
+        }
+        let Some(launch) = unihal_kernels::plan::plan(call, &caps.mandatory)? else {
+            return Ok(()); // no elements
+        };
+        let kernel = *self.dev.kernels().get(&launch.kernel).ok_or_else(|| {
+            HalError::Internal(format!(
+                "kernel {} missing from the CPU library",
+                launch.kernel
+            ))
+        })?;
+        let f = CpuFunction {
+            device: self.id(),
+            name: launch.kernel,
+            kernel,
+        };
+        let mut args = KernelArgs::new();
+        args.push(launch.args);
+        let (config, keep, pool) = (launch.config, launch.buffers, self.dev.pool());
+        self.submit(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let _span = tracing::trace_span!("cpu op", kernel = %f.name).entered();
+            // The plan checked every operand against its buffer, and `keep` holds the buffers.
+            let r = run_launch(pool.as_deref(), &f, &config, &args);
+            drop(keep);
+            r
         }))
     }
 

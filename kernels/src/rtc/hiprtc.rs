@@ -32,16 +32,34 @@ pub struct HiprtcOutput {
 
 impl RtcApi for HiprtcSys {
     const WHAT: &'static str = "hiprtc";
-    unsafe fn create(&self, prog: *mut HiprtcProgram, src: *const std::ffi::c_char, name: *const std::ffi::c_char) -> i32 {
+    unsafe fn create(
+        &self,
+        prog: *mut HiprtcProgram,
+        src: *const std::ffi::c_char,
+        name: *const std::ffi::c_char,
+    ) -> i32 {
         (self.create_program)(prog, src, name, 0, std::ptr::null(), std::ptr::null())
     }
-    unsafe fn compile(&self, prog: HiprtcProgram, n: i32, opts: *const *const std::ffi::c_char) -> i32 {
+    unsafe fn compile(
+        &self,
+        prog: HiprtcProgram,
+        n: i32,
+        opts: *const *const std::ffi::c_char,
+    ) -> i32 {
         (self.compile_program)(prog, n, opts)
     }
     unsafe fn log(&self, prog: HiprtcProgram) -> String {
-        read_output("hiprtc log", |n| (self.get_program_log_size)(prog, n), |p| (self.get_program_log)(prog, p))
-            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').to_string())
-            .unwrap_or_default()
+        read_output(
+            "hiprtc log",
+            |n| (self.get_program_log_size)(prog, n),
+            |p| (self.get_program_log)(prog, p),
+        )
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .unwrap_or_default()
     }
     unsafe fn destroy(&self, prog: *mut HiprtcProgram) {
         (self.destroy_program)(prog);
@@ -63,7 +81,11 @@ impl Hiprtc {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: hiprtcVersion writes two ints.
         unsafe { (sys.version)(&mut major, &mut minor) };
-        Ok(Hiprtc { sys, path, version: (major, minor) })
+        Ok(Hiprtc {
+            sys,
+            path,
+            version: (major, minor),
+        })
     }
 
     /// `(major, minor)` as hiprtc reports it.
@@ -95,7 +117,13 @@ impl Hiprtc {
         let sys = &self.sys;
         let (code, log) = compile_program(sys, src, name, &options, |prog| {
             // SAFETY: prog is the live, compiled program; the size comes from the matching call.
-            unsafe { read_output("hiprtc code", |n| (sys.get_code_size)(prog, n), |p| (sys.get_code)(prog, p)) }
+            unsafe {
+                read_output(
+                    "hiprtc code",
+                    |n| (sys.get_code_size)(prog, n),
+                    |p| (sys.get_code)(prog, p),
+                )
+            }
         })?;
         Ok(HiprtcOutput { code, log })
     }

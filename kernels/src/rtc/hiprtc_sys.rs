@@ -21,7 +21,8 @@ pub struct HiprtcSys {
         *const *const c_char,
         *const *const c_char,
     ) -> HiprtcResult,
-    pub compile_program: unsafe extern "C" fn(HiprtcProgram, c_int, *const *const c_char) -> HiprtcResult,
+    pub compile_program:
+        unsafe extern "C" fn(HiprtcProgram, c_int, *const *const c_char) -> HiprtcResult,
     pub get_program_log_size: unsafe extern "C" fn(HiprtcProgram, *mut usize) -> HiprtcResult,
     pub get_program_log: unsafe extern "C" fn(HiprtcProgram, *mut c_char) -> HiprtcResult,
     pub get_code_size: unsafe extern "C" fn(HiprtcProgram, *mut usize) -> HiprtcResult,

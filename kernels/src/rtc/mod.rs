@@ -29,7 +29,10 @@ pub(crate) fn open_first(what: &str, env: &str, candidates: &[&str]) -> Result<(
     }
     Err(HalError::Unavailable {
         what: what.to_string(),
-        reason: format!("tried {} (set {env} to a path to override)", tried.join("; ")),
+        reason: format!(
+            "tried {} (set {env} to a path to override)",
+            tried.join("; ")
+        ),
     })
 }
 
@@ -51,7 +54,11 @@ pub fn ptx_entries(ptx: &str) -> Vec<String> {
             let l = l.trim();
             let rest = l.strip_prefix(".visible ").unwrap_or(l);
             let rest = rest.strip_prefix(".entry ")?;
-            Some(rest.split(|c: char| c == '(' || c.is_whitespace()).next()?.to_string())
+            Some(
+                rest.split(|c: char| c == '(' || c.is_whitespace())
+                    .next()?
+                    .to_string(),
+            )
         })
         .collect()
 }
@@ -62,10 +69,20 @@ pub(crate) trait RtcApi {
     const WHAT: &'static str;
     /// # Safety
     /// As the vendor's `*CreateProgram` with no headers.
-    unsafe fn create(&self, prog: *mut *mut std::ffi::c_void, src: *const std::ffi::c_char, name: *const std::ffi::c_char) -> i32;
+    unsafe fn create(
+        &self,
+        prog: *mut *mut std::ffi::c_void,
+        src: *const std::ffi::c_char,
+        name: *const std::ffi::c_char,
+    ) -> i32;
     /// # Safety
     /// As the vendor's `*CompileProgram`.
-    unsafe fn compile(&self, prog: *mut std::ffi::c_void, n: i32, opts: *const *const std::ffi::c_char) -> i32;
+    unsafe fn compile(
+        &self,
+        prog: *mut std::ffi::c_void,
+        n: i32,
+        opts: *const *const std::ffi::c_char,
+    ) -> i32;
     /// # Safety
     /// As the vendor's `*GetProgramLogSize` / `*GetProgramLog`.
     unsafe fn log(&self, prog: *mut std::ffi::c_void) -> String;
@@ -89,10 +106,19 @@ pub(crate) fn compile_program<A: RtcApi, T>(
     collect: impl FnOnce(*mut std::ffi::c_void) -> Result<T>,
 ) -> Result<(T, String)> {
     use std::ffi::CString;
-    let interior = |what: &str| HalError::invalid("source", unihal_hal::Invalid::Other(format!("{what} contains a NUL byte")));
+    let interior = |what: &str| {
+        HalError::invalid(
+            "source",
+            unihal_hal::Invalid::Other(format!("{what} contains a NUL byte")),
+        )
+    };
     let csrc = CString::new(src).map_err(|_| interior("source"))?;
     let cname = CString::new(name).map_err(|_| interior("name"))?;
-    let copts: Vec<CString> = options.iter().map(|o| CString::new(o.as_str())).collect::<std::result::Result<_, _>>().map_err(|_| interior("an option"))?;
+    let copts: Vec<CString> = options
+        .iter()
+        .map(|o| CString::new(o.as_str()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| interior("an option"))?;
     let opt_ptrs: Vec<*const std::ffi::c_char> = copts.iter().map(|c| c.as_ptr()).collect();
     let vendor = |call: &str, code: i32, message: String| HalError::Vendor {
         library: A::WHAT.into(),
@@ -138,7 +164,9 @@ pub(crate) unsafe fn read_output(
     let mut n = 0usize;
     let rc = size(&mut n);
     if rc != 0 {
-        return Err(HalError::Internal(format!("{what}: size query failed with {rc}")));
+        return Err(HalError::Internal(format!(
+            "{what}: size query failed with {rc}"
+        )));
     }
     let mut buf = vec![0u8; n];
     if n > 0 {

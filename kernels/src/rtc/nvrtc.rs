@@ -29,16 +29,34 @@ pub struct NvrtcOutput {
 
 impl RtcApi for NvrtcSys {
     const WHAT: &'static str = "nvrtc";
-    unsafe fn create(&self, prog: *mut NvrtcProgram, src: *const std::ffi::c_char, name: *const std::ffi::c_char) -> i32 {
+    unsafe fn create(
+        &self,
+        prog: *mut NvrtcProgram,
+        src: *const std::ffi::c_char,
+        name: *const std::ffi::c_char,
+    ) -> i32 {
         (self.create_program)(prog, src, name, 0, std::ptr::null(), std::ptr::null())
     }
-    unsafe fn compile(&self, prog: NvrtcProgram, n: i32, opts: *const *const std::ffi::c_char) -> i32 {
+    unsafe fn compile(
+        &self,
+        prog: NvrtcProgram,
+        n: i32,
+        opts: *const *const std::ffi::c_char,
+    ) -> i32 {
         (self.compile_program)(prog, n, opts)
     }
     unsafe fn log(&self, prog: NvrtcProgram) -> String {
-        read_output("nvrtc log", |n| (self.get_program_log_size)(prog, n), |p| (self.get_program_log)(prog, p))
-            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').to_string())
-            .unwrap_or_default()
+        read_output(
+            "nvrtc log",
+            |n| (self.get_program_log_size)(prog, n),
+            |p| (self.get_program_log)(prog, p),
+        )
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .unwrap_or_default()
     }
     unsafe fn destroy(&self, prog: *mut NvrtcProgram) {
         (self.destroy_program)(prog);
@@ -60,7 +78,11 @@ impl Nvrtc {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: nvrtcVersion writes two ints.
         unsafe { (sys.version)(&mut major, &mut minor) };
-        Ok(Nvrtc { sys, path, version: (major, minor) })
+        Ok(Nvrtc {
+            sys,
+            path,
+            version: (major, minor),
+        })
     }
 
     /// `(major, minor)` of the loaded NVRTC.
@@ -79,12 +101,18 @@ impl Nvrtc {
     /// [`Invalid::Value`] for a malformed arch; [`HalError::Vendor`] with the compiler log.
     pub fn compile(&self, src: &str, name: &str, arch: &str) -> Result<NvrtcOutput> {
         let ok = (arch.starts_with("sm_") || arch.starts_with("compute_"))
-            && arch.split('_').nth(1).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()));
+            && arch
+                .split('_')
+                .nth(1)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()));
         if !ok {
-            return Err(HalError::invalid("arch", Invalid::Value {
-                value: arch.to_string(),
-                accepted: "sm_<NN> or compute_<NN>".into(),
-            }));
+            return Err(HalError::invalid(
+                "arch",
+                Invalid::Value {
+                    value: arch.to_string(),
+                    accepted: "sm_<NN> or compute_<NN>".into(),
+                },
+            ));
         }
         let options = vec![
             format!("--gpu-architecture={arch}"),
@@ -94,14 +122,31 @@ impl Nvrtc {
         let sys = &self.sys;
         let ((ptx, cubin), log) = compile_program(sys, src, name, &options, |prog| {
             // SAFETY: prog is the live, compiled program; sizes come from the matching size calls.
-            let ptx = unsafe { read_output("nvrtc PTX", |n| (sys.get_ptx_size)(prog, n), |p| (sys.get_ptx)(prog, p))? };
+            let ptx = unsafe {
+                read_output(
+                    "nvrtc PTX",
+                    |n| (sys.get_ptx_size)(prog, n),
+                    |p| (sys.get_ptx)(prog, p),
+                )?
+            };
             let cubin = if arch.starts_with("sm_") {
                 // SAFETY: as above.
-                unsafe { read_output("nvrtc CUBIN", |n| (sys.get_cubin_size)(prog, n), |p| (sys.get_cubin)(prog, p))? }
+                unsafe {
+                    read_output(
+                        "nvrtc CUBIN",
+                        |n| (sys.get_cubin_size)(prog, n),
+                        |p| (sys.get_cubin)(prog, p),
+                    )?
+                }
             } else {
                 Vec::new()
             };
-            Ok((String::from_utf8_lossy(&ptx).trim_end_matches('\0').to_string(), cubin))
+            Ok((
+                String::from_utf8_lossy(&ptx)
+                    .trim_end_matches('\0')
+                    .to_string(),
+                cubin,
+            ))
         })?;
         Ok(NvrtcOutput { ptx, cubin, log })
     }
