@@ -77,6 +77,8 @@ pub enum Need {
     Devices(usize),
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
+    /// `Stream::run_op` runs this op in this dtype.
+    Op(unihal_hal::OpId, unihal_hal::DType),
 }
 
 impl Need {
@@ -93,6 +95,7 @@ impl Need {
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
+            Need::Op(op, d) => caps.supports(*op, *d),
         };
         if ok {
             return Ok(());
@@ -104,6 +107,7 @@ impl Need {
             Need::StreamOrderedAlloc => "device has no stream-ordered allocation".into(),
             Need::PeerDevice => "device has no peer device".into(),
             Need::Devices(n) => format!("needs {n} devices, backend has {device_count}"),
+            Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::TestKernels => format!(
                 "no conformance test kernels for module formats {:?} (available: {:?})",
                 caps.mandatory.module_formats,
@@ -113,36 +117,39 @@ impl Need {
     }
 }
 
+/// The body of a case.
+pub type CaseFn = Arc<dyn Fn(&Ctx) -> CaseResult + Send + Sync>;
+
 /// One conformance case.
 #[derive(Clone)]
 pub struct Case {
     /// Stable hierarchical id, e.g. `memory.copy.h2d.async`.
-    pub id: &'static str,
+    pub id: String,
     /// Capabilities the case needs.
-    pub needs: &'static [Need],
+    pub needs: Vec<Need>,
     /// Watchdog limit; `None` uses the run's default.
     pub timeout: Option<Duration>,
     /// May run while other cases use the same device.
     pub concurrent: bool,
     /// The body.
-    pub run: fn(&Ctx) -> CaseResult,
+    pub run: CaseFn,
 }
 
 impl Case {
     /// A case with no needs, the default timeout and exclusive use of its device.
-    pub const fn new(id: &'static str, run: fn(&Ctx) -> CaseResult) -> Case {
+    pub fn new(id: impl Into<String>, run: impl Fn(&Ctx) -> CaseResult + Send + Sync + 'static) -> Case {
         Case {
-            id,
-            needs: &[],
+            id: id.into(),
+            needs: Vec::new(),
             timeout: None,
             concurrent: false,
-            run,
+            run: Arc::new(run),
         }
     }
 
     /// The same case with needs.
-    pub const fn needs(mut self, needs: &'static [Need]) -> Case {
-        self.needs = needs;
+    pub fn needs(mut self, needs: &[Need]) -> Case {
+        self.needs = needs.to_vec();
         self
     }
 }

@@ -103,7 +103,7 @@ pub enum Plan {
 
 /// Decides whether `case` runs on `target`: manifest `unsupported` and missing needs skip it.
 pub fn plan(case: &Case, target: &Target) -> Plan {
-    let entry = target.manifest.lookup(case.id);
+    let entry = target.manifest.lookup(&case.id);
     if let Some(e) = entry.filter(|e| e.kind == EntryKind::Unsupported) {
         return Plan::Skip(format!(
             "unsupported by the {} manifest: {}",
@@ -112,7 +112,7 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
         ));
     }
     let count = target.backend.probe().unwrap_or(1);
-    for need in case.needs {
+    for need in &case.needs {
         if let Err(reason) = need.check(&*target.device, count) {
             return Plan::Skip(reason);
         }
@@ -168,7 +168,7 @@ fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
 /// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
 pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Outcome {
     let (tx, rx) = std::sync::mpsc::channel();
-    let (run, backend, device) = (case.run, target.backend.clone(), target.device.clone());
+    let (run, backend, device) = (case.run.clone(), target.backend.clone(), target.device.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("case {}", case.id))
         .spawn(move || {
@@ -405,7 +405,7 @@ pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
         }
     };
     CaseReport {
-        id: case.id.to_string(),
+        id: case.id.clone(),
         outcome,
         duration_ms: start.elapsed().as_secs_f64() * 1e3,
     }
@@ -440,7 +440,7 @@ pub fn run(
         .map(|t| {
             let results: Vec<CaseReport> = cases
                 .iter()
-                .filter(|c| selected(c.id, opts))
+                .filter(|c| selected(&c.id, opts))
                 .map(|c| run_case(c, t, opts))
                 .collect();
             TargetReport {

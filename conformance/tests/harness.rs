@@ -260,7 +260,7 @@ fn suite_has_enough_cases_per_area_and_unique_ids() {
         let n = all.iter().filter(|c| c.id.starts_with(area)).count();
         assert!(n >= 8, "{area}: {n} cases");
     }
-    let mut ids: Vec<_> = all.iter().map(|c| c.id).collect();
+    let mut ids: Vec<_> = all.iter().map(|c| c.id.as_str()).collect();
     ids.dedup();
     assert_eq!(ids.len(), all.len(), "duplicate case ids");
     for c in &all {

@@ -201,7 +201,7 @@ fn conformance(
         targets.retain(|t| (t.device.id().ordinal as usize) < max);
     }
     let cases = unihal_conformance::cases::all();
-    if !cases.iter().any(|c| runner::selected(c.id, &opts)) {
+    if !cases.iter().any(|c| runner::selected(&c.id, &opts)) {
         eprintln!(
             "unihal: no case matches the filter {:?}",
             opts.filter.as_deref().unwrap_or("")

@@ -20,6 +20,6 @@ pub fn all() -> Vec<Case> {
     .into_iter()
     .flatten()
     .collect();
-    v.sort_by_key(|c| c.id);
+    v.sort_by(|a, b| a.id.cmp(&b.id));
     v
 }
