@@ -210,7 +210,9 @@ struct uh_op_gelu_tanh_backward {
     template <class C> UH_DEV C f(C x, C dy) {
         C x2 = x * x;
         C t = uh_tanh((C)UH_GELU_K * (x + (C)0.044715 * x2 * x));
-        C d = (C)0.5 * ((C)1 + t) + (C)0.5 * x * ((C)1 - t * t) * (C)UH_GELU_K * ((C)1 + (C)0.134145 * x2);
+        C sech2 = (C)1 - t * t;
+        // Where tanh saturates the second term is exactly 0 (also when x*x overflows).
+        C d = (C)0.5 * ((C)1 + t) + (sech2 == (C)0 ? (C)0 : (C)0.5 * x * sech2 * (C)UH_GELU_K * ((C)1 + (C)0.134145 * x2));
         return dy * d;
     }
 };

@@ -6,6 +6,7 @@ pub mod events;
 pub mod kernels;
 pub mod memory;
 pub mod misuse;
+pub mod ops;
 pub mod streams;
 
 /// Every case of the suite, in id order.
@@ -16,6 +17,7 @@ pub fn all() -> Vec<Case> {
         events::cases(),
         kernels::cases(),
         misuse::cases(),
+        ops::cases(),
     ]
     .into_iter()
     .flatten()
