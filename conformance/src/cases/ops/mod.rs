@@ -1,6 +1,8 @@
 //! `ops.*`: the portable op library through `Stream::run_op`, against independent references.
 
 pub mod elementwise;
+pub mod misuse;
+pub mod random;
 pub mod reference;
 pub mod values;
 
@@ -8,5 +10,8 @@ use crate::case::Case;
 
 /// Every op case.
 pub fn cases() -> Vec<Case> {
-    elementwise::cases()
+    let mut v = elementwise::cases();
+    v.extend(random::cases());
+    v.extend(misuse::cases());
+    v
 }
