@@ -27,7 +27,13 @@ fn main() {
         variants.push(("uh_avx2", &["-mavx2", "-mfma", "-mf16c"]));
         variants.push((
             "uh_avx512",
-            &["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"],
+            &[
+                "-mavx512f",
+                "-mavx512bw",
+                "-mavx512vl",
+                "-mavx512dq",
+                "-mprefer-vector-width=512",
+            ],
         ));
         println!("cargo:rustc-cfg=unihal_x86_variants");
     }

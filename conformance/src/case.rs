@@ -137,7 +137,10 @@ pub struct Case {
 
 impl Case {
     /// A case with no needs, the default timeout and exclusive use of its device.
-    pub fn new(id: impl Into<String>, run: impl Fn(&Ctx) -> CaseResult + Send + Sync + 'static) -> Case {
+    pub fn new(
+        id: impl Into<String>,
+        run: impl Fn(&Ctx) -> CaseResult + Send + Sync + 'static,
+    ) -> Case {
         Case {
             id: id.into(),
             needs: Vec::new(),

@@ -70,7 +70,7 @@ pub fn libtest_main(registry: &Registry) -> ! {
                 Plan::Skip(reason) => {
                     if wanted(&name) {
                         results.lock()[ti].push(CaseReport {
-                            id: case.id.into(),
+                            id: case.id.clone(),
                             outcome: Outcome::Skipped {
                                 reason: reason.clone(),
                             },

@@ -168,7 +168,11 @@ fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
 /// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
 pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Outcome {
     let (tx, rx) = std::sync::mpsc::channel();
-    let (run, backend, device) = (case.run.clone(), target.backend.clone(), target.device.clone());
+    let (run, backend, device) = (
+        case.run.clone(),
+        target.backend.clone(),
+        target.device.clone(),
+    );
     let spawned = std::thread::Builder::new()
         .name(format!("case {}", case.id))
         .spawn(move || {

@@ -10,7 +10,14 @@ use std::sync::Arc;
 use unihal_hal::{Buffer, DType, OpCall, OpClass, OpId, Scalar, Stream, TensorView};
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::Bf16];
-const ARITH: [DType; 6] = [DType::F32, DType::F64, DType::F16, DType::Bf16, DType::I32, DType::I64];
+const ARITH: [DType; 6] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::Bf16,
+    DType::I32,
+    DType::I64,
+];
 
 /// The dtypes an op is defined for (the contract, independent of any backend).
 pub fn defined_dtypes(op: OpId) -> Vec<DType> {
@@ -68,17 +75,42 @@ fn strides_for(shape: &[u64], layout: Layout) -> (Vec<i64>, i64) {
         }
     }
     // Offset so the lowest element is at >= 5 (Padded) or 0.
-    let low: i64 = shape.iter().zip(&st).map(|(&n, &s)| if s < 0 { (n as i64 - 1).max(0) * s } else { 0 }).sum();
+    let low: i64 = shape
+        .iter()
+        .zip(&st)
+        .map(|(&n, &s)| if s < 0 { (n as i64 - 1).max(0) * s } else { 0 })
+        .sum();
     let base = if layout == Layout::Padded { 5 } else { 0 };
     (st, base - low)
 }
 
-fn place(ctx: &Ctx, s: &Arc<dyn Stream>, d: DType, shape: &[u64], layout: Layout, values: &[f64]) -> unihal_hal::Result<Placed> {
+fn place(
+    ctx: &Ctx,
+    s: &Arc<dyn Stream>,
+    d: DType,
+    shape: &[u64],
+    layout: Layout,
+    values: &[f64],
+) -> unihal_hal::Result<Placed> {
     let (strides, off) = strides_for(shape, layout);
     let esz = d.size();
     let n: u64 = shape.iter().product();
-    let high: i64 = shape.iter().zip(&strides).map(|(&k, &st)| if st > 0 { (k as i64 - 1).max(0) * st } else { 0 }).sum();
-    let elems = if n == 0 { 1 } else { (off + high + 1) as usize + 4 };
+    let high: i64 = shape
+        .iter()
+        .zip(&strides)
+        .map(|(&k, &st)| {
+            if st > 0 {
+                (k as i64 - 1).max(0) * st
+            } else {
+                0
+            }
+        })
+        .sum();
+    let elems = if n == 0 {
+        1
+    } else {
+        (off + high + 1) as usize + 4
+    };
     let mut image: Vec<u8> = (0..elems * esz).map(|i| 0xA5u8 ^ (i as u8)).collect();
     let mut pos = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -100,7 +132,9 @@ fn place(ctx: &Ctx, s: &Arc<dyn Stream>, d: DType, shape: &[u64], layout: Layout
 
 /// Deterministic inputs in an op's domain, with special values for float dtypes when asked.
 fn inputs(op: OpId, operand: usize, d: DType, n: usize, seed: u64, specials: bool) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(operand as u64 * 7919 + 1);
+    let mut x = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(operand as u64 * 7919 + 1);
     let mut next = || {
         x ^= x << 13;
         x ^= x >> 7;
@@ -119,7 +153,11 @@ fn inputs(op: OpId, operand: usize, d: DType, n: usize, seed: u64, specials: boo
     let mut v: Vec<f64> = (0..n)
         .map(|_| {
             let r = lo + (hi - lo) * next();
-            if d.is_integer() { r.round() } else { r }
+            if d.is_integer() {
+                r.round()
+            } else {
+                r
+            }
         })
         .collect();
     if op == OpId::Where && operand == 0 {
@@ -127,7 +165,8 @@ fn inputs(op: OpId, operand: usize, d: DType, n: usize, seed: u64, specials: boo
         return v;
     }
     if matches!(op, OpId::Div | OpId::DivScalar) && operand == 1 {
-        v.iter_mut().for_each(|e| *e = if *e >= 0.0 { *e + 0.5 } else { *e - 0.5 });
+        v.iter_mut()
+            .for_each(|e| *e = if *e >= 0.0 { *e + 0.5 } else { *e - 0.5 });
     }
     if specials && n >= 16 {
         if d.is_float() {
@@ -137,19 +176,36 @@ fn inputs(op: OpId, operand: usize, d: DType, n: usize, seed: u64, specials: boo
                 _ => 3e-7,
             };
             let big = if d == DType::F16 { 60000.0 } else { 1e30 };
-            let sp = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, tiny, -tiny, big, -big];
+            let sp = [
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                -0.0,
+                0.0,
+                tiny,
+                -tiny,
+                big,
+                -big,
+            ];
             let at = 1 + operand * 3;
             for (k, s) in sp.iter().enumerate() {
                 v[(at + k * 5) % n] = *s;
             }
         } else if op != OpId::Cast {
             // Overflowing integer arithmetic wraps.
-            let m = if d == DType::I32 { i32::MAX as f64 } else { (1i64 << 40) as f64 };
+            let m = if d == DType::I32 {
+                i32::MAX as f64
+            } else {
+                (1i64 << 40) as f64
+            };
             v[2] = m - 3.0;
             v[3] = -m + 2.0;
         }
         if op == OpId::Cast && d.is_float() {
-            for (k, s) in [1e10, -1e10, 3.7, -3.7, 2.5, 65519.0, 70000.0].iter().enumerate() {
+            for (k, s) in [1e10, -1e10, 3.7, -3.7, 2.5, 65519.0, 70000.0]
+                .iter()
+                .enumerate()
+            {
                 v[(40 + k * 3) % n] = *s;
             }
         }
@@ -181,7 +237,11 @@ fn int_ref(op: OpId, d: DType, a: f64, b: f64) -> f64 {
         Minimum | MinimumScalar => a.min(b),
         _ => unreachable!("{op} has no integer form"),
     };
-    if d == DType::I32 { r as i32 as f64 } else { r as i64 as f64 }
+    if d == DType::I32 {
+        r as i32 as f64
+    } else {
+        r as i64 as f64
+    }
 }
 
 /// `got` against the exact result `exact_ref`, whose terms have absolute sum `scale` (so that
@@ -232,15 +292,49 @@ struct Family {
 fn families(class: OpClass, n_in: usize) -> Vec<Family> {
     let same = |shape: Vec<u64>, l: Layout| vec![(shape, l); n_in];
     let mut f = vec![
-        Family { name: "empty", out: vec![0], out_layout: Layout::Dense, ins: same(vec![0], Layout::Dense), specials: false, in_place: false },
-        Family { name: "0-d", out: vec![], out_layout: Layout::Dense, ins: same(vec![], Layout::Dense), specials: false, in_place: false },
-        Family { name: "one", out: vec![1], out_layout: Layout::Dense, ins: same(vec![1], Layout::Dense), specials: false, in_place: false },
-        Family { name: "odd", out: vec![1037], out_layout: Layout::Dense, ins: same(vec![1037], Layout::Dense), specials: true, in_place: false },
+        Family {
+            name: "empty",
+            out: vec![0],
+            out_layout: Layout::Dense,
+            ins: same(vec![0], Layout::Dense),
+            specials: false,
+            in_place: false,
+        },
+        Family {
+            name: "0-d",
+            out: vec![],
+            out_layout: Layout::Dense,
+            ins: same(vec![], Layout::Dense),
+            specials: false,
+            in_place: false,
+        },
+        Family {
+            name: "one",
+            out: vec![1],
+            out_layout: Layout::Dense,
+            ins: same(vec![1], Layout::Dense),
+            specials: false,
+            in_place: false,
+        },
+        Family {
+            name: "odd",
+            out: vec![1037],
+            out_layout: Layout::Dense,
+            ins: same(vec![1037], Layout::Dense),
+            specials: true,
+            in_place: false,
+        },
         Family {
             name: "broadcast",
             out: vec![23, 17],
             out_layout: Layout::Dense,
-            ins: (0..n_in).map(|k| match k % 3 { 0 => (vec![23, 17], Layout::Dense), 1 => (vec![17], Layout::Dense), _ => (vec![23, 1], Layout::Dense) }).collect(),
+            ins: (0..n_in)
+                .map(|k| match k % 3 {
+                    0 => (vec![23, 17], Layout::Dense),
+                    1 => (vec![17], Layout::Dense),
+                    _ => (vec![23, 1], Layout::Dense),
+                })
+                .collect(),
             specials: false,
             in_place: false,
         },
@@ -248,14 +342,42 @@ fn families(class: OpClass, n_in: usize) -> Vec<Family> {
             name: "strided",
             out: vec![17, 23],
             out_layout: Layout::Padded,
-            ins: (0..n_in).map(|k| (vec![17, 23], [Layout::Transposed, Layout::Reversed, Layout::Padded][k % 3])).collect(),
+            ins: (0..n_in)
+                .map(|k| {
+                    (
+                        vec![17, 23],
+                        [Layout::Transposed, Layout::Reversed, Layout::Padded][k % 3],
+                    )
+                })
+                .collect(),
             specials: false,
             in_place: false,
         },
-        Family { name: "large", out: vec![65541], out_layout: Layout::Dense, ins: same(vec![65541], Layout::Dense), specials: false, in_place: false },
+        Family {
+            name: "large",
+            out: vec![65541],
+            out_layout: Layout::Dense,
+            ins: same(vec![65541], Layout::Dense),
+            specials: false,
+            in_place: false,
+        },
     ];
-    if matches!(class, OpClass::Unary | OpClass::UnaryBackward | OpClass::Binary | OpClass::BinaryScalar | OpClass::Copy) {
-        f.push(Family { name: "in_place", out: vec![1037], out_layout: Layout::Dense, ins: same(vec![1037], Layout::Dense), specials: true, in_place: true });
+    if matches!(
+        class,
+        OpClass::Unary
+            | OpClass::UnaryBackward
+            | OpClass::Binary
+            | OpClass::BinaryScalar
+            | OpClass::Copy
+    ) {
+        f.push(Family {
+            name: "in_place",
+            out: vec![1037],
+            out_layout: Layout::Dense,
+            ins: same(vec![1037], Layout::Dense),
+            specials: true,
+            in_place: true,
+        });
     }
     f
 }
@@ -282,18 +404,40 @@ fn check_op(ctx: &Ctx, op: OpId, d: DType, src: DType) -> CaseResult {
         let mut placed = Vec::new();
         for (k, (shape, layout)) in fam.ins.iter().enumerate() {
             let cnt: u64 = shape.iter().product();
-            let v = inputs(op, k, in_dtype(k), cnt as usize, fi as u64 + 1, fam.specials);
+            let v = inputs(
+                op,
+                k,
+                in_dtype(k),
+                cnt as usize,
+                fi as u64 + 1,
+                fam.specials,
+            );
             let p = place(ctx, &s, in_dtype(k), shape, *layout, &v)?;
             // Read back what the dtype stores.
-            vals.push(v.iter().map(|&x| decode(in_dtype(k), &encode(in_dtype(k), x))).collect::<Vec<f64>>());
+            vals.push(
+                v.iter()
+                    .map(|&x| decode(in_dtype(k), &encode(in_dtype(k), x)))
+                    .collect::<Vec<f64>>(),
+            );
             placed.push(p);
         }
         let out = if class == OpClass::Axpy {
             None
         } else if fam.in_place {
-            Some(Placed { view: placed[0].view.clone(), image: placed[0].image.clone(), pos: placed[0].pos.clone() })
+            Some(Placed {
+                view: placed[0].view.clone(),
+                image: placed[0].image.clone(),
+                pos: placed[0].pos.clone(),
+            })
         } else {
-            Some(place(ctx, &s, d, &fam.out, fam.out_layout, &vec![0.0; n as usize])?)
+            Some(place(
+                ctx,
+                &s,
+                d,
+                &fam.out,
+                fam.out_layout,
+                &vec![0.0; n as usize],
+            )?)
         };
         let scalar = match op {
             OpId::PowScalar => 1.7,
@@ -301,16 +445,30 @@ fn check_op(ctx: &Ctx, op: OpId, d: DType, src: DType) -> CaseResult {
             OpId::Axpy => 1.5,
             _ => 0.75,
         };
-        let sc = if d.is_integer() { Scalar::I64(3) } else { Scalar::F64(scalar) };
+        let sc = if d.is_integer() {
+            Scalar::I64(3)
+        } else {
+            Scalar::F64(scalar)
+        };
         let mut tensors: Vec<TensorView> = placed.iter().map(|p| p.view.clone()).collect();
         if let Some(o) = &out {
             tensors.push(o.view.clone());
         }
         let call = match class {
-            OpClass::Fill => OpCall::fill(tensors[0].clone(), Scalar::F64(if d.is_integer() { -7.0 } else { 3.25 })),
-            OpClass::BinaryScalar => OpCall::binary_scalar(op, tensors[0].clone(), sc, tensors[1].clone()),
+            OpClass::Fill => OpCall::fill(
+                tensors[0].clone(),
+                Scalar::F64(if d.is_integer() { -7.0 } else { 3.25 }),
+            ),
+            OpClass::BinaryScalar => {
+                OpCall::binary_scalar(op, tensors[0].clone(), sc, tensors[1].clone())
+            }
             OpClass::Axpy => OpCall::axpy(sc, tensors[0].clone(), tensors[1].clone()),
-            _ => OpCall { op, tensors, scalars: vec![], rng: None },
+            _ => OpCall {
+                op,
+                tensors,
+                scalars: vec![],
+                rng: None,
+            },
         };
         debug_assert_eq!(call.tensors.len(), n_t);
         s.run_op(&call)?;
@@ -358,7 +516,13 @@ fn check_op(ctx: &Ctx, op: OpId, d: DType, src: DType) -> CaseResult {
                 OpClass::Binary => binary(op, x(0), x(1)),
                 OpClass::BinaryScalar => binary(op, x(0), sv),
                 OpClass::Axpy => sv * x(0) + x(1),
-                OpClass::Where => if x(0) != 0.0 { x(1) } else { x(2) },
+                OpClass::Where => {
+                    if x(0) != 0.0 {
+                        x(1)
+                    } else {
+                        x(2)
+                    }
+                }
                 _ => unreachable!(),
             };
             let p = target.pos[i as usize];
@@ -383,7 +547,10 @@ fn check_op(ctx: &Ctx, op: OpId, d: DType, src: DType) -> CaseResult {
             expect[p..p + esz].copy_from_slice(&got_bytes[p..p + esz]);
         }
         if let Some(b) = expect.iter().zip(&got_bytes).position(|(a, b)| a != b) {
-            return Err(Failure::new(format!("{op} {d} family {}: byte {b} outside the output view was written", fam.name)));
+            return Err(Failure::new(format!(
+                "{op} {d} family {}: byte {b} outside the output view was written",
+                fam.name
+            )));
         }
     }
     Ok(())
@@ -394,20 +561,31 @@ pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for op in OpId::ALL {
         let class = op.class();
-        if matches!(class, OpClass::Random | OpClass::DropoutForward | OpClass::DropoutBackward) {
+        if matches!(
+            class,
+            OpClass::Random | OpClass::DropoutForward | OpClass::DropoutBackward
+        ) {
             continue;
         }
         for d in defined_dtypes(op) {
             if class == OpClass::Cast {
                 for src in defined_dtypes(op) {
                     v.push(
-                        Case::new(format!("ops.cast.{}_to_{}", src.name(), d.name()), move |ctx| check_op(ctx, op, d, src))
-                            .needs(&[Need::Op(op, d), Need::Op(op, src)]),
+                        Case::new(
+                            format!("ops.cast.{}_to_{}", src.name(), d.name()),
+                            move |ctx| check_op(ctx, op, d, src),
+                        )
+                        .needs(&[Need::Op(op, d), Need::Op(op, src)]),
                     );
                 }
                 continue;
             }
-            v.push(Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| check_op(ctx, op, d, d)).needs(&[Need::Op(op, d)]));
+            v.push(
+                Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| {
+                    check_op(ctx, op, d, d)
+                })
+                .needs(&[Need::Op(op, d)]),
+            );
         }
     }
     v

@@ -42,7 +42,11 @@ pub fn backward(op: OpId, x: f64, dy: f64) -> f64 {
             let t = (GELU_K * (x + 0.044715 * x * x * x)).tanh();
             let sech2 = 1.0 - t * t;
             // The second term vanishes where tanh saturates (its limit is 0, also at infinity).
-            let second = if sech2 == 0.0 { 0.0 } else { 0.5 * x * sech2 * GELU_K * (1.0 + 3.0 * 0.044715 * x * x) };
+            let second = if sech2 == 0.0 {
+                0.0
+            } else {
+                0.5 * x * sech2 * GELU_K * (1.0 + 3.0 * 0.044715 * x * x)
+            };
             0.5 * (1.0 + t) + second
         }
         OpId::GeluErfBackward => {
@@ -88,7 +92,20 @@ pub fn binary(op: OpId, a: f64, b: f64) -> f64 {
 /// True for ops whose result is exactly determined (compared bit for bit, sign of zero included).
 pub fn is_exact(op: OpId) -> bool {
     use OpId::*;
-    matches!(op, Fill | Copy | Cast | Neg | Abs | Relu | ReluBackward | Maximum | Minimum | MaximumScalar | MinimumScalar | Where)
+    matches!(
+        op,
+        Fill | Copy
+            | Cast
+            | Neg
+            | Abs
+            | Relu
+            | ReluBackward
+            | Maximum
+            | Minimum
+            | MaximumScalar
+            | MinimumScalar
+            | Where
+    )
 }
 
 /// True for ops computed through transcendental functions (looser float tolerance).
@@ -96,7 +113,17 @@ pub fn is_transcendental(op: OpId) -> bool {
     use OpId::*;
     matches!(
         op,
-        Exp | Log | Tanh | Sigmoid | GeluTanh | GeluErf | Silu | GeluTanhBackward | GeluErfBackward | SiluBackward | Pow | PowScalar
+        Exp | Log
+            | Tanh
+            | Sigmoid
+            | GeluTanh
+            | GeluErf
+            | Silu
+            | GeluTanhBackward
+            | GeluErfBackward
+            | SiluBackward
+            | Pow
+            | PowScalar
     )
 }
 
@@ -123,7 +150,10 @@ pub fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// The block for element `i` of a call with `(seed, offset)`: counter `offset + i`, key `seed`.
 pub fn block(seed: u64, offset: u64, i: u64) -> [u32; 4] {
     let c = offset.wrapping_add(i);
-    philox([c as u32, (c >> 32) as u32, 0, 0], [seed as u32, (seed >> 32) as u32])
+    philox(
+        [c as u32, (c >> 32) as u32, 0, 0],
+        [seed as u32, (seed >> 32) as u32],
+    )
 }
 
 /// Top 24 bits as a float in [0, 1).
@@ -139,7 +169,7 @@ pub fn normal_f32(r: [u32; 4]) -> f32 {
     let b = u1.to_bits();
     let mut e = ((b >> 23) & 0xff) as i32 - 127;
     let mut m = f32::from_bits((b & 0x7f_ffff) | 0x3f80_0000);
-    if m > 1.414_213_56 {
+    if m > std::f32::consts::SQRT_2 {
         m *= 0.5;
         e += 1;
     }
@@ -149,18 +179,31 @@ pub fn normal_f32(r: [u32; 4]) -> f32 {
     for c in [1.0f32 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0, 1.0] {
         p = p * s2 + c;
     }
-    let ln = e as f32 * 0.693_147_180_559_945 + 2.0 * s * p;
+    let ln = e as f32 * std::f32::consts::LN_2 + 2.0 * s * p;
     // cos(2 pi u2) by quadrant and Taylor polynomials.
     let q4 = u2 * 4.0;
     let q = q4 as i32;
-    let t = (q4 - q as f32) * 1.570_796_326_794_896_6;
+    let t = (q4 - q as f32) * std::f32::consts::FRAC_PI_2;
     let t2 = t * t;
     let mut c = 1.0f32 / 479_001_600.0;
-    for k in [-1.0f32 / 3_628_800.0, 1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0] {
+    for k in [
+        -1.0f32 / 3_628_800.0,
+        1.0 / 40320.0,
+        -1.0 / 720.0,
+        1.0 / 24.0,
+        -0.5,
+        1.0,
+    ] {
         c = c * t2 + k;
     }
     let mut sn = -1.0f32 / 39_916_800.0;
-    for k in [1.0f32 / 362_880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0, 1.0] {
+    for k in [
+        1.0f32 / 362_880.0,
+        -1.0 / 5040.0,
+        1.0 / 120.0,
+        -1.0 / 6.0,
+        1.0,
+    ] {
         sn = sn * t2 + k;
     }
     sn *= t;
@@ -179,7 +222,10 @@ mod tests {
 
     #[test]
     fn philox_matches_the_random123_known_answer() {
-        assert_eq!(philox([0; 4], [0; 2]), [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]);
+        assert_eq!(
+            philox([0; 4], [0; 2]),
+            [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]
+        );
     }
 
     #[test]
@@ -189,7 +235,10 @@ mod tests {
             let u1 = ((r[0] >> 8) + 1) as f64 * 2f64.powi(-24);
             let u2 = uniform24(r[1]) as f64;
             let exact = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            assert!((normal_f32(r) as f64 - exact).abs() < 2e-6 * (1.0 + exact.abs()), "{i}");
+            assert!(
+                (normal_f32(r) as f64 - exact).abs() < 2e-6 * (1.0 + exact.abs()),
+                "{i}"
+            );
         }
     }
 }

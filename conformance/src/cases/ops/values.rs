@@ -61,14 +61,24 @@ fn value16(bits: u16, to_f64: fn(u16) -> f64, exp_mask: u16, overflow: f64) -> O
         if mag != exp_mask {
             return None; // NaN
         }
-        return Some(if bits & 0x8000 != 0 { -overflow } else { overflow });
+        return Some(if bits & 0x8000 != 0 {
+            -overflow
+        } else {
+            overflow
+        });
     }
     Some(to_f64(bits))
 }
 
 /// Nearest-even rounding of `x` into a 16-bit format, by comparing `x` with the exact midpoints of
 /// neighbouring patterns (`approx` is any rounding that is off by at most one pattern).
-fn nearest16(x: f64, approx: fn(f64) -> u16, to_f64: fn(u16) -> f64, exp_mask: u16, overflow: f64) -> u16 {
+fn nearest16(
+    x: f64,
+    approx: fn(f64) -> u16,
+    to_f64: fn(u16) -> f64,
+    exp_mask: u16,
+    overflow: f64,
+) -> u16 {
     if x.is_nan() {
         return approx(x);
     }
@@ -91,7 +101,11 @@ fn nearest16(x: f64, approx: fn(f64) -> u16, to_f64: fn(u16) -> f64, exp_mask: u
         if lo.1 <= x && x <= hi.1 {
             // Midpoints of neighbouring 16-bit values are exact in f64.
             let m = (lo.1 + hi.1) / 2.0;
-            return if x < m || (x == m && lo.0 & 1 == 0) { lo.0 } else { hi.0 };
+            return if x < m || (x == m && lo.0 & 1 == 0) {
+                lo.0
+            } else {
+                hi.0
+            };
         }
     }
     c
@@ -99,12 +113,24 @@ fn nearest16(x: f64, approx: fn(f64) -> u16, to_f64: fn(u16) -> f64, exp_mask: u
 
 /// Correctly rounded f64 → f16 bits.
 pub fn nearest_f16(x: f64) -> u16 {
-    nearest16(x, |v| half::f16::from_f64(v).to_bits(), |b| half::f16::from_bits(b).to_f64(), 0x7c00, 65536.0)
+    nearest16(
+        x,
+        |v| half::f16::from_f64(v).to_bits(),
+        |b| half::f16::from_bits(b).to_f64(),
+        0x7c00,
+        65536.0,
+    )
 }
 
 /// Correctly rounded f64 → bf16 bits.
 pub fn nearest_bf16(x: f64) -> u16 {
-    nearest16(x, |v| half::bf16::from_f64(v).to_bits(), |b| half::bf16::from_bits(b).to_f64(), 0x7f80, 2f64.powi(128))
+    nearest16(
+        x,
+        |v| half::bf16::from_f64(v).to_bits(),
+        |b| half::bf16::from_bits(b).to_f64(),
+        0x7f80,
+        2f64.powi(128),
+    )
 }
 
 /// Unit roundoff scale (one ulp of 1.0) of a float dtype.
@@ -132,8 +158,16 @@ mod tests {
             if !f.is_finite() {
                 continue;
             }
-            assert_eq!(nearest_f16(f as f64), half::f16::from_f32(f).to_bits(), "{f:e}");
-            assert_eq!(nearest_bf16(f as f64), half::bf16::from_f32(f).to_bits(), "{f:e}");
+            assert_eq!(
+                nearest_f16(f as f64),
+                half::f16::from_f32(f).to_bits(),
+                "{f:e}"
+            );
+            assert_eq!(
+                nearest_bf16(f as f64),
+                half::bf16::from_f32(f).to_bits(),
+                "{f:e}"
+            );
         }
         // 1 + 2^-11 is an exact f16 tie (to even: 1.0); a hair above must round up.
         assert_eq!(nearest_f16(1.0 + 2f64.powi(-11)), 0x3c00);
