@@ -79,11 +79,18 @@ pub enum Need {
     TestKernels,
     /// `Stream::run_op` runs this op in this dtype.
     Op(unihal_hal::OpId, unihal_hal::DType),
+    /// The backend's collective engine runs this operation in this dtype.
+    Collective(unihal_hal::CollectiveOp, unihal_hal::DType),
 }
 
 impl Need {
-    /// `Err(reason)` when `ctx`'s device lacks this need.
-    pub fn check(&self, device: &dyn Device, device_count: usize) -> Result<(), String> {
+    /// `Err(reason)` when `ctx`'s device (or its backend) lacks this need.
+    pub fn check(
+        &self,
+        backend: &dyn unihal_hal::Backend,
+        device: &dyn Device,
+        device_count: usize,
+    ) -> Result<(), String> {
         let caps = device.capabilities();
         let ok = match self {
             Need::EventTiming => caps.optional.event_timing,
@@ -96,6 +103,9 @@ impl Need {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
             Need::Op(op, d) => caps.supports(*op, *d),
+            Need::Collective(op, d) => backend
+                .collectives()
+                .is_some_and(|c| c.capabilities().supports(*op, *d, None)),
         };
         if ok {
             return Ok(());
@@ -108,6 +118,7 @@ impl Need {
             Need::PeerDevice => "device has no peer device".into(),
             Need::Devices(n) => format!("needs {n} devices, backend has {device_count}"),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
+            Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::TestKernels => format!(
                 "no conformance test kernels for module formats {:?} (available: {:?})",
                 caps.mandatory.module_formats,

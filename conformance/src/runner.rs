@@ -113,7 +113,7 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
     }
     let count = target.backend.probe().unwrap_or(1);
     for need in &case.needs {
-        if let Err(reason) = need.check(&*target.device, count) {
+        if let Err(reason) = need.check(&*target.backend, &*target.device, count) {
             return Plan::Skip(reason);
         }
     }
@@ -149,10 +149,12 @@ fn device_key(target: &Target) -> usize {
 /// ordinal order, so locks are always taken in the same order).
 fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
     let me = target.device.id();
-    let multi = case
-        .needs
-        .iter()
-        .any(|n| matches!(n, Need::Devices(_) | Need::PeerDevice));
+    let multi = case.needs.iter().any(|n| {
+        matches!(
+            n,
+            Need::Devices(_) | Need::PeerDevice | Need::Collective(..)
+        )
+    });
     if !multi {
         return vec![me];
     }

@@ -48,6 +48,11 @@ pub trait Backend: Send + Sync {
     /// [`crate::HalError::InvalidArgument`] for an ordinal out of range.
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>>;
 
+    /// The backend's collective engine, if it has one.
+    fn collectives(&self) -> Option<&dyn crate::ccl::Collectives> {
+        None
+    }
+
     /// Downcast for backend-specific configuration.
     fn as_any(&self) -> &dyn Any;
 }

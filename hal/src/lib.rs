@@ -52,6 +52,7 @@
 pub mod backend;
 pub mod buffer;
 pub mod caps;
+pub mod ccl;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -67,6 +68,7 @@ pub mod stream;
 pub use backend::{Backend, BackendInfo, LibraryInfo};
 pub use buffer::{Buffer, DeviceAllocation};
 pub use caps::{Capabilities, MandatoryCaps, OptionalCaps};
+pub use ccl::{CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
 pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
 pub use error::{check_range, HalError, Invalid, Result};

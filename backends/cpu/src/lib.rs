@@ -20,6 +20,7 @@
 //! queue), [`stream`], [`event`], [`module`] (modules and launch execution), [`device`], [`fault`]
 //! (test-only ordering faults behind the `fault-injection` feature).
 
+pub mod ccl;
 pub mod config;
 pub mod device;
 pub mod event;
@@ -43,6 +44,7 @@ pub const NAME: &str = "cpu";
 /// The CPU backend. Devices are created on first probe and live as long as the backend.
 pub struct CpuBackend {
     config: Option<CpuConfig>,
+    ccl: ccl::CpuCollectives,
     fault: fault::FaultSwitch,
     devices: OnceLock<Result<Vec<Arc<CpuDevice>>>>,
 }
@@ -52,6 +54,7 @@ impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend {
             config: None,
+            ccl: ccl::CpuCollectives::new(),
             fault: Default::default(),
             devices: OnceLock::new(),
         }
@@ -70,6 +73,7 @@ impl CpuBackend {
     pub fn with_fault(config: CpuConfig, fault: Fault) -> CpuBackend {
         CpuBackend {
             config: Some(config),
+            ccl: ccl::CpuCollectives::new(),
             fault: fault::FaultSwitch::new(Some(fault)),
             devices: OnceLock::new(),
         }
@@ -139,7 +143,19 @@ impl Backend for CpuBackend {
         Ok(d.clone())
     }
 
+    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
+        Some(&self.ccl)
+    }
+
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl CpuBackend {
+    /// The same backend with another collective timeout.
+    pub fn with_ccl_timeout(mut self, timeout: std::time::Duration) -> CpuBackend {
+        self.ccl = ccl::CpuCollectives::new().with_timeout(timeout);
         self
     }
 }

@@ -22,7 +22,7 @@ pub struct CpuStream {
 }
 
 /// Device address of `[offset, offset+len)` of a CPU buffer on `device`, after every check.
-fn cpu_addr(
+pub(crate) fn cpu_addr(
     buf: &Buffer,
     arg: &'static str,
     device: DeviceId,
@@ -96,7 +96,7 @@ impl CpuStream {
     }
 
     /// Enqueues `op`, dropping its position.
-    fn submit(&self, op: crate::worker::Op) -> Result<()> {
+    pub(crate) fn submit(&self, op: crate::worker::Op) -> Result<()> {
         self.worker.enqueue(op).map(drop)
     }
 

@@ -2,6 +2,7 @@
 
 use crate::case::Case;
 
+pub mod ccl;
 pub mod events;
 pub mod kernels;
 pub mod memory;
@@ -12,6 +13,7 @@ pub mod streams;
 /// Every case of the suite, in id order.
 pub fn all() -> Vec<Case> {
     let mut v: Vec<Case> = [
+        ccl::cases(),
         memory::cases(),
         streams::cases(),
         events::cases(),

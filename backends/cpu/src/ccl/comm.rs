@@ -1,0 +1,503 @@
+//! A rank of an in-process CPU communicator: validates at enqueue, then runs on the stream's worker,
+//! meeting the other ranks at the communicator's rendezvous. Reductions are chunked: every rank
+//! reduces its own 1/n of the data from every rank's buffer and the others copy it (reduce-scatter
+//! then all-gather, all ranks working at once), so no rank gathers everything.
+
+use super::reduce::{reduce, reducible};
+use super::rendezvous::{Rendezvous, Signature};
+use crate::stream::{cpu_addr, CpuStream};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use unihal_hal::{
+    Buffer, CclCaps, CollectiveOp, Communicator, DType, Device, HalError, Invalid, ReduceOp,
+    Result, Stream,
+};
+
+/// Shared by every rank of one communicator.
+pub(crate) struct CommShared {
+    pub rv: Rendezvous,
+    pub error: Mutex<Option<HalError>>,
+    pub caps: Arc<CclCaps>,
+}
+
+impl CommShared {
+    fn fail(&self, e: &HalError) {
+        let mut g = self.error.lock();
+        if g.is_none() {
+            *g = Some(e.clone());
+        }
+    }
+}
+
+/// One rank.
+pub struct CpuComm {
+    pub(crate) rank: usize,
+    pub(crate) device: Arc<dyn Device>,
+    pub(crate) shared: Arc<CommShared>,
+    pub(crate) seq: AtomicU64,
+    pub(crate) sent: Mutex<Vec<u64>>,
+    pub(crate) received: Mutex<Vec<u64>>,
+}
+
+/// An address that crosses to the worker (the op holds the buffers it points into).
+#[derive(Clone, Copy)]
+struct Addr(u64);
+
+impl CpuComm {
+    pub(crate) fn new(rank: usize, device: Arc<dyn Device>, shared: Arc<CommShared>) -> CpuComm {
+        let n = shared.rv.nranks;
+        CpuComm {
+            rank,
+            device,
+            shared,
+            seq: AtomicU64::new(0),
+            sent: Mutex::new(vec![0; n]),
+            received: Mutex::new(vec![0; n]),
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.shared.rv.nranks
+    }
+
+    /// Common checks; returns the CPU stream to enqueue on.
+    fn check<'s>(
+        &self,
+        op: CollectiveOp,
+        dtype: DType,
+        red: Option<ReduceOp>,
+        stream: &'s Arc<dyn Stream>,
+    ) -> Result<&'s CpuStream> {
+        if let Some(e) = self.shared.error.lock().clone() {
+            return Err(e);
+        }
+        let s = stream.as_any().downcast_ref::<CpuStream>().ok_or_else(|| {
+            HalError::invalid(
+                "stream",
+                Invalid::ForeignHandle {
+                    expected: "CPU stream".into(),
+                    found: format!("stream of {}", stream.device_id()),
+                },
+            )
+        })?;
+        if stream.device_id() != self.device.id() {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::WrongDevice {
+                    expected: self.device.id(),
+                    found: stream.device_id(),
+                },
+            ));
+        }
+        if !self.shared.caps.supports(op, dtype, red) {
+            return Err(HalError::unsupported(format!(
+                "{} of {dtype}{} on the CPU engine",
+                op.name(),
+                red.map(|r| format!(" with {r}")).unwrap_or_default()
+            )));
+        }
+        Ok(s)
+    }
+
+    fn rank_arg(&self, arg: &'static str, r: usize) -> Result<()> {
+        if r >= self.n() {
+            return Err(HalError::invalid(
+                arg,
+                Invalid::Value {
+                    value: r.to_string(),
+                    accepted: format!("0..{}", self.n()),
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Enqueues a round: every rank publishes (send, recv), then `body` runs with all ranks'
+    /// addresses, with `phases` barriers after it.
+    #[allow(clippy::too_many_arguments)]
+    fn round(
+        &self,
+        s: &CpuStream,
+        what: String,
+        send: (&Buffer, u64),
+        recv: (&Buffer, u64),
+        body: impl FnOnce(&[(u64, u64)], &Rendezvous, u64) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let id = self.device.id();
+        let sa = Addr(cpu_addr(send.0, "send", id, 0, send.1)? as u64);
+        let ra = Addr(cpu_addr(recv.0, "recv", id, 0, recv.1)? as u64);
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let (rank, shared, keep) = (
+            self.rank,
+            self.shared.clone(),
+            (send.0.clone(), recv.0.clone()),
+        );
+        let sig = Signature { what };
+        s.submit(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let (sa, ra) = (sa, ra);
+            let r = shared
+                .rv
+                .arrive(seq, rank, &sig, sa.0, ra.0)
+                .and_then(|ptrs| body(&ptrs, &shared.rv, seq));
+            shared.rv.leave(seq);
+            drop(keep);
+            if let Err(e) = &r {
+                shared.fail(e);
+            }
+            r
+        }))
+    }
+}
+
+/// Chunk `i` of `n` over `count` elements.
+fn chunk(count: u64, n: usize, i: usize) -> (u64, u64) {
+    (
+        count * i as u64 / n as u64,
+        count * (i as u64 + 1) / n as u64,
+    )
+}
+
+/// Copies `bytes` from `src` to `dst` unless they are the same address.
+///
+/// # Safety
+/// Both ranges are inside live CPU buffers held by the rounds of every rank, and disjoint.
+unsafe fn copy(src: u64, dst: u64, bytes: u64) {
+    if src != dst && bytes > 0 {
+        std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes as usize);
+    }
+}
+
+impl Communicator for CpuComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.n()
+    }
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    fn all_reduce(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::AllReduce, dtype, Some(op), stream)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, n, me) = (dtype.size() as u64, self.n(), self.rank);
+        self.round(
+            s,
+            format!("all_reduce {count} {dtype} {op}"),
+            (send, count * esz),
+            (recv, count * esz),
+            move |p, rv, seq| {
+                let (lo, hi) = chunk(count, n, me);
+                let srcs: Vec<*const u8> = p
+                    .iter()
+                    .map(|&(sa, _)| (sa + lo * esz) as *const u8)
+                    .collect();
+                // SAFETY: every rank's buffers hold `count` elements (checked at enqueue on every rank,
+                // and the signatures match); rank `me` writes only chunk `me` of its own recv, which no
+                // rank reads in this phase.
+                unsafe {
+                    reduce(
+                        dtype,
+                        op,
+                        &srcs,
+                        (p[me].1 + lo * esz) as *mut u8,
+                        (hi - lo) as usize,
+                    )
+                };
+                rv.barrier(seq, 1)?;
+                for (j, &(_, rj)) in p.iter().enumerate().filter(|&(j, _)| j != me) {
+                    let (lo, hi) = chunk(count, n, j);
+                    // SAFETY: chunk j of rank j's recv is final after barrier 1; we write only our own recv.
+                    unsafe { copy(rj + lo * esz, p[me].1 + lo * esz, (hi - lo) * esz) };
+                }
+                rv.barrier(seq, 2)
+            },
+        )
+    }
+
+    fn broadcast(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        root: usize,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::Broadcast, dtype, None, stream)?;
+        self.rank_arg("root", root)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, me) = (dtype.size() as u64, self.rank);
+        let send_len = if me == root { count * esz } else { 0 };
+        self.round(
+            s,
+            format!("broadcast {count} {dtype} root {root}"),
+            (send, send_len),
+            (recv, count * esz),
+            move |p, rv, seq| {
+                // SAFETY: root's send holds count elements; each rank writes only its own recv.
+                unsafe { copy(p[root].0, p[me].1, count * esz) };
+                rv.barrier(seq, 1)
+            },
+        )
+    }
+
+    fn reduce(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::Reduce, dtype, Some(op), stream)?;
+        self.rank_arg("root", root)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, n, me) = (dtype.size() as u64, self.n(), self.rank);
+        let recv_len = if me == root { count * esz } else { 0 };
+        self.round(
+            s,
+            format!("reduce {count} {dtype} {op} root {root}"),
+            (send, count * esz),
+            (recv, recv_len),
+            move |p, rv, seq| {
+                let (lo, hi) = chunk(count, n, me);
+                let srcs: Vec<*const u8> = p
+                    .iter()
+                    .map(|&(sa, _)| (sa + lo * esz) as *const u8)
+                    .collect();
+                // SAFETY: rank `me` writes chunk `me` of root's recv, which no rank reads this phase.
+                unsafe {
+                    reduce(
+                        dtype,
+                        op,
+                        &srcs,
+                        (p[root].1 + lo * esz) as *mut u8,
+                        (hi - lo) as usize,
+                    )
+                };
+                rv.barrier(seq, 1)
+            },
+        )
+    }
+
+    fn all_gather(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::AllGather, dtype, None, stream)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank);
+        self.round(
+            s,
+            format!("all_gather {count} {dtype}"),
+            (send, count * esz),
+            (recv, n * count * esz),
+            move |p, rv, seq| {
+                for (j, &(sj, _)) in p.iter().enumerate() {
+                    // SAFETY: each rank writes only its own recv; sends are only read.
+                    unsafe { copy(sj, p[me].1 + j as u64 * count * esz, count * esz) };
+                }
+                rv.barrier(seq, 1)
+            },
+        )
+    }
+
+    fn reduce_scatter(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::ReduceScatter, dtype, Some(op), stream)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank);
+        self.round(
+            s,
+            format!("reduce_scatter {count} {dtype} {op}"),
+            (send, n * count * esz),
+            (recv, count * esz),
+            move |p, rv, seq| {
+                let off = me as u64 * count * esz;
+                let srcs: Vec<*const u8> =
+                    p.iter().map(|&(sa, _)| (sa + off) as *const u8).collect();
+                // SAFETY: rank `me` writes its own recv; the others read only their own chunk of sends.
+                unsafe { reduce(dtype, op, &srcs, p[me].1 as *mut u8, count as usize) };
+                rv.barrier(seq, 1)
+            },
+        )
+    }
+
+    fn send(
+        &self,
+        buf: &Buffer,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
+        self.rank_arg("peer", peer)?;
+        let bytes = count * dtype.size() as u64;
+        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
+        let k = {
+            let mut g = self.sent.lock();
+            g[peer] += 1;
+            g[peer] - 1
+        };
+        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
+        s.submit(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let a = a;
+            // SAFETY: the range was checked at enqueue and `keep` holds the buffer.
+            let data =
+                unsafe { std::slice::from_raw_parts(a.0 as *const u8, bytes as usize) }.to_vec();
+            drop(keep);
+            let r = shared.rv.post(me, peer, k, data);
+            if let Err(e) = &r {
+                shared.fail(e);
+            }
+            r
+        }))
+    }
+
+    fn recv(
+        &self,
+        buf: &Buffer,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
+        self.rank_arg("peer", peer)?;
+        let bytes = count * dtype.size() as u64;
+        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
+        let k = {
+            let mut g = self.received.lock();
+            g[peer] += 1;
+            g[peer] - 1
+        };
+        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
+        s.submit(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let a = a;
+            let r = shared.rv.take(peer, me, k).and_then(|data| {
+                if data.len() as u64 != bytes {
+                    return Err(HalError::invalid(
+                        "count",
+                        Invalid::Value {
+                            value: format!("{bytes} bytes expected by rank {me}"),
+                            accepted: format!("the {} bytes rank {peer} sent", data.len()),
+                        },
+                    ));
+                }
+                // SAFETY: the range was checked at enqueue and `keep` holds the buffer.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a.0 as *mut u8, data.len()) };
+                Ok(())
+            });
+            drop(keep);
+            if let Err(e) = &r {
+                shared.fail(e);
+            }
+            r
+        }))
+    }
+
+    fn all_to_all(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: u64,
+        dtype: DType,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::AllToAll, dtype, None, stream)?;
+        if send.same_allocation(recv) {
+            return Err(HalError::invalid(
+                "recv",
+                Invalid::Other("all_to_all cannot run in place".into()),
+            ));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank as u64);
+        self.round(
+            s,
+            format!("all_to_all {count} {dtype}"),
+            (send, n * count * esz),
+            (recv, n * count * esz),
+            move |p, rv, seq| {
+                for (j, &(sj, _)) in p.iter().enumerate() {
+                    // SAFETY: each rank writes only its own recv, which is not any rank's send.
+                    unsafe {
+                        copy(
+                            sj + me * count * esz,
+                            p[me as usize].1 + j as u64 * count * esz,
+                            count * esz,
+                        )
+                    };
+                }
+                rv.barrier(seq, 1)
+            },
+        )
+    }
+
+    fn abort(&self) {
+        self.shared.fail(&HalError::Aborted {
+            what: format!("communicator aborted by rank {}", self.rank),
+        });
+        self.shared.rv.abort();
+    }
+
+    fn async_error(&self) -> Option<HalError> {
+        self.shared.error.lock().clone()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// True when the engine reduces `d`.
+pub(crate) fn reduces(d: DType) -> bool {
+    reducible(d)
+}

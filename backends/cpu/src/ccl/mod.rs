@@ -1,0 +1,232 @@
+//! The CPU backend's collective engine: communicators among its virtual devices in one process.
+//!
+//! Ranks meet in a [`rendezvous::Rendezvous`] per communicator; each operation runs on the rank's
+//! stream worker. Reductions are chunked across ranks (every rank reduces 1/n of the data from all
+//! ranks, then copies the others' chunks), accumulate f16/bf16 in f32, and are deterministic (ranks
+//! are combined in rank order). Timeouts come from `UNIHAL_CCL_TIMEOUT`.
+
+mod comm;
+mod reduce;
+mod rendezvous;
+
+pub use comm::CpuComm;
+
+use crate::device::CpuDevice;
+use comm::CommShared;
+use parking_lot::{Condvar, Mutex};
+use rendezvous::Rendezvous;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use unihal_hal::ccl::{timeout_from_env, Accumulation};
+use unihal_hal::{
+    CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, HalError, Invalid,
+    ReduceOp, Result, UniqueId,
+};
+
+/// The engine.
+pub struct CpuCollectives {
+    caps: Arc<CclCaps>,
+    timeout: Duration,
+}
+
+fn engine_caps() -> CclCaps {
+    let reducible: Vec<DType> = DType::ALL
+        .into_iter()
+        .filter(|&d| comm::reduces(d))
+        .collect();
+    let mut ops = BTreeMap::new();
+    for op in CollectiveOp::ALL {
+        ops.insert(
+            op,
+            if op.reduces() {
+                reducible.clone()
+            } else {
+                DType::ALL.to_vec()
+            },
+        );
+    }
+    CclCaps {
+        engine: format!("unihal-cpu in-process {}", env!("CARGO_PKG_VERSION")),
+        ops,
+        reductions: reducible
+            .iter()
+            .map(|&d| (d, ReduceOp::ALL.to_vec()))
+            .collect(),
+        accumulation: reducible
+            .iter()
+            .map(|&d| {
+                let acc = if matches!(d, DType::F16 | DType::Bf16) {
+                    DType::F32
+                } else {
+                    d
+                };
+                (
+                    d,
+                    Accumulation {
+                        accumulate_in: acc,
+                        emulated: Vec::new(),
+                    },
+                )
+            })
+            .collect(),
+        groups: false,
+        split: false,
+    }
+}
+
+/// Communicators being formed by `init_rank`, by id.
+struct Pending {
+    shared: Arc<CommShared>,
+    joined: usize,
+}
+
+fn pending() -> &'static (Mutex<HashMap<Vec<u8>, Pending>>, Condvar) {
+    static P: OnceLock<(Mutex<HashMap<Vec<u8>, Pending>>, Condvar)> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+impl CpuCollectives {
+    pub(crate) fn new() -> CpuCollectives {
+        CpuCollectives {
+            caps: Arc::new(engine_caps()),
+            timeout: timeout_from_env(),
+        }
+    }
+
+    /// The same engine with another timeout (tests, benchmarks).
+    pub fn with_timeout(mut self, timeout: Duration) -> CpuCollectives {
+        self.timeout = timeout;
+        self
+    }
+
+    fn shared(&self, nranks: usize, config: &CommConfig) -> Arc<CommShared> {
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        Arc::new(CommShared {
+            rv: Rendezvous::new(nranks, timeout),
+            error: Mutex::new(None),
+            caps: self.caps.clone(),
+        })
+    }
+}
+
+fn check_device(d: &Arc<dyn Device>) -> Result<()> {
+    if d.as_any().downcast_ref::<CpuDevice>().is_none() {
+        return Err(HalError::invalid(
+            "device",
+            Invalid::ForeignHandle {
+                expected: "CPU device".into(),
+                found: d.id().to_string(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+impl Collectives for CpuCollectives {
+    fn capabilities(&self) -> &CclCaps {
+        &self.caps
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let mut id = vec![0u8; 128];
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let words = [
+            std::process::id() as u64,
+            N.fetch_add(1, Ordering::Relaxed),
+            t,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            id[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        Ok(UniqueId(id))
+    }
+
+    fn init_rank(
+        &self,
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        device: &Arc<dyn Device>,
+        config: &CommConfig,
+    ) -> Result<Arc<dyn Communicator>> {
+        check_device(device)?;
+        if nranks == 0 || rank >= nranks {
+            return Err(HalError::invalid(
+                "rank",
+                Invalid::Value {
+                    value: format!("rank {rank} of {nranks}"),
+                    accepted: "0 <= rank < nranks".into(),
+                },
+            ));
+        }
+        if id.0.len() != 128 {
+            return Err(HalError::invalid(
+                "id",
+                Invalid::Value {
+                    value: format!("{} bytes", id.0.len()),
+                    accepted: "a 128-byte id from unique_id".into(),
+                },
+            ));
+        }
+        let (lock, cv) = pending();
+        let mut g = lock.lock();
+        let p = g.entry(id.0.clone()).or_insert_with(|| Pending {
+            shared: self.shared(nranks, config),
+            joined: 0,
+        });
+        if p.shared.rv.nranks != nranks {
+            return Err(HalError::invalid(
+                "nranks",
+                Invalid::Value {
+                    value: nranks.to_string(),
+                    accepted: format!("{} as the other ranks said", p.shared.rv.nranks),
+                },
+            ));
+        }
+        p.joined += 1;
+        let shared = p.shared.clone();
+        cv.notify_all();
+        let deadline = Instant::now() + config.timeout.unwrap_or(self.timeout);
+        while g.get(&id.0).is_some_and(|p| p.joined < nranks) {
+            if cv.wait_until(&mut g, deadline).timed_out()
+                && g.get(&id.0).is_some_and(|p| p.joined < nranks)
+            {
+                let joined = g.get(&id.0).map_or(0, |p| p.joined);
+                return Err(HalError::Timeout {
+                    what: format!("init_rank {rank}: {joined} of {nranks} ranks joined"),
+                    millis: config.timeout.unwrap_or(self.timeout).as_millis() as u64,
+                });
+            }
+        }
+        g.remove(&id.0);
+        drop(g);
+        Ok(Arc::new(CpuComm::new(rank, device.clone(), shared)))
+    }
+
+    fn init_all(
+        &self,
+        devices: &[Arc<dyn Device>],
+        config: &CommConfig,
+    ) -> Result<Vec<Arc<dyn Communicator>>> {
+        if devices.is_empty() {
+            return Err(HalError::invalid(
+                "devices",
+                Invalid::Other("no devices".into()),
+            ));
+        }
+        devices.iter().try_for_each(check_device)?;
+        let shared = self.shared(devices.len(), config);
+        Ok(devices
+            .iter()
+            .enumerate()
+            .map(|(r, d)| {
+                Arc::new(CpuComm::new(r, d.clone(), shared.clone())) as Arc<dyn Communicator>
+            })
+            .collect())
+    }
+}
