@@ -245,6 +245,7 @@ pub trait Communicator: Send + Sync {
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
     /// Root's `recv = reduce(send of every rank)`; other ranks' `recv` is untouched.
+    #[allow(clippy::too_many_arguments)] // mirrors ncclReduce's argument list
     fn reduce(
         &self,
         send: &Buffer,

@@ -82,8 +82,10 @@ struct Pending {
     joined: usize,
 }
 
-fn pending() -> &'static (Mutex<HashMap<Vec<u8>, Pending>>, Condvar) {
-    static P: OnceLock<(Mutex<HashMap<Vec<u8>, Pending>>, Condvar)> = OnceLock::new();
+type PendingTable = (Mutex<HashMap<Vec<u8>, Pending>>, Condvar);
+
+fn pending() -> &'static PendingTable {
+    static P: OnceLock<PendingTable> = OnceLock::new();
     P.get_or_init(Default::default)
 }
 
