@@ -19,6 +19,8 @@
 //! Backends in this build: `cpu` (always available). Vendor backends register here as they arrive;
 //! each opens its vendor libraries at run time, so one binary runs wherever it lands.
 
+pub mod bench;
+
 pub use unihal_hal as hal;
 pub use unihal_hal::*;
 

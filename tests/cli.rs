@@ -141,3 +141,48 @@ fn unknown_backends_and_empty_filters_are_errors() {
     let o = unihal(&["conformance", "--filter", "no.such.case"], "1");
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Parses nccl-tests-style rows: (size, count, type, redop, root, [time, algbw, busbw, wrong] x2).
+fn bench_rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn bench_prints_nccl_tests_output_with_its_busbw_factors() {
+    for (op, factor) in [
+        ("all_reduce", 2.0 * 2.0 / 3.0),
+        ("all_gather", 2.0 / 3.0),
+        ("broadcast", 1.0),
+    ] {
+        let o = unihal(
+            &[
+                "bench", op, "-g", "3", "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1",
+            ],
+            "3",
+        );
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains("# Out of bounds values : 0 OK"), "{t}");
+        assert!(t.contains("# Avg bus bandwidth"), "{t}");
+        let rows = bench_rows(&String::from_utf8_lossy(&o.stdout));
+        assert_eq!(rows.len(), 4, "{t}"); // 1K, 4K, 16K, 64K
+        for r in &rows {
+            assert_eq!(r.len(), 13, "{r:?}");
+            assert_eq!(r[2], "float");
+            for base in [5, 9] {
+                let (algbw, busbw): (f64, f64) =
+                    (r[base + 1].parse().unwrap(), r[base + 2].parse().unwrap());
+                assert!(
+                    (busbw - algbw * factor).abs() <= 0.011 + 0.01 * busbw,
+                    "{op}: busbw {busbw} vs algbw {algbw} x {factor}"
+                );
+                assert_eq!(r[base + 3], "0", "{op}: #wrong in {r:?}");
+            }
+        }
+        // Gathered sizes round down to a multiple of the rank count, as in nccl-tests.
+        assert_eq!(rows[0][0], if op == "all_gather" { "1020" } else { "1024" });
+    }
+}

@@ -51,6 +51,48 @@ enum Cmd {
         #[arg(long)]
         max_devices: Option<usize>,
     },
+    /// Benchmark a collective with nccl-tests' flags and output (all_reduce, all_gather,
+    /// reduce_scatter, broadcast, reduce, alltoall, sendrecv).
+    Bench {
+        /// The collective.
+        op: String,
+        /// Backend whose devices are the ranks.
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Number of ranks (devices); 0 = all devices.
+        #[arg(short = 'g', default_value_t = 0)]
+        ngpus: usize,
+        /// Minimum size in bytes (K/M/G suffixes).
+        #[arg(short = 'b', default_value = "32M")]
+        minbytes: String,
+        /// Maximum size in bytes.
+        #[arg(short = 'e', default_value = "32M")]
+        maxbytes: String,
+        /// Size step factor.
+        #[arg(short = 'f', default_value_t = 2)]
+        stepfactor: u64,
+        /// Iterations per size.
+        #[arg(short = 'n', default_value_t = 20)]
+        iters: usize,
+        /// Warm-up iterations.
+        #[arg(short = 'w', default_value_t = 5)]
+        warmup_iters: usize,
+        /// Check results (1) or not (0).
+        #[arg(short = 'c', default_value_t = 1)]
+        check: u8,
+        /// Data type (float, half, bfloat16, double, int32, int64, uint8, ...).
+        #[arg(short = 'd', default_value = "float")]
+        datatype: String,
+        /// Reduction (sum, prod, min, max, avg).
+        #[arg(short = 'o', default_value = "sum")]
+        op_red: String,
+        /// Root rank for broadcast and reduce.
+        #[arg(short = 'r', default_value_t = 0)]
+        root: usize,
+        /// Also write the results as JSON to this file.
+        #[arg(short = 'J')]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(Serialize)]
@@ -224,6 +266,100 @@ fn conformance(
     }
 }
 
+fn bench_cmd(cmd: Cmd) -> ExitCode {
+    let Cmd::Bench {
+        op,
+        backend,
+        ngpus,
+        minbytes,
+        maxbytes,
+        stepfactor,
+        iters,
+        warmup_iters,
+        check,
+        datatype,
+        op_red,
+        root,
+        json,
+    } = cmd
+    else {
+        unreachable!()
+    };
+    let op = match op.as_str() {
+        "all_reduce" | "allreduce" => unihal::CollectiveOp::AllReduce,
+        "all_gather" | "allgather" => unihal::CollectiveOp::AllGather,
+        "reduce_scatter" | "reducescatter" => unihal::CollectiveOp::ReduceScatter,
+        "broadcast" => unihal::CollectiveOp::Broadcast,
+        "reduce" => unihal::CollectiveOp::Reduce,
+        "alltoall" | "all_to_all" => unihal::CollectiveOp::AllToAll,
+        "sendrecv" => unihal::CollectiveOp::SendRecv,
+        other => {
+            eprintln!("unihal bench: unknown collective {other:?}");
+            return ExitCode::from(2);
+        }
+    };
+    let dtype = unihal::DType::ALL
+        .into_iter()
+        .find(|d| unihal::bench::nccl_type_name(*d) == datatype || d.name() == datatype);
+    let redop = unihal::ReduceOp::ALL
+        .into_iter()
+        .find(|r| r.name() == op_red);
+    let (Some(dtype), Some(redop), Some(min_bytes), Some(max_bytes)) = (
+        dtype,
+        redop,
+        unihal::bench::parse_size(&minbytes),
+        unihal::bench::parse_size(&maxbytes),
+    ) else {
+        eprintln!("unihal bench: bad -d, -o, -b or -e value");
+        return ExitCode::from(2);
+    };
+    let b = match unihal::registry().get(&backend) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("unihal bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let o = unihal::bench::BenchOptions {
+        op,
+        min_bytes,
+        max_bytes,
+        step_factor: stepfactor,
+        iters,
+        warmup: warmup_iters,
+        check: check != 0,
+        dtype,
+        redop,
+        root,
+        ranks: ngpus,
+    };
+    match unihal::bench::run(&*b, &o, &mut std::io::stdout()) {
+        Ok(rows) => {
+            if let Some(path) = json {
+                if let Err(e) = std::fs::write(
+                    &path,
+                    serde_json::to_string_pretty(&rows).expect("serialisable"),
+                ) {
+                    eprintln!("unihal bench: cannot write {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            if rows
+                .iter()
+                .any(|r| r.out_of_place.wrong + r.in_place.wrong > 0)
+            {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("unihal bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     unihal_conformance::run_child_if_requested(unihal::registry());
     unihal::init_logging();
@@ -251,5 +387,6 @@ fn main() -> ExitCode {
                 max_devices,
             )
         }
+        cmd @ Cmd::Bench { .. } => bench_cmd(cmd),
     }
 }
