@@ -20,6 +20,7 @@
 //! each opens its vendor libraries at run time, so one binary runs wherever it lands.
 
 pub mod bench;
+pub mod bootstrap;
 
 pub use unihal_hal as hal;
 pub use unihal_hal::*;
