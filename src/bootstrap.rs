@@ -298,6 +298,57 @@ pub fn store_get(addr: &str, key: &str, timeout: Duration) -> Result<Vec<u8>> {
     }
 }
 
+/// The key under which rank 0 publishes the world communicator's unique id.
+pub const WORLD_KEY: &str = "unihal/world/unique-id";
+
+/// Creates this rank's world communicator: rank 0 makes a unique id and serves it from a store on
+/// `MASTER_PORT`; every other rank fetches it from `MASTER_ADDR:MASTER_PORT`; then all call
+/// `init_rank`. Rank 0 returns the store, which must live until every rank has joined.
+///
+/// # Errors
+/// [`HalError::Unsupported`] when the backend has no collectives; [`HalError::InvalidArgument`]
+/// when a multi-rank job has no `MASTER_ADDR`/`MASTER_PORT`; [`HalError::Timeout`] when ranks or
+/// the store do not answer within `config.timeout` (or `UNIHAL_CCL_TIMEOUT`).
+pub fn init_world(
+    backend: &dyn unihal_hal::Backend,
+    device: &Arc<dyn unihal_hal::Device>,
+    info: &LaunchInfo,
+    config: &unihal_hal::CommConfig,
+) -> Result<(Arc<dyn unihal_hal::Communicator>, Option<StoreServer>)> {
+    let ccl = backend.collectives().ok_or_else(|| {
+        HalError::unsupported(format!("collectives on backend {}", backend.name()))
+    })?;
+    let timeout = config
+        .timeout
+        .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
+    if info.world_size == 1 {
+        let id = ccl.unique_id()?;
+        return Ok((ccl.init_rank(&id, 1, 0, device, config)?, None));
+    }
+    let (addr, port) = info.master.clone().ok_or_else(|| {
+        HalError::invalid(
+            "MASTER_ADDR",
+            Invalid::Other(format!(
+                "a {}-rank job needs MASTER_ADDR and MASTER_PORT",
+                info.world_size
+            )),
+        )
+    })?;
+    let (id, server) = if info.rank == 0 {
+        let server = StoreServer::bind(&format!("0.0.0.0:{port}"))?;
+        let id = ccl.unique_id()?;
+        server.set(WORLD_KEY, &id.0);
+        (id, Some(server))
+    } else {
+        (
+            unihal_hal::UniqueId(store_get(&format!("{addr}:{port}"), WORLD_KEY, timeout)?),
+            None,
+        )
+    };
+    let comm = ccl.init_rank(&id, info.world_size, info.rank, device, config)?;
+    Ok((comm, server))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,55 +464,4 @@ mod tests {
         assert!(matches!(e, HalError::Timeout { .. }), "{e}");
         assert!(t0.elapsed() < Duration::from_millis(300 + 1500));
     }
-}
-
-/// The key under which rank 0 publishes the world communicator's unique id.
-pub const WORLD_KEY: &str = "unihal/world/unique-id";
-
-/// Creates this rank's world communicator: rank 0 makes a unique id and serves it from a store on
-/// `MASTER_PORT`; every other rank fetches it from `MASTER_ADDR:MASTER_PORT`; then all call
-/// `init_rank`. Rank 0 returns the store, which must live until every rank has joined.
-///
-/// # Errors
-/// [`HalError::Unsupported`] when the backend has no collectives; [`HalError::InvalidArgument`]
-/// when a multi-rank job has no `MASTER_ADDR`/`MASTER_PORT`; [`HalError::Timeout`] when ranks or
-/// the store do not answer within `config.timeout` (or `UNIHAL_CCL_TIMEOUT`).
-pub fn init_world(
-    backend: &dyn unihal_hal::Backend,
-    device: &Arc<dyn unihal_hal::Device>,
-    info: &LaunchInfo,
-    config: &unihal_hal::CommConfig,
-) -> Result<(Arc<dyn unihal_hal::Communicator>, Option<StoreServer>)> {
-    let ccl = backend.collectives().ok_or_else(|| {
-        HalError::unsupported(format!("collectives on backend {}", backend.name()))
-    })?;
-    let timeout = config
-        .timeout
-        .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
-    if info.world_size == 1 {
-        let id = ccl.unique_id()?;
-        return Ok((ccl.init_rank(&id, 1, 0, device, config)?, None));
-    }
-    let (addr, port) = info.master.clone().ok_or_else(|| {
-        HalError::invalid(
-            "MASTER_ADDR",
-            Invalid::Other(format!(
-                "a {}-rank job needs MASTER_ADDR and MASTER_PORT",
-                info.world_size
-            )),
-        )
-    })?;
-    let (id, server) = if info.rank == 0 {
-        let server = StoreServer::bind(&format!("0.0.0.0:{port}"))?;
-        let id = ccl.unique_id()?;
-        server.set(WORLD_KEY, &id.0);
-        (id, Some(server))
-    } else {
-        (
-            unihal_hal::UniqueId(store_get(&format!("{addr}:{port}"), WORLD_KEY, timeout)?),
-            None,
-        )
-    };
-    let comm = ccl.init_rank(&id, info.world_size, info.rank, device, config)?;
-    Ok((comm, server))
 }
