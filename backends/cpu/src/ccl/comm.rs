@@ -154,6 +154,49 @@ impl CpuComm {
     }
 }
 
+impl CpuComm {
+    /// Common path of send and recv: checks, the message number for this (rank, peer) direction,
+    /// and the queued operation `f(rendezvous, rank, message, address, bytes)`.
+    #[allow(clippy::too_many_arguments)]
+    fn p2p(
+        &self,
+        buf: &Buffer,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+        stream: &Arc<dyn Stream>,
+        sending: bool,
+        f: impl FnOnce(&Rendezvous, usize, u64, u64, u64) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
+        self.rank_arg("peer", peer)?;
+        let bytes = count * dtype.size() as u64;
+        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
+        let k = {
+            let mut g = if sending {
+                self.sent.lock()
+            } else {
+                self.received.lock()
+            };
+            g[peer] += 1;
+            g[peer] - 1
+        };
+        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
+        s.submit(Box::new(move |err| {
+            if err.is_some() {
+                return Ok(());
+            }
+            let a = a;
+            let r = f(&shared.rv, me, k, a.0, bytes);
+            drop(keep);
+            if let Err(e) = &r {
+                shared.fail(e);
+            }
+            r
+        }))
+    }
+}
+
 /// Chunk `i` of `n` over `count` elements.
 fn chunk(count: u64, n: usize, i: usize) -> (u64, u64) {
     (
@@ -369,31 +412,20 @@ impl Communicator for CpuComm {
         peer: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
-        self.rank_arg("peer", peer)?;
-        let bytes = count * dtype.size() as u64;
-        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
-        let k = {
-            let mut g = self.sent.lock();
-            g[peer] += 1;
-            g[peer] - 1
-        };
-        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
-        s.submit(Box::new(move |err| {
-            if err.is_some() {
-                return Ok(());
-            }
-            let a = a;
-            // SAFETY: the range was checked at enqueue and `keep` holds the buffer.
-            let data =
-                unsafe { std::slice::from_raw_parts(a.0 as *const u8, bytes as usize) }.to_vec();
-            drop(keep);
-            let r = shared.rv.post(me, peer, k, data);
-            if let Err(e) = &r {
-                shared.fail(e);
-            }
-            r
-        }))
+        self.p2p(
+            buf,
+            count,
+            dtype,
+            peer,
+            stream,
+            true,
+            move |rv, me, k, a, bytes| {
+                // SAFETY: the range was checked at enqueue and the op holds the buffer.
+                let data =
+                    unsafe { std::slice::from_raw_parts(a as *const u8, bytes as usize) }.to_vec();
+                rv.post(me, peer, k, data)
+            },
+        )
     }
 
     fn recv(
@@ -404,22 +436,15 @@ impl Communicator for CpuComm {
         peer: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
-        self.rank_arg("peer", peer)?;
-        let bytes = count * dtype.size() as u64;
-        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
-        let k = {
-            let mut g = self.received.lock();
-            g[peer] += 1;
-            g[peer] - 1
-        };
-        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
-        s.submit(Box::new(move |err| {
-            if err.is_some() {
-                return Ok(());
-            }
-            let a = a;
-            let r = shared.rv.take(peer, me, k).and_then(|data| {
+        self.p2p(
+            buf,
+            count,
+            dtype,
+            peer,
+            stream,
+            false,
+            move |rv, me, k, a, bytes| {
+                let data = rv.take(peer, me, k)?;
                 if data.len() as u64 != bytes {
                     return Err(HalError::invalid(
                         "count",
@@ -429,16 +454,11 @@ impl Communicator for CpuComm {
                         },
                     ));
                 }
-                // SAFETY: the range was checked at enqueue and `keep` holds the buffer.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a.0 as *mut u8, data.len()) };
+                // SAFETY: the range was checked at enqueue and the op holds the buffer.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a as *mut u8, data.len()) };
                 Ok(())
-            });
-            drop(keep);
-            if let Err(e) = &r {
-                shared.fail(e);
-            }
-            r
-        }))
+            },
+        )
     }
 
     fn all_to_all(
