@@ -113,24 +113,16 @@ struct Rank {
     recv: Buffer,
 }
 
-fn fill_u8(s: &Arc<dyn Stream>, b: &Buffer, d: DType, v: f64) -> Result<()> {
-    let bytes: Vec<u8> = (0..b.len() / d.size() as u64)
-        .flat_map(|_| element(d, v))
-        .collect();
-    s.write(b, 0, &bytes)
+/// Fills `b` with the value `v` in `d`.
+fn fill_with(s: &Arc<dyn Stream>, b: &Buffer, d: DType, v: f64) -> Result<()> {
+    let one = element(d, v);
+    s.write(b, 0, &one.repeat((b.len() / d.size() as u64) as usize))
 }
 
+/// One element of `d` holding `v`.
 fn element(d: DType, v: f64) -> Vec<u8> {
-    match d {
-        DType::F32 => (v as f32).to_le_bytes().to_vec(),
-        DType::F64 => v.to_le_bytes().to_vec(),
-        DType::F16 => half::f16::from_f64(v).to_le_bytes().to_vec(),
-        DType::Bf16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
-        DType::I32 => (v as i32).to_le_bytes().to_vec(),
-        DType::I64 => (v as i64).to_le_bytes().to_vec(),
-        DType::U8 | DType::I8 | DType::Bool => vec![v as u8],
-        _ => (v as u32).to_le_bytes()[..d.size()].to_vec(),
-    }
+    unihal_kernels::plan::fill_bits(unihal_hal::Scalar::F64(v), d).to_le_bytes()[..d.size()]
+        .to_vec()
 }
 
 /// Enqueues one operation on every rank (count per rank `c`).
@@ -237,8 +229,8 @@ fn wrong(o: &BenchOptions, ranks: &[Rank], c: u64, in_place: bool) -> Result<u64
 
 fn reset(o: &BenchOptions, ranks: &[Rank]) -> Result<()> {
     for (r, k) in ranks.iter().enumerate() {
-        fill_u8(&k.stream, &k.send, o.dtype, (r + 1) as f64)?;
-        fill_u8(&k.stream, &k.recv, o.dtype, (r + 1) as f64)?;
+        fill_with(&k.stream, &k.send, o.dtype, (r + 1) as f64)?;
+        fill_with(&k.stream, &k.recv, o.dtype, (r + 1) as f64)?;
     }
     Ok(())
 }

@@ -59,19 +59,27 @@ impl MemAccount {
     }
 }
 
-/// An aligned heap block; zero-sized blocks use a dangling aligned pointer and no heap.
+/// An aligned heap block reserved from a budget; dropping it frees the memory and returns the
+/// reservation. Zero-sized blocks use a dangling aligned pointer and no heap.
 struct RawBlock {
     ptr: NonNull<u8>,
     len: usize,
+    align: usize,
+    account: Arc<MemAccount>,
 }
 
 impl RawBlock {
-    fn new(len: usize, align: usize, account: &MemAccount) -> Result<RawBlock> {
+    fn new(len: usize, align: usize, account: Arc<MemAccount>) -> Result<RawBlock> {
         account.reserve(len as u64)?;
         if len == 0 {
             // An aligned, non-null, never-dereferenced address.
             let ptr = NonNull::new(align as *mut u8).expect("alignment is non-zero");
-            return Ok(RawBlock { ptr, len });
+            return Ok(RawBlock {
+                ptr,
+                len,
+                align,
+                account,
+            });
         }
         let fail = |account: &MemAccount| {
             account.release(len as u64);
@@ -81,27 +89,35 @@ impl RawBlock {
             }
         };
         let Ok(layout) = Layout::from_size_align(len, align) else {
-            return Err(fail(account));
+            return Err(fail(&account));
         };
         // SAFETY: layout has a non-zero size (len > 0 checked above).
         let p = unsafe { std::alloc::alloc(layout) };
         match NonNull::new(p) {
-            Some(ptr) => Ok(RawBlock { ptr, len }),
-            None => Err(fail(account)),
+            Some(ptr) => Ok(RawBlock {
+                ptr,
+                len,
+                align,
+                account,
+            }),
+            None => Err(fail(&account)),
         }
     }
+}
 
-    fn free(&mut self, align: usize) {
+impl Drop for RawBlock {
+    fn drop(&mut self) {
         if self.len > 0 {
             // SAFETY: ptr came from alloc with exactly this size and alignment and is freed once
             // (RawBlock is dropped once).
             unsafe {
                 std::alloc::dealloc(
                     self.ptr.as_ptr(),
-                    Layout::from_size_align_unchecked(self.len, align),
+                    Layout::from_size_align_unchecked(self.len, self.align),
                 )
             };
         }
+        self.account.release(self.len as u64);
     }
 }
 
@@ -109,7 +125,6 @@ impl RawBlock {
 pub struct CpuAllocation {
     block: RawBlock,
     device: DeviceId,
-    account: Arc<MemAccount>,
 }
 
 // SAFETY: the block is plain bytes owned by this allocation; the HAL never hands out references to
@@ -121,25 +136,14 @@ unsafe impl Sync for CpuAllocation {}
 impl CpuAllocation {
     /// Reserves `len` bytes from `account` and allocates them.
     pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
-        let block = RawBlock::new(len, ALLOC_ALIGN, &account)?;
+        let block = RawBlock::new(len, ALLOC_ALIGN, account)?;
         tracing::trace!(%device, len, "cpu alloc");
-        Ok(CpuAllocation {
-            block,
-            device,
-            account,
-        })
+        Ok(CpuAllocation { block, device })
     }
 
     /// First byte.
     pub fn ptr(&self) -> *mut u8 {
         self.block.ptr.as_ptr()
-    }
-}
-
-impl Drop for CpuAllocation {
-    fn drop(&mut self) {
-        self.block.free(ALLOC_ALIGN);
-        self.account.release(self.block.len as u64);
     }
 }
 
@@ -163,7 +167,6 @@ unsafe impl DeviceAllocation for CpuAllocation {
 pub struct CpuHostAllocation {
     block: RawBlock,
     device: DeviceId,
-    account: Arc<MemAccount>,
 }
 
 // SAFETY: plain bytes; access is arbitrated by HostBuffer's map/use protocol.
@@ -177,19 +180,8 @@ impl CpuHostAllocation {
     /// Allocates `len` page-aligned bytes (contents unspecified), accounted against the
     /// host budget `account`.
     pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
-        let block = RawBlock::new(len, PAGE, &account)?;
-        Ok(CpuHostAllocation {
-            block,
-            device,
-            account,
-        })
-    }
-}
-
-impl Drop for CpuHostAllocation {
-    fn drop(&mut self) {
-        self.block.free(PAGE);
-        self.account.release(self.block.len as u64);
+        let block = RawBlock::new(len, PAGE, account)?;
+        Ok(CpuHostAllocation { block, device })
     }
 }
 
