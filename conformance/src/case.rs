@@ -75,6 +75,12 @@ pub enum Need {
     PeerDevice,
     /// At least this many devices in the backend.
     Devices(usize),
+    /// A communicator of this many ranks: devices of this process, or processes of an SPMD run.
+    Ranks(usize),
+    /// The collective engine runs grouped calls (and so `all_to_allv`).
+    CclGroups,
+    /// The collective engine splits communicators.
+    CclSplit,
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
     /// `Stream::run_op` runs this op in this dtype.
@@ -90,7 +96,9 @@ impl Need {
         backend: &dyn unihal_hal::Backend,
         device: &dyn Device,
         device_count: usize,
+        ranks: usize,
     ) -> Result<(), String> {
+        let ccl = backend.collectives().map(|c| c.capabilities());
         let caps = device.capabilities();
         let ok = match self {
             Need::EventTiming => caps.optional.event_timing,
@@ -99,13 +107,14 @@ impl Need {
             Need::StreamOrderedAlloc => caps.optional.stream_ordered_alloc,
             Need::PeerDevice => !caps.optional.peer_devices.is_empty(),
             Need::Devices(n) => device_count >= *n,
+            Need::Ranks(n) => ranks >= *n,
+            Need::CclGroups => ccl.is_some_and(|c| c.groups),
+            Need::CclSplit => ccl.is_some_and(|c| c.split),
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
             Need::Op(op, d) => caps.supports(*op, *d),
-            Need::Collective(op, d) => backend
-                .collectives()
-                .is_some_and(|c| c.capabilities().supports(*op, *d, None)),
+            Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
         };
         if ok {
             return Ok(());
@@ -117,6 +126,9 @@ impl Need {
             Need::StreamOrderedAlloc => "device has no stream-ordered allocation".into(),
             Need::PeerDevice => "device has no peer device".into(),
             Need::Devices(n) => format!("needs {n} devices, backend has {device_count}"),
+            Need::Ranks(n) => format!("needs {n} ranks, {ranks} available"),
+            Need::CclGroups => "collective engine has no grouped calls".into(),
+            Need::CclSplit => "collective engine cannot split communicators".into(),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::TestKernels => format!(
@@ -172,6 +184,8 @@ impl Case {
 pub struct Ctx {
     pub backend: Arc<dyn Backend>,
     pub device: Arc<dyn Device>,
+    /// This process's rank of an SPMD world (see [`crate::runner::Target::world`]).
+    pub world: Option<Arc<dyn unihal_hal::Communicator>>,
     module: OnceLock<Arc<dyn Module>>,
 }
 
@@ -181,6 +195,7 @@ impl Ctx {
         Ctx {
             backend,
             device,
+            world: None,
             module: OnceLock::new(),
         }
     }

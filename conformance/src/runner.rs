@@ -48,6 +48,10 @@ pub struct Target {
     pub backend: Arc<dyn Backend>,
     pub device: Arc<dyn Device>,
     pub manifest: Manifest,
+    /// In an SPMD run (one process per rank, e.g. under `mpirun`), this process's rank of the
+    /// world communicator: collective cases then run one rank per process instead of one rank
+    /// per device.
+    pub world: Option<Arc<dyn unihal_hal::Communicator>>,
 }
 
 /// Every device of every backend `registry` selects (by `spec`, or `UNIHAL_BACKENDS` when `None`).
@@ -83,6 +87,7 @@ pub fn discover(
                     backend: b.clone(),
                     device,
                     manifest: Manifest::builtin(b.name()),
+                    world: None,
                 }),
                 Err(e) => unavailable.push(UnavailableBackend {
                     backend: format!("{}:{i}", b.name()),
@@ -112,8 +117,9 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
         ));
     }
     let count = target.backend.probe().unwrap_or(1);
+    let ranks = target.world.as_ref().map_or(count, |w| w.size());
     for need in &case.needs {
-        if let Err(reason) = need.check(&*target.backend, &*target.device, count) {
+        if let Err(reason) = need.check(&*target.backend, &*target.device, count, ranks) {
             return Plan::Skip(reason);
         }
     }
@@ -152,7 +158,7 @@ fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
     let multi = case.needs.iter().any(|n| {
         matches!(
             n,
-            Need::Devices(_) | Need::PeerDevice | Need::Collective(..)
+            Need::Devices(_) | Need::Ranks(_) | Need::PeerDevice | Need::Collective(..)
         )
     });
     if !multi {
@@ -170,15 +176,17 @@ fn devices_used(case: &Case, target: &Target) -> Vec<DeviceId> {
 /// Runs the body on its own thread and gives up after `timeout`, so a hang becomes a failure.
 pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Outcome {
     let (tx, rx) = std::sync::mpsc::channel();
-    let (run, backend, device) = (
+    let (run, backend, device, world) = (
         case.run.clone(),
         target.backend.clone(),
         target.device.clone(),
+        target.world.clone(),
     );
     let spawned = std::thread::Builder::new()
         .name(format!("case {}", case.id))
         .spawn(move || {
-            let ctx = Ctx::new(backend, device);
+            let mut ctx = Ctx::new(backend, device);
+            ctx.world = world;
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx)));
             let _ = tx.send(r);
         });
@@ -355,6 +363,7 @@ fn child_outcome(registry: &Registry, spec: &str) -> Outcome {
             manifest: Manifest::builtin(backend.name()),
             backend,
             device,
+            world: None,
         },
         Err(e) => {
             return Outcome::Failed {

@@ -144,10 +144,13 @@ pub struct CclCaps {
     pub reductions: BTreeMap<DType, Vec<ReduceOp>>,
     /// Accumulation per dtype.
     pub accumulation: BTreeMap<DType, Accumulation>,
-    /// Grouped calls (`group_start`/`group_end`).
+    /// [`Communicator::group`] (and so [`Communicator::all_to_allv`]).
     pub groups: bool,
-    /// `split`.
+    /// [`Communicator::split`].
     pub split: bool,
+    /// Whether a rank that dies fails the others with `Timeout` (in-process engine) or ends the
+    /// whole job (MPI: Open MPI 4 has no fault tolerance; `mpirun` kills the remaining ranks).
+    pub survives_dead_rank: bool,
 }
 
 impl CclCaps {
@@ -173,6 +176,28 @@ pub struct CommConfig {
 /// The bytes that identify one communicator across ranks (128 for NCCL/RCCL, 4108 for HCCL).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UniqueId(pub Vec<u8>);
+
+/// One operation of a grouped call ([`Communicator::group`]).
+///
+/// Counts are in elements; `buf` is a view of a buffer on the communicator's device.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum GroupCall {
+    /// Sends `count` elements of `buf` to `peer`.
+    Send {
+        buf: Buffer,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+    },
+    /// Receives `count` elements from `peer` into `buf`.
+    Recv {
+        buf: Buffer,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+    },
+}
 
 /// A backend's collective engine.
 pub trait Collectives: Send + Sync {
@@ -208,6 +233,18 @@ pub trait Collectives: Send + Sync {
         devices: &[Arc<dyn Device>],
         config: &CommConfig,
     ) -> Result<Vec<Arc<dyn Communicator>>>;
+
+    /// For engines whose processes are already connected (MPI): this process's rank of the
+    /// engine's world, on `device`, without any unique-id exchange. Collective over every process
+    /// of the job. `None` for engines that need a [`UniqueId`] (the default).
+    fn connected_world(
+        &self,
+        device: &Arc<dyn Device>,
+        config: &CommConfig,
+    ) -> Option<Result<Arc<dyn Communicator>>> {
+        let _ = (device, config);
+        None
+    }
 }
 
 /// One rank of a communicator.
@@ -302,6 +339,99 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
+
+    /// Issues `calls` as one operation on `stream` (like `ncclGroupStart` ... `ncclGroupEnd`): every
+    /// send and receive of the group is in flight at once, so exchanges that would deadlock as
+    /// separate blocking calls (a ring of sends) complete. Matching is per (source, destination)
+    /// pair in issue order, as for `send`/`recv`.
+    ///
+    /// # Errors
+    /// As `send`/`recv` for each call (nothing is enqueued when one call is invalid);
+    /// [`crate::HalError::Unsupported`] when the capabilities say `groups: false`.
+    fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()>;
+
+    /// Personalised exchange with per-peer counts: rank `j` receives `send_counts[j]` elements
+    /// from this rank's `send` at element `send_displs[j]`, and this rank receives
+    /// `recv_counts[j]` elements from rank `j` into `recv` at `recv_displs[j]`. Runs as one
+    /// grouped call of sends and receives (NCCL has no all-to-all-v either).
+    ///
+    /// # Errors
+    /// [`crate::HalError::InvalidArgument`] for count or displacement lists whose length is not
+    /// `size()`, ranges outside the buffers, or `send` and `recv` of one allocation; then as
+    /// [`Communicator::group`]. A count that differs from the peer's becomes a sticky error.
+    #[allow(clippy::too_many_arguments)] // mirrors MPI_Alltoallv's argument list
+    fn all_to_allv(
+        &self,
+        send: &Buffer,
+        send_counts: &[u64],
+        send_displs: &[u64],
+        recv: &Buffer,
+        recv_counts: &[u64],
+        recv_displs: &[u64],
+        dtype: DType,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        let n = self.size();
+        for (arg, v) in [
+            ("send_counts", send_counts),
+            ("send_displs", send_displs),
+            ("recv_counts", recv_counts),
+            ("recv_displs", recv_displs),
+        ] {
+            if v.len() != n {
+                return Err(crate::HalError::invalid(
+                    arg,
+                    crate::Invalid::Value {
+                        value: format!("{} entries", v.len()),
+                        accepted: format!("one per rank ({n})"),
+                    },
+                ));
+            }
+        }
+        if send.same_allocation(recv) {
+            return Err(crate::HalError::invalid(
+                "recv",
+                crate::Invalid::Other("all_to_allv cannot run in place".into()),
+            ));
+        }
+        let esz = dtype.size() as u64;
+        let view = |b: &Buffer, displ: u64, count: u64| {
+            let bytes = |e: u64| e.checked_mul(esz).unwrap_or(u64::MAX);
+            b.slice(bytes(displ), bytes(count))
+        };
+        let mut calls = Vec::with_capacity(2 * n);
+        for peer in 0..n {
+            calls.push(GroupCall::Send {
+                buf: view(send, send_displs[peer], send_counts[peer])?,
+                count: send_counts[peer],
+                dtype,
+                peer,
+            });
+            calls.push(GroupCall::Recv {
+                buf: view(recv, recv_displs[peer], recv_counts[peer])?,
+                count: recv_counts[peer],
+                dtype,
+                peer,
+            });
+        }
+        self.group(&calls, stream)
+    }
+
+    /// Splits this communicator by `color` (`None`: this rank joins no new communicator) and
+    /// orders each new one by (`key`, old rank), like `ncclCommSplit`/`MPI_Comm_split`. A blocking
+    /// host call that every rank must make; the child keeps this rank's device and takes
+    /// `config` (a `None` timeout inherits this communicator's).
+    ///
+    /// # Errors
+    /// [`crate::HalError::Timeout`] when some rank does not call within the timeout;
+    /// [`crate::HalError::Aborted`] after `abort`; [`crate::HalError::Unsupported`] when the
+    /// capabilities say `split: false`.
+    fn split(
+        &self,
+        color: Option<u32>,
+        key: i32,
+        config: &CommConfig,
+    ) -> Result<Option<Arc<dyn Communicator>>>;
 
     /// Fails pending and later operations of this communicator (every rank) with `Aborted`.
     fn abort(&self);

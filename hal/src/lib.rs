@@ -68,7 +68,9 @@ pub mod stream;
 pub use backend::{Backend, BackendInfo, LibraryInfo};
 pub use buffer::{Buffer, DeviceAllocation};
 pub use caps::{Capabilities, MandatoryCaps, OptionalCaps};
-pub use ccl::{CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, ReduceOp, UniqueId};
+pub use ccl::{
+    CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, GroupCall, ReduceOp, UniqueId,
+};
 pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
 pub use error::{check_range, HalError, Invalid, Result};

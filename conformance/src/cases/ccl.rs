@@ -9,8 +9,8 @@ use crate::{ensure, ensure_eq};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::{
-    Buffer, CollectiveOp, CommConfig, Communicator, DType, Device, HalError, Invalid, ReduceOp,
-    Stream,
+    Buffer, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError, Invalid,
+    ReduceOp, Stream,
 };
 
 const DTYPES: [DType; 7] = [
@@ -24,33 +24,114 @@ const DTYPES: [DType; 7] = [
 ];
 const COUNTS: [u64; 4] = [0, 1, 1037, 16411];
 
-/// Ranks, their communicators and one stream each: rank 0 on the context's device.
-struct World {
-    devices: Vec<Arc<dyn Device>>,
-    comms: Vec<Arc<dyn Communicator>>,
-    streams: Vec<Arc<dyn Stream>>,
+/// Collective timeout of the cases: a rank that fails early makes the others fail this fast.
+const CASE_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn config() -> CommConfig {
+    CommConfig {
+        timeout: Some(CASE_TIMEOUT),
+    }
 }
 
-fn world(ctx: &Ctx, n: usize, config: &CommConfig) -> unihal_hal::Result<World> {
-    let total = ctx.backend.probe()?;
-    let me = ctx.device.id().ordinal as usize;
-    let devices: Vec<Arc<dyn Device>> = (0..n)
-        .map(|i| ctx.backend.open((me + i) % total))
-        .collect::<Result<_, _>>()?;
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
-    let comms = ccl.init_all(&devices, config)?;
-    let streams = devices
-        .iter()
-        .map(|d| d.create_stream())
-        .collect::<Result<_, _>>()?;
-    Ok(World {
-        devices,
-        comms,
-        streams,
-    })
+/// One rank of a case: its communicator, device and a stream of that device.
+pub(crate) struct Rank {
+    pub comm: Arc<dyn Communicator>,
+    pub device: Arc<dyn Device>,
+    pub stream: Arc<dyn Stream>,
+}
+
+impl Rank {
+    fn new(comm: Arc<dyn Communicator>) -> unihal_hal::Result<Rank> {
+        let device = comm.device().clone();
+        let stream = device.create_stream()?;
+        Ok(Rank {
+            comm,
+            device,
+            stream,
+        })
+    }
+}
+
+/// Runs `body` on every rank of a new `n`-rank communicator. In one process the ranks are the
+/// context's device and the next ones, each body on its own thread; in an SPMD run the ranks are
+/// processes `0..n` of the world (split from it; the others sit the case out), and the processes
+/// agree on the outcome so every one reports the same.
+pub(crate) fn on_ranks(
+    ctx: &Ctx,
+    n: usize,
+    config: &CommConfig,
+    body: impl Fn(&Rank) -> CaseResult + Sync,
+) -> CaseResult {
+    let Some(world) = &ctx.world else {
+        let total = ctx.backend.probe()?;
+        let me = ctx.device.id().ordinal as usize;
+        let devices: Vec<Arc<dyn Device>> = (0..n)
+            .map(|i| ctx.backend.open((me + i) % total))
+            .collect::<Result<_, _>>()?;
+        let ccl = ctx
+            .backend
+            .collectives()
+            .ok_or_else(|| HalError::unsupported("collectives"))?;
+        let ranks: Vec<Rank> = ccl
+            .init_all(&devices, config)?
+            .into_iter()
+            .map(Rank::new)
+            .collect::<Result<_, _>>()?;
+        let results: Vec<CaseResult> = std::thread::scope(|sc| {
+            let hs: Vec<_> = ranks.iter().map(|r| sc.spawn(|| body(r))).collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Failure::new("rank thread panicked")))
+                })
+                .collect()
+        });
+        return first_failure(results);
+    };
+    let me = world.rank();
+    let mine = world
+        .split((me < n).then_some(0), me as i32, config)
+        .map_err(Failure::from)
+        .and_then(|c| match c {
+            Some(c) => body(&Rank::new(c)?),
+            None => Ok(()),
+        })
+        .map_err(|f| Failure::new(format!("rank {me}: {}", f.message)));
+    agree(world, mine)
+}
+
+/// The first failing rank's failure, named by rank.
+fn first_failure(results: Vec<CaseResult>) -> CaseResult {
+    for (r, res) in results.into_iter().enumerate() {
+        if let Err(f) = res {
+            return Err(Failure::new(format!("rank {r}: {}", f.message)));
+        }
+    }
+    Ok(())
+}
+
+/// Every process of an SPMD world learns whether any failed (a sum over the world).
+fn agree(world: &Arc<dyn Communicator>, mine: CaseResult) -> CaseResult {
+    if let Err(f) = &mine {
+        eprintln!("[rank {}] {}", world.rank(), f.message);
+    }
+    let s = world.device().create_stream()?;
+    let flag = upload(
+        world.device(),
+        &s,
+        DType::I32,
+        &[mine.is_err() as i32 as f64],
+        0,
+    )?;
+    world.all_reduce(&flag, &flag, 1, DType::I32, ReduceOp::Sum, &s)?;
+    let failed = download(&s, DType::I32, &flag)?[0];
+    match mine {
+        Err(f) => Err(f),
+        Ok(()) if failed > 0.0 => Err(Failure::new(format!(
+            "{failed} other rank(s) failed (their messages are on their own output)"
+        ))),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Exact-in-any-order input value of element `i` on `rank` for a reduction.
@@ -109,362 +190,544 @@ fn check_vals(what: &str, got: &[f64], want: &[f64]) -> CaseResult {
     Ok(())
 }
 
-/// Runs `op` on `n` ranks for every reduction, count and placement.
-#[allow(clippy::needless_range_loop)] // ranks index several parallel vectors
+/// The reductions of `op` that the engine claims for `d` (`[None]` for ops without one).
+fn reductions(ctx: &Ctx, op: CollectiveOp, d: DType) -> Vec<Option<ReduceOp>> {
+    if !op.reduces() {
+        return vec![None];
+    }
+    let caps = ctx.backend.collectives().map(|c| c.capabilities().clone());
+    ReduceOp::ALL
+        .iter()
+        .filter(|&&r| caps.as_ref().is_some_and(|c| c.supports(op, d, Some(r))))
+        .map(|&r| Some(r))
+        .collect()
+}
+
+/// Runs `op` on `n` ranks for every claimed reduction, count and placement.
 fn run_op(ctx: &Ctx, op: CollectiveOp, d: DType, n: usize) -> CaseResult {
-    let w = world(ctx, n, &CommConfig::default())?;
-    let reds: Vec<Option<ReduceOp>> = if op.reduces() {
-        ReduceOp::ALL.iter().map(|&r| Some(r)).collect()
-    } else {
-        vec![None]
-    };
-    let nu = n as u64;
-    for red in reds {
-        for count in COUNTS {
-            for in_place in [false, true] {
-                if in_place && matches!(op, CollectiveOp::AllToAll | CollectiveOp::SendRecv) {
-                    continue;
-                }
-                let root = (count as usize + 1) % n;
-                let what = format!(
-                    "{} {d} {} ranks {n} count {count}{}",
-                    op.name(),
-                    red.map_or(String::new(), |r| r.name().into()),
-                    if in_place { " in place" } else { "" }
-                );
-                // Per-rank send contents and buffer sizes.
-                let send_elems = match op {
-                    CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => nu * count,
-                    _ => count,
-                };
-                let recv_elems = match op {
-                    CollectiveOp::AllGather | CollectiveOp::AllToAll => nu * count,
-                    _ => count,
-                };
-                let sends: Vec<Vec<f64>> = (0..n)
-                    .map(|r| (0..send_elems).map(|i| value(red, d, n, r, i)).collect())
-                    .collect();
-                let mut sbufs = Vec::new();
-                let mut rbufs = Vec::new();
-                for r in 0..n {
-                    let s = &w.streams[r];
-                    if in_place && op == CollectiveOp::ReduceScatter {
-                        // The recv lies inside send, at this rank's block.
-                        let sb = upload(&w.devices[r], s, d, &sends[r], 0)?;
-                        rbufs.push(
-                            sb.slice(r as u64 * count * d.size() as u64, count * d.size() as u64)?,
-                        );
-                        sbufs.push(sb);
-                    } else if in_place {
-                        // The send lies inside recv where each op expects it.
-                        let mut image = vec![0.0; recv_elems as usize];
-                        let at = if matches!(op, CollectiveOp::AllGather) {
-                            r as u64 * count
-                        } else {
-                            0
-                        };
-                        image[at as usize..(at + send_elems) as usize].copy_from_slice(&sends[r]);
-                        let rb = upload(&w.devices[r], s, d, &image, 0)?;
-                        sbufs.push(rb.slice(at * d.size() as u64, send_elems * d.size() as u64)?);
-                        rbufs.push(rb);
-                    } else {
-                        sbufs.push(upload(&w.devices[r], s, d, &sends[r], 0)?);
-                        rbufs.push(upload(
-                            &w.devices[r],
-                            s,
-                            d,
-                            &vec![0.0; recv_elems as usize],
-                            3,
-                        )?);
+    let reds = reductions(ctx, op, d);
+    on_ranks(ctx, n, &config(), |rk| {
+        for &red in &reds {
+            for count in COUNTS {
+                for in_place in [false, true] {
+                    if in_place && matches!(op, CollectiveOp::AllToAll | CollectiveOp::SendRecv) {
+                        continue;
                     }
-                }
-                for r in 0..n {
-                    let (c, s, sb, rb) = (&w.comms[r], &w.streams[r], &sbufs[r], &rbufs[r]);
-                    match op {
-                        CollectiveOp::AllReduce => {
-                            c.all_reduce(sb, rb, count, d, red.unwrap(), s)?
-                        }
-                        CollectiveOp::Broadcast => c.broadcast(sb, rb, count, d, root, s)?,
-                        CollectiveOp::Reduce => {
-                            c.reduce(sb, rb, count, d, red.unwrap(), root, s)?
-                        }
-                        CollectiveOp::AllGather => c.all_gather(sb, rb, count, d, s)?,
-                        CollectiveOp::ReduceScatter => {
-                            c.reduce_scatter(sb, rb, count, d, red.unwrap(), s)?
-                        }
-                        CollectiveOp::AllToAll => c.all_to_all(sb, rb, count, d, s)?,
-                        CollectiveOp::SendRecv => {
-                            // A ring: send to the next rank, receive from the previous one.
-                            c.send(sb, count, d, (r + 1) % n, s)?;
-                            c.recv(rb, count, d, (r + n - 1) % n, s)?;
-                        }
-                    }
-                }
-                for s in &w.streams {
-                    s.synchronize()?;
-                }
-                for r in 0..n {
-                    let got = download(&w.streams[r], d, &rbufs[r])?;
-                    let got = &got[..recv_elems as usize];
-                    let want: Vec<f64> = match op {
-                        CollectiveOp::AllReduce => (0..count)
-                            .map(|i| {
-                                reduce_ref(
-                                    red.unwrap(),
-                                    &sends.iter().map(|s| s[i as usize]).collect::<Vec<_>>(),
-                                )
-                            })
-                            .collect(),
-                        CollectiveOp::Reduce if r == root => (0..count)
-                            .map(|i| {
-                                reduce_ref(
-                                    red.unwrap(),
-                                    &sends.iter().map(|s| s[i as usize]).collect::<Vec<_>>(),
-                                )
-                            })
-                            .collect(),
-                        CollectiveOp::Reduce => {
-                            if in_place {
-                                sends[r].clone()
-                            } else {
-                                vec![0.0; count as usize]
-                            }
-                        }
-                        CollectiveOp::Broadcast => sends[root].clone(),
-                        CollectiveOp::AllGather => sends.iter().flatten().cloned().collect(),
-                        CollectiveOp::ReduceScatter => (0..count)
-                            .map(|i| {
-                                reduce_ref(
-                                    red.unwrap(),
-                                    &sends
-                                        .iter()
-                                        .map(|s| s[(r as u64 * count + i) as usize])
-                                        .collect::<Vec<_>>(),
-                                )
-                            })
-                            .collect(),
-                        CollectiveOp::AllToAll => (0..n)
-                            .flat_map(|j| {
-                                sends[j]
-                                    [(r as u64 * count) as usize..((r as u64 + 1) * count) as usize]
-                                    .to_vec()
-                            })
-                            .collect(),
-                        CollectiveOp::SendRecv => sends[(r + n - 1) % n].clone(),
-                    };
-                    let want: Vec<f64> = want.iter().map(|&v| decode(d, &encode(d, v))).collect();
-                    check_vals(&format!("{what}: rank {r}"), got, &want)?;
+                    run_one(rk, op, d, n, red, count, in_place)?;
                 }
             }
         }
+        Ok(())
+    })
+}
+
+/// One call of `op` on this rank, checked against the reference.
+fn run_one(
+    rk: &Rank,
+    op: CollectiveOp,
+    d: DType,
+    n: usize,
+    red: Option<ReduceOp>,
+    count: u64,
+    in_place: bool,
+) -> CaseResult {
+    let (r, nu, esz) = (rk.comm.rank(), n as u64, d.size() as u64);
+    let (c, s) = (&rk.comm, &rk.stream);
+    let root = (count as usize + 1) % n;
+    let what = format!(
+        "{} {d} {} ranks {n} count {count}{}",
+        op.name(),
+        red.map_or(String::new(), |r| r.name().into()),
+        if in_place { " in place" } else { "" }
+    );
+    let send_elems = match op {
+        CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => nu * count,
+        _ => count,
+    };
+    let recv_elems = match op {
+        CollectiveOp::AllGather | CollectiveOp::AllToAll => nu * count,
+        _ => count,
+    };
+    // Every rank's send contents (the reference needs them all).
+    let sends: Vec<Vec<f64>> = (0..n)
+        .map(|q| (0..send_elems).map(|i| value(red, d, n, q, i)).collect())
+        .collect();
+    let (sb, rb) = if in_place && op == CollectiveOp::ReduceScatter {
+        // The recv lies inside send, at this rank's block.
+        let sb = upload(&rk.device, s, d, &sends[r], 0)?;
+        let rb = sb.slice(r as u64 * count * esz, count * esz)?;
+        (sb, rb)
+    } else if in_place {
+        // The send lies inside recv where each op expects it.
+        let mut image = vec![0.0; recv_elems as usize];
+        let at = if op == CollectiveOp::AllGather {
+            r as u64 * count
+        } else {
+            0
+        };
+        image[at as usize..(at + send_elems) as usize].copy_from_slice(&sends[r]);
+        let rb = upload(&rk.device, s, d, &image, 0)?;
+        (rb.slice(at * esz, send_elems * esz)?, rb)
+    } else {
+        (
+            upload(&rk.device, s, d, &sends[r], 0)?,
+            upload(&rk.device, s, d, &vec![0.0; recv_elems as usize], 3)?,
+        )
+    };
+    match op {
+        CollectiveOp::AllReduce => c.all_reduce(&sb, &rb, count, d, red.unwrap(), s)?,
+        CollectiveOp::Broadcast => c.broadcast(&sb, &rb, count, d, root, s)?,
+        CollectiveOp::Reduce => c.reduce(&sb, &rb, count, d, red.unwrap(), root, s)?,
+        CollectiveOp::AllGather => c.all_gather(&sb, &rb, count, d, s)?,
+        CollectiveOp::ReduceScatter => c.reduce_scatter(&sb, &rb, count, d, red.unwrap(), s)?,
+        CollectiveOp::AllToAll => c.all_to_all(&sb, &rb, count, d, s)?,
+        CollectiveOp::SendRecv => {
+            // A ring in one group: send to the next rank, receive from the previous one.
+            c.group(
+                &[
+                    GroupCall::Send {
+                        buf: sb.clone(),
+                        count,
+                        dtype: d,
+                        peer: (r + 1) % n,
+                    },
+                    GroupCall::Recv {
+                        buf: rb.clone(),
+                        count,
+                        dtype: d,
+                        peer: (r + n - 1) % n,
+                    },
+                ],
+                s,
+            )?;
+        }
+    }
+    s.synchronize()?;
+    let got = download(s, d, &rb)?;
+    let got = &got[..recv_elems as usize];
+    let reduced = |at: u64| -> Vec<f64> {
+        (0..count)
+            .map(|i| {
+                let vals: Vec<f64> = sends.iter().map(|v| v[(at + i) as usize]).collect();
+                reduce_ref(red.unwrap(), &vals)
+            })
+            .collect()
+    };
+    let want: Vec<f64> = match op {
+        CollectiveOp::AllReduce => reduced(0),
+        CollectiveOp::Reduce if r == root => reduced(0),
+        CollectiveOp::Reduce if in_place => sends[r].clone(),
+        CollectiveOp::Reduce => vec![0.0; count as usize],
+        CollectiveOp::Broadcast => sends[root].clone(),
+        CollectiveOp::AllGather => sends.iter().flatten().cloned().collect(),
+        CollectiveOp::ReduceScatter => reduced(r as u64 * count),
+        CollectiveOp::AllToAll => (0..n)
+            .flat_map(|j| {
+                sends[j][(r as u64 * count) as usize..((r as u64 + 1) * count) as usize].to_vec()
+            })
+            .collect(),
+        CollectiveOp::SendRecv => sends[(r + n - 1) % n].clone(),
+    };
+    let want: Vec<f64> = want.iter().map(|&v| decode(d, &encode(d, v))).collect();
+    check_vals(&what, got, &want)?;
+    if op == CollectiveOp::SendRecv && n > 1 {
+        ordered_pairs(rk, d, n, count)?;
     }
     Ok(())
+}
+
+/// Plain (ungrouped) send and recv between partners `2k` and `2k+1`, the even rank sending first,
+/// the odd rank receiving first, so stream order alone matches them.
+fn ordered_pairs(rk: &Rank, d: DType, n: usize, count: u64) -> CaseResult {
+    let r = rk.comm.rank();
+    let partner = r ^ 1;
+    if partner >= n {
+        return Ok(());
+    }
+    let (c, s) = (&rk.comm, &rk.stream);
+    let mine: Vec<f64> = (0..count).map(|i| value(None, d, n, r, i)).collect();
+    let theirs: Vec<f64> = (0..count).map(|i| value(None, d, n, partner, i)).collect();
+    let sb = upload(&rk.device, s, d, &mine, 0)?;
+    let rb = upload(&rk.device, s, d, &vec![0.0; count as usize], 0)?;
+    if r % 2 == 0 {
+        c.send(&sb, count, d, partner, s)?;
+        c.recv(&rb, count, d, partner, s)?;
+    } else {
+        c.recv(&rb, count, d, partner, s)?;
+        c.send(&sb, count, d, partner, s)?;
+    }
+    s.synchronize()?;
+    let want: Vec<f64> = theirs.iter().map(|&v| decode(d, &encode(d, v))).collect();
+    check_vals(
+        &format!("ordered send/recv {d} count {count} with rank {partner}"),
+        &download(s, d, &rb)?,
+        &want,
+    )
+}
+
+/// Elements rank `src` sends to rank `dst` in the all-to-all-v cases (0 included).
+fn v_count(base: u64, src: usize, dst: usize) -> u64 {
+    if base == 0 {
+        0
+    } else {
+        base + ((src + 2 * dst) % 3) as u64 - 1
+    }
+}
+
+/// Element `i` of the block `src` sends to `dst`: small integers, exact in every dtype.
+fn v_value(src: usize, dst: usize, i: u64) -> f64 {
+    ((src as u64 * 31 + dst as u64 * 7 + i) % 100) as f64
+}
+
+/// Packed layout with one spare element between blocks: (counts, displacements, total).
+fn v_layout(counts: Vec<u64>) -> (Vec<u64>, Vec<u64>, u64) {
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for &c in &counts {
+        displs.push(at);
+        at += c + 1;
+    }
+    (counts, displs, at)
+}
+
+fn all_to_allv(ctx: &Ctx, d: DType, n: usize) -> CaseResult {
+    on_ranks(ctx, n, &config(), |rk| {
+        let (r, s) = (rk.comm.rank(), &rk.stream);
+        for base in [0u64, 1, 2, 517] {
+            let (sc, sd, stotal) = v_layout((0..n).map(|j| v_count(base, r, j)).collect());
+            let (rc, rd, rtotal) = v_layout((0..n).map(|j| v_count(base, j, r)).collect());
+            let mut image = vec![0.0; stotal as usize];
+            for j in 0..n {
+                for i in 0..sc[j] {
+                    image[(sd[j] + i) as usize] = v_value(r, j, i);
+                }
+            }
+            let sb = upload(&rk.device, s, d, &image, 0)?;
+            let rb = upload(&rk.device, s, d, &vec![0.0; rtotal as usize], 0)?;
+            rk.comm.all_to_allv(&sb, &sc, &sd, &rb, &rc, &rd, d, s)?;
+            s.synchronize()?;
+            let mut want = vec![0.0; rtotal as usize];
+            for j in 0..n {
+                for i in 0..rc[j] {
+                    want[(rd[j] + i) as usize] = v_value(j, r, i);
+                }
+            }
+            check_vals(
+                &format!("all_to_allv {d} ranks {n} base {base}"),
+                &download(s, d, &rb)?,
+                &want,
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Splits `n` ranks by parity with keys reversing the order (and one rank opting out when n > 2),
+/// then checks each child's size, rank order and an all_reduce inside it.
+fn split(ctx: &Ctx, n: usize) -> CaseResult {
+    on_ranks(ctx, n, &config(), |rk| {
+        let r = rk.comm.rank();
+        let out = n > 2 && r == n - 1;
+        let color = (!out).then_some((r % 2) as u32);
+        let child = rk.comm.split(color, -(r as i32), &config())?;
+        let s = &rk.stream;
+        match child {
+            None => ensure!(out, "rank {r} got no communicator for color {color:?}"),
+            Some(child) => {
+                ensure!(!out, "rank {r} opted out but got a communicator");
+                let members: Vec<usize> = (0..n)
+                    .rev()
+                    .filter(|&q| q % 2 == r % 2 && !(n > 2 && q == n - 1))
+                    .collect();
+                ensure_eq!(child.size(), members.len(), "size of color {}", r % 2);
+                let want_rank = members.iter().position(|&q| q == r).unwrap();
+                ensure_eq!(
+                    child.rank(),
+                    want_rank,
+                    "rank of old rank {r} (keys reverse the order)"
+                );
+                ensure!(
+                    child.device().id() == rk.device.id(),
+                    "the child moved to another device"
+                );
+                let b = upload(&rk.device, s, DType::I32, &[r as f64 + 1.0; 5], 0)?;
+                child.all_reduce(&b, &b, 5, DType::I32, ReduceOp::Sum, s)?;
+                s.synchronize()?;
+                let sum: f64 = members.iter().map(|&q| q as f64 + 1.0).sum();
+                check_vals(
+                    "all_reduce in the split child",
+                    &download(s, DType::I32, &b)?,
+                    &[sum; 5],
+                )?;
+            }
+        }
+        // The parent still works after the split, for every rank.
+        let p = upload(&rk.device, s, DType::I32, &[1.0], 0)?;
+        rk.comm
+            .all_reduce(&p, &p, 1, DType::I32, ReduceOp::Sum, s)?;
+        s.synchronize()?;
+        check_vals(
+            "parent all_reduce after split",
+            &download(s, DType::I32, &p)?,
+            &[n as f64],
+        )
+    })
 }
 
 fn misuse(ctx: &Ctx) -> CaseResult {
-    let w = world(ctx, 2, &CommConfig::default())?;
-    let (c, s) = (&w.comms[0], &w.streams[0]);
-    let b = w.devices[0].alloc(64)?;
-    let r = expect_invalid(c.broadcast(&b, &b, 4, DType::F32, 2, s), "root")?;
-    ensure_eq!(
-        r,
-        Invalid::Value {
-            value: "2".into(),
-            accepted: "0..2".into()
-        },
-        "root out of range"
-    );
-    let r = expect_invalid(c.send(&b, 4, DType::F32, 5, s), "peer")?;
-    ensure_eq!(
-        r,
-        Invalid::Value {
-            value: "5".into(),
-            accepted: "0..2".into()
-        },
-        "peer out of range"
-    );
-    let r = expect_invalid(
-        c.all_reduce(&b, &b, 17, DType::F32, ReduceOp::Sum, s),
-        "send",
-    )?;
-    ensure_eq!(
-        r,
-        Invalid::OutOfRange {
-            offset: 0,
-            len: 68,
-            size: 64
-        },
-        "count larger than the buffer"
-    );
-    let other = w.devices[1].alloc(64)?;
-    let r = expect_invalid(
-        c.all_reduce(&other, &b, 4, DType::F32, ReduceOp::Sum, s),
-        "send",
-    )?;
-    ensure!(
-        matches!(r, Invalid::WrongDevice { .. }),
-        "buffer of another rank's device: {r:?}"
-    );
-    let r = expect_invalid(
-        c.all_reduce(&b, &b, 4, DType::F32, ReduceOp::Sum, &w.streams[1]),
-        "stream",
-    )?;
-    ensure!(
-        matches!(r, Invalid::WrongDevice { .. }),
-        "stream of another device: {r:?}"
-    );
-    match c.all_reduce(&b, &b, 4, DType::Bool, ReduceOp::Sum, s) {
-        Err(HalError::Unsupported { .. }) => {}
-        other => return Err(Failure::new(format!("sum of bool gave {other:?}"))),
-    }
-    ensure!(
-        !ctx.backend.collectives().unwrap().capabilities().supports(
-            CollectiveOp::AllReduce,
-            DType::Bool,
-            Some(ReduceOp::Sum)
-        ),
-        "capabilities claim bool sums"
-    );
-    ensure!(c.async_error().is_none(), "rejected calls left an error");
-    Ok(())
+    let other_device = ctx.other_device()?;
+    on_ranks(ctx, 2, &config(), |rk| {
+        let (c, s) = (&rk.comm, &rk.stream);
+        let b = rk.device.alloc(64)?;
+        let r = expect_invalid(c.broadcast(&b, &b, 4, DType::F32, 2, s), "root")?;
+        ensure_eq!(
+            r,
+            Invalid::Value {
+                value: "2".into(),
+                accepted: "0..2".into()
+            },
+            "root out of range"
+        );
+        let r = expect_invalid(c.send(&b, 4, DType::F32, 5, s), "peer")?;
+        ensure_eq!(
+            r,
+            Invalid::Value {
+                value: "5".into(),
+                accepted: "0..2".into()
+            },
+            "peer out of range"
+        );
+        let r = expect_invalid(
+            c.all_reduce(&b, &b, 17, DType::F32, ReduceOp::Sum, s),
+            "send",
+        )?;
+        ensure_eq!(
+            r,
+            Invalid::OutOfRange {
+                offset: 0,
+                len: 68,
+                size: 64
+            },
+            "count larger than the buffer"
+        );
+        if other_device.id() != rk.device.id() {
+            let other = other_device.alloc(64)?;
+            let r = expect_invalid(
+                c.all_reduce(&other, &b, 4, DType::F32, ReduceOp::Sum, s),
+                "send",
+            )?;
+            ensure!(
+                matches!(r, Invalid::WrongDevice { .. }),
+                "buffer of another device: {r:?}"
+            );
+            let r = expect_invalid(
+                c.all_reduce(
+                    &b,
+                    &b,
+                    4,
+                    DType::F32,
+                    ReduceOp::Sum,
+                    &other_device.create_stream()?,
+                ),
+                "stream",
+            )?;
+            ensure!(
+                matches!(r, Invalid::WrongDevice { .. }),
+                "stream of another device: {r:?}"
+            );
+        }
+        let r = expect_invalid(
+            c.all_to_allv(
+                &b,
+                &[1],
+                &[0, 0],
+                &rk.device.alloc(64)?,
+                &[1, 1],
+                &[0, 1],
+                DType::F32,
+                s,
+            ),
+            "send_counts",
+        )?;
+        ensure!(
+            matches!(r, Invalid::Value { .. }),
+            "all_to_allv with one count for two ranks: {r:?}"
+        );
+        let r = expect_invalid(
+            c.all_to_allv(&b, &[1, 1], &[0, 1], &b, &[1, 1], &[2, 3], DType::F32, s),
+            "recv",
+        )?;
+        ensure!(
+            matches!(r, Invalid::Other(_)),
+            "all_to_allv in place: {r:?}"
+        );
+        let engine = ctx.backend.collectives().unwrap().capabilities().clone();
+        let bool_sum = c.all_reduce(&b, &b, 4, DType::Bool, ReduceOp::Sum, s);
+        if engine.supports(CollectiveOp::AllReduce, DType::Bool, Some(ReduceOp::Sum)) {
+            bool_sum.map_err(|e| Failure::new(format!("claimed bool sum failed: {e}")))?;
+            s.synchronize()?;
+        } else {
+            ensure!(
+                matches!(bool_sum, Err(HalError::Unsupported { .. })),
+                "sum of bool outside the capabilities gave {bool_sum:?}"
+            );
+        }
+        ensure!(c.async_error().is_none(), "rejected calls left an error");
+        Ok(())
+    })
 }
 
 fn mismatched(ctx: &Ctx) -> CaseResult {
-    let w = world(
-        ctx,
-        2,
-        &CommConfig {
-            timeout: Some(Duration::from_secs(5)),
-        },
-    )?;
-    let b0 = w.devices[0].alloc(64)?;
-    let b1 = w.devices[1].alloc(64)?;
-    w.comms[0].all_reduce(&b0, &b0, 4, DType::F32, ReduceOp::Sum, &w.streams[0])?;
-    w.comms[1].all_reduce(&b1, &b1, 8, DType::F32, ReduceOp::Sum, &w.streams[1])?;
-    for (r, s) in w.streams.iter().enumerate() {
-        match s.synchronize() {
-            Err(HalError::InvalidArgument { .. }) | Err(HalError::Timeout { .. }) => {}
-            other => {
-                return Err(Failure::new(format!(
-                    "rank {r} after mismatched counts: {other:?}"
-                )))
-            }
+    let cfg = CommConfig {
+        timeout: Some(Duration::from_secs(5)),
+    };
+    on_ranks(ctx, 2, &cfg, |rk| {
+        let r = rk.comm.rank();
+        let b = rk.device.alloc(64)?;
+        let count = 4 * (r as u64 + 1);
+        rk.comm
+            .all_reduce(&b, &b, count, DType::F32, ReduceOp::Sum, &rk.stream)?;
+        match rk.stream.synchronize() {
+            Err(HalError::InvalidArgument { .. }) | Err(HalError::Timeout { .. }) => Ok(()),
+            other => Err(Failure::new(format!(
+                "rank {r} after mismatched counts: {other:?}"
+            ))),
         }
-    }
-    Ok(())
+    })
 }
 
 fn missing_rank(ctx: &Ctx) -> CaseResult {
     let limit = Duration::from_millis(300);
-    let w = world(
-        ctx,
-        3,
-        &CommConfig {
-            timeout: Some(limit),
-        },
-    )?;
-    let t0 = Instant::now();
-    // Ranks 0 and 1 call; rank 2 never does.
-    for r in 0..2 {
-        let b = w.devices[r].alloc(64)?;
-        w.comms[r].all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &w.streams[r])?;
-    }
-    for r in 0..2 {
-        match w.streams[r].synchronize() {
+    let cfg = CommConfig {
+        timeout: Some(limit),
+    };
+    on_ranks(ctx, 3, &cfg, |rk| {
+        let r = rk.comm.rank();
+        if r == 2 {
+            // Rank 2 never calls.
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let b = rk.device.alloc(64)?;
+        rk.comm
+            .all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &rk.stream)?;
+        match rk.stream.synchronize() {
             Err(HalError::Timeout { what, .. }) => {
                 ensure!(
-                    what.contains("[2]"),
+                    what.contains("[2]") || what.contains("rank 2"),
                     "rank {r}: timeout does not name the missing rank: {what}"
                 );
             }
             other => return Err(Failure::new(format!("rank {r} without rank 2: {other:?}"))),
         }
+        let el = t0.elapsed();
         ensure!(
-            matches!(w.comms[r].async_error(), Some(HalError::Timeout { .. })),
+            matches!(rk.comm.async_error(), Some(HalError::Timeout { .. })),
             "rank {r}: no sticky communicator error"
         );
-    }
-    let el = t0.elapsed();
-    ensure!(
-        el < limit + Duration::from_millis(1500),
-        "the timeout of {limit:?} took {el:?}"
-    );
-    Ok(())
+        ensure!(
+            el >= limit && el < limit + Duration::from_millis(1500),
+            "rank {r}: the timeout of {limit:?} took {el:?}"
+        );
+        Ok(())
+    })
 }
 
 fn abort_unblocks(ctx: &Ctx) -> CaseResult {
-    let w = world(
-        ctx,
-        2,
-        &CommConfig {
-            timeout: Some(Duration::from_secs(30)),
-        },
-    )?;
-    let b = w.devices[0].alloc(64)?;
-    w.comms[0].all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &w.streams[0])?;
-    let c1 = w.comms[1].clone();
-    let t0 = Instant::now();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        c1.abort();
-    });
-    let r = w.streams[0].synchronize();
-    t.join()
-        .map_err(|_| Failure::new("abort thread panicked"))?;
-    ensure!(
-        matches!(r, Err(HalError::Aborted { .. })),
-        "pending op after abort: {r:?}"
-    );
-    ensure!(
-        t0.elapsed() < Duration::from_secs(5),
-        "abort took {:?} to unblock",
-        t0.elapsed()
-    );
-    let again = w.comms[0].all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &w.streams[0]);
-    ensure!(again.is_err(), "an aborted communicator accepted new work");
-    Ok(())
+    let cfg = CommConfig {
+        timeout: Some(Duration::from_secs(30)),
+    };
+    on_ranks(ctx, 2, &cfg, |rk| {
+        if rk.comm.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(50));
+            rk.comm.abort();
+            ensure!(
+                matches!(rk.comm.async_error(), Some(HalError::Aborted { .. })),
+                "no sticky error on the aborting rank"
+            );
+            return Ok(());
+        }
+        let b = rk.device.alloc(64)?;
+        let t0 = Instant::now();
+        rk.comm
+            .all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &rk.stream)?;
+        let r = rk.stream.synchronize();
+        ensure!(
+            matches!(r, Err(HalError::Aborted { .. })),
+            "pending op after the peer's abort: {r:?}"
+        );
+        ensure!(
+            t0.elapsed() < Duration::from_secs(5),
+            "abort took {:?} to unblock",
+            t0.elapsed()
+        );
+        let again = rk
+            .comm
+            .all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &rk.stream);
+        ensure!(again.is_err(), "an aborted communicator accepted new work");
+        Ok(())
+    })
 }
 
 /// The collective cases.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
+    let all_reduce = Need::Collective(CollectiveOp::AllReduce, DType::F32);
     for op in CollectiveOp::ALL {
         for d in DTYPES {
-            if op.reduces() && d == DType::Bool {
-                continue;
-            }
             for n in 1..=4usize {
+                let mut needs = vec![Need::Ranks(n), Need::Collective(op, d)];
+                if op == CollectiveOp::SendRecv {
+                    needs.push(Need::CclGroups);
+                }
                 v.push(
                     Case::new(
                         format!("ccl.{}.{}.ranks{n}", op.name(), d.name()),
                         move |c| run_op(c, op, d, n),
                     )
-                    .needs(&[Need::Devices(n), Need::Collective(op, d)]),
+                    .needs(&needs),
                 );
             }
         }
     }
+    for d in DTYPES {
+        for n in 1..=4usize {
+            v.push(
+                Case::new(format!("ccl.all_to_allv.{}.ranks{n}", d.name()), move |c| {
+                    all_to_allv(c, d, n)
+                })
+                .needs(&[
+                    Need::Ranks(n),
+                    Need::Collective(CollectiveOp::SendRecv, d),
+                    Need::CclGroups,
+                ]),
+            );
+        }
+    }
+    for n in 2..=4usize {
+        v.push(
+            Case::new(format!("ccl.split.parity.ranks{n}"), move |c| split(c, n)).needs(&[
+                Need::Ranks(n),
+                Need::CclSplit,
+                all_reduce,
+            ]),
+        );
+    }
     v.push(Case::new("ccl.misuse.invalid_arguments", misuse).needs(&[
-        Need::Devices(2),
-        Need::Collective(CollectiveOp::AllReduce, DType::F32),
+        Need::Ranks(2),
+        all_reduce,
+        Need::Collective(CollectiveOp::SendRecv, DType::F32),
     ]));
     v.push(
-        Case::new("ccl.misuse.mismatched_counts", mismatched).needs(&[
-            Need::Devices(2),
-            Need::Collective(CollectiveOp::AllReduce, DType::F32),
-        ]),
+        Case::new("ccl.misuse.mismatched_counts", mismatched).needs(&[Need::Ranks(2), all_reduce]),
     );
     v.push(
-        Case::new("ccl.failure.missing_rank_times_out", missing_rank).needs(&[
-            Need::Devices(3),
-            Need::Collective(CollectiveOp::AllReduce, DType::F32),
-        ]),
+        Case::new("ccl.failure.missing_rank_times_out", missing_rank)
+            .needs(&[Need::Ranks(3), all_reduce]),
     );
     v.push(
-        Case::new("ccl.failure.abort_unblocks", abort_unblocks).needs(&[
-            Need::Devices(2),
-            Need::Collective(CollectiveOp::AllReduce, DType::F32),
-        ]),
+        Case::new("ccl.failure.abort_unblocks", abort_unblocks)
+            .needs(&[Need::Ranks(2), all_reduce]),
     );
     v
 }

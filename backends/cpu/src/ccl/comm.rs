@@ -8,11 +8,13 @@ use super::rendezvous::{Rendezvous, Signature};
 use crate::stream::{cpu_addr, CpuStream};
 use parking_lot::Mutex;
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use unihal_hal::{
-    Buffer, CclCaps, CollectiveOp, Communicator, DType, Device, HalError, Invalid, ReduceOp,
-    Result, Stream,
+    Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
+    Invalid, ReduceOp, Result, Stream,
 };
 
 /// Shared by every rank of one communicator.
@@ -20,9 +22,24 @@ pub(crate) struct CommShared {
     pub rv: Rendezvous,
     pub error: Mutex<Option<HalError>>,
     pub caps: Arc<CclCaps>,
+    /// Communicators being made by split number and color, with how many ranks still have to take
+    /// theirs.
+    children: Mutex<HashMap<(u64, u32), (Arc<CommShared>, usize)>>,
 }
 
+/// Split rounds use this bit of the round number, so they never meet an operation's round.
+const SPLIT_ROUND: u64 = 1 << 63;
+
 impl CommShared {
+    pub(crate) fn new(nranks: usize, timeout: Duration, caps: Arc<CclCaps>) -> Arc<CommShared> {
+        Arc::new(CommShared {
+            rv: Rendezvous::new(nranks, timeout),
+            error: Mutex::new(None),
+            caps,
+            children: Mutex::new(HashMap::new()),
+        })
+    }
+
     fn fail(&self, e: &HalError) {
         let mut g = self.error.lock();
         if g.is_none() {
@@ -37,6 +54,7 @@ pub struct CpuComm {
     pub(crate) device: Arc<dyn Device>,
     pub(crate) shared: Arc<CommShared>,
     pub(crate) seq: AtomicU64,
+    pub(crate) splits: AtomicU64,
     pub(crate) sent: Mutex<Vec<u64>>,
     pub(crate) received: Mutex<Vec<u64>>,
 }
@@ -53,6 +71,7 @@ impl CpuComm {
             device,
             shared,
             seq: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
             sent: Mutex::new(vec![0; n]),
             received: Mutex::new(vec![0; n]),
         }
@@ -154,40 +173,72 @@ impl CpuComm {
     }
 }
 
+/// One checked call of a group, ready for the worker.
+struct P2p {
+    sending: bool,
+    peer: usize,
+    /// Message number for this (source, destination) direction.
+    k: u64,
+    addr: Addr,
+    bytes: u64,
+}
+
 impl CpuComm {
-    /// Common path of send and recv: checks, the message number for this (rank, peer) direction,
-    /// and the queued operation `f(rendezvous, rank, message, address, bytes)`.
-    #[allow(clippy::too_many_arguments)]
-    fn p2p(
-        &self,
-        buf: &Buffer,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-        stream: &Arc<dyn Stream>,
-        sending: bool,
-        f: impl FnOnce(&Rendezvous, usize, u64, u64, u64) -> Result<()> + Send + 'static,
-    ) -> Result<()> {
-        let s = self.check(CollectiveOp::SendRecv, dtype, None, stream)?;
-        self.rank_arg("peer", peer)?;
-        let bytes = count * dtype.size() as u64;
-        let a = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
-        let k = {
-            let mut g = if sending {
-                self.sent.lock()
-            } else {
-                self.received.lock()
+    /// Checks every call, numbers the messages (only once all are valid) and enqueues one
+    /// operation that posts every send (eagerly, so nothing waits on a send), then takes every
+    /// receive in call order.
+    fn p2p_group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()> {
+        let mut plan = Vec::with_capacity(calls.len());
+        let mut keep = Vec::with_capacity(calls.len());
+        let mut s = None;
+        for c in calls {
+            let (buf, count, dtype, peer, sending) = match c {
+                GroupCall::Send {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => (buf, *count, *dtype, *peer, true),
+                GroupCall::Recv {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => (buf, *count, *dtype, *peer, false),
+                other => {
+                    return Err(HalError::unsupported(format!(
+                        "group call {other:?} on the CPU engine"
+                    )))
+                }
             };
-            g[peer] += 1;
-            g[peer] - 1
-        };
-        let (me, shared, keep) = (self.rank, self.shared.clone(), buf.clone());
+            s = Some(self.check(CollectiveOp::SendRecv, dtype, None, stream)?);
+            self.rank_arg("peer", peer)?;
+            let bytes = count * dtype.size() as u64;
+            let addr = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
+            plan.push(P2p {
+                sending,
+                peer,
+                k: 0,
+                addr,
+                bytes,
+            });
+            keep.push(buf.clone());
+        }
+        let Some(s) = s else { return Ok(()) };
+        {
+            let (mut sent, mut received) = (self.sent.lock(), self.received.lock());
+            for p in &mut plan {
+                let g = if p.sending { &mut sent } else { &mut received };
+                p.k = g[p.peer];
+                g[p.peer] += 1;
+            }
+        }
+        let (me, shared) = (self.rank, self.shared.clone());
         s.submit(Box::new(move |err| {
             if err.is_some() {
                 return Ok(());
             }
-            let a = a;
-            let r = f(&shared.rv, me, k, a.0, bytes);
+            let r = run_p2p(&shared.rv, me, plan);
             drop(keep);
             if let Err(e) = &r {
                 shared.fail(e);
@@ -195,6 +246,31 @@ impl CpuComm {
             r
         }))
     }
+}
+
+/// Posts the sends, then takes the receives, of one group.
+fn run_p2p(rv: &Rendezvous, me: usize, plan: Vec<P2p>) -> Result<()> {
+    let (sends, recvs): (Vec<P2p>, Vec<P2p>) = plan.into_iter().partition(|p| p.sending);
+    for p in sends {
+        // SAFETY: the range was checked at enqueue and the op holds the buffer.
+        let data = unsafe { std::slice::from_raw_parts(p.addr.0 as *const u8, p.bytes as usize) };
+        rv.post(me, p.peer, p.k, data.to_vec())?;
+    }
+    for p in recvs {
+        let data = rv.take(p.peer, me, p.k)?;
+        if data.len() as u64 != p.bytes {
+            return Err(HalError::invalid(
+                "count",
+                Invalid::Value {
+                    value: format!("{} bytes expected by rank {me}", p.bytes),
+                    accepted: format!("the {} bytes rank {} sent", data.len(), p.peer),
+                },
+            ));
+        }
+        // SAFETY: the range was checked at enqueue and the op holds the buffer.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr.0 as *mut u8, data.len()) };
+    }
+    Ok(())
 }
 
 /// Chunk `i` of `n` over `count` elements.
@@ -412,19 +488,15 @@ impl Communicator for CpuComm {
         peer: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        self.p2p(
-            buf,
-            count,
-            dtype,
-            peer,
+        let buf = buf.clone();
+        self.p2p_group(
+            &[GroupCall::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }],
             stream,
-            true,
-            move |rv, me, k, a, bytes| {
-                // SAFETY: the range was checked at enqueue and the op holds the buffer.
-                let data =
-                    unsafe { std::slice::from_raw_parts(a as *const u8, bytes as usize) }.to_vec();
-                rv.post(me, peer, k, data)
-            },
         )
     }
 
@@ -436,29 +508,76 @@ impl Communicator for CpuComm {
         peer: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        self.p2p(
-            buf,
-            count,
-            dtype,
-            peer,
+        let buf = buf.clone();
+        self.p2p_group(
+            &[GroupCall::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            }],
             stream,
-            false,
-            move |rv, me, k, a, bytes| {
-                let data = rv.take(peer, me, k)?;
-                if data.len() as u64 != bytes {
-                    return Err(HalError::invalid(
-                        "count",
-                        Invalid::Value {
-                            value: format!("{bytes} bytes expected by rank {me}"),
-                            accepted: format!("the {} bytes rank {peer} sent", data.len()),
-                        },
-                    ));
-                }
-                // SAFETY: the range was checked at enqueue and the op holds the buffer.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a as *mut u8, data.len()) };
-                Ok(())
-            },
         )
+    }
+
+    fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()> {
+        self.p2p_group(calls, stream)
+    }
+
+    fn split(
+        &self,
+        color: Option<u32>,
+        key: i32,
+        config: &CommConfig,
+    ) -> Result<Option<Arc<dyn Communicator>>> {
+        if let Some(e) = self.shared.error.lock().clone() {
+            return Err(e);
+        }
+        let no = self.splits.fetch_add(1, Ordering::SeqCst);
+        let round = SPLIT_ROUND | no;
+        let sig = Signature {
+            what: "split".into(),
+        };
+        let enc = color.map_or(u64::MAX, u64::from);
+        let all = self
+            .shared
+            .rv
+            .arrive(round, self.rank, &sig, enc, key as u32 as u64);
+        self.shared.rv.leave(round);
+        let all = all?;
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i32, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, &(c, _))| c == u64::from(color))
+            .map(|(r, &(_, k))| (k as u32 as i32, r))
+            .collect();
+        members.sort();
+        let new_rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .expect("this rank is a member of its color");
+        let timeout = config.timeout.unwrap_or(self.shared.rv.timeout);
+        let child = {
+            let mut g = self.shared.children.lock();
+            let e = g.entry((no, color)).or_insert_with(|| {
+                (
+                    CommShared::new(members.len(), timeout, self.shared.caps.clone()),
+                    members.len(),
+                )
+            });
+            e.1 -= 1;
+            let child = e.0.clone();
+            if e.1 == 0 {
+                g.remove(&(no, color));
+            }
+            child
+        };
+        Ok(Some(Arc::new(CpuComm::new(
+            new_rank,
+            self.device.clone(),
+            child,
+        ))))
     }
 
     fn all_to_all(

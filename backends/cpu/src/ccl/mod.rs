@@ -14,7 +14,6 @@ pub use comm::CpuComm;
 use crate::device::CpuDevice;
 use comm::CommShared;
 use parking_lot::{Condvar, Mutex};
-use rendezvous::Rendezvous;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -71,8 +70,9 @@ fn engine_caps() -> CclCaps {
                 )
             })
             .collect(),
-        groups: false,
-        split: false,
+        groups: true,
+        split: true,
+        survives_dead_rank: true,
     }
 }
 
@@ -104,12 +104,11 @@ impl CpuCollectives {
     }
 
     fn shared(&self, nranks: usize, config: &CommConfig) -> Arc<CommShared> {
-        let timeout = config.timeout.unwrap_or(self.timeout);
-        Arc::new(CommShared {
-            rv: Rendezvous::new(nranks, timeout),
-            error: Mutex::new(None),
-            caps: self.caps.clone(),
-        })
+        CommShared::new(
+            nranks,
+            config.timeout.unwrap_or(self.timeout),
+            self.caps.clone(),
+        )
     }
 }
 
