@@ -432,7 +432,9 @@ fn split(ctx: &Ctx, n: usize) -> CaseResult {
         let child = rk.comm.split(color, -(r as i32), &config())?;
         let s = &rk.stream;
         match child {
-            None => ensure!(out, "rank {r} got no communicator for color {color:?}"),
+            None => {
+                ensure!(out, "rank {r} got no communicator for color {color:?}");
+            }
             Some(child) => {
                 ensure!(!out, "rank {r} opted out but got a communicator");
                 let members: Vec<usize> = (0..n)
