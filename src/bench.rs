@@ -11,8 +11,8 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
 use unihal_hal::{
-    Buffer, CollectiveOp, CommConfig, Communicator, DType, Device, HalError, ReduceOp, Result,
-    Stream,
+    Buffer, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError, ReduceOp,
+    Result, Stream,
 };
 
 /// Options, named as nccl-tests names them.
@@ -127,8 +127,8 @@ fn element(d: DType, v: f64) -> Vec<u8> {
 
 /// Enqueues one operation on every rank (count per rank `c`).
 fn issue(o: &BenchOptions, ranks: &[Rank], c: u64, in_place: bool) -> Result<()> {
-    let n = ranks.len();
-    for (r, k) in ranks.iter().enumerate() {
+    for k in ranks {
+        let (r, n) = (k.comm.rank(), k.comm.size());
         let esz = o.dtype.size() as u64;
         let (send, recv) = if in_place {
             let at = match o.op {
@@ -165,11 +165,23 @@ fn issue(o: &BenchOptions, ranks: &[Rank], c: u64, in_place: bool) -> Result<()>
                     .reduce_scatter(&send, &recv, c, o.dtype, o.redop, &k.stream)?
             }
             CollectiveOp::AllToAll => k.comm.all_to_all(&k.send, &k.recv, c, o.dtype, &k.stream)?,
-            CollectiveOp::SendRecv => {
-                k.comm.send(&k.send, c, o.dtype, (r + 1) % n, &k.stream)?;
-                k.comm
-                    .recv(&k.recv, c, o.dtype, (r + n - 1) % n, &k.stream)?;
-            }
+            CollectiveOp::SendRecv => k.comm.group(
+                &[
+                    GroupCall::Send {
+                        buf: k.send.clone(),
+                        count: c,
+                        dtype: o.dtype,
+                        peer: (r + 1) % n,
+                    },
+                    GroupCall::Recv {
+                        buf: k.recv.clone(),
+                        count: c,
+                        dtype: o.dtype,
+                        peer: (r + n - 1) % n,
+                    },
+                ],
+                &k.stream,
+            )?,
         }
     }
     Ok(())
@@ -201,9 +213,9 @@ fn expected(o: &BenchOptions, n: usize, r: usize, i: u64, c: u64) -> Option<f64>
 }
 
 fn wrong(o: &BenchOptions, ranks: &[Rank], c: u64, in_place: bool) -> Result<u64> {
-    let n = ranks.len();
     let mut bad = 0;
-    for (r, k) in ranks.iter().enumerate() {
+    for k in ranks {
+        let (r, n) = (k.comm.rank(), k.comm.size());
         let esz = o.dtype.size() as u64;
         let (buf, elems) = match o.op {
             CollectiveOp::ReduceScatter if in_place => {
@@ -228,7 +240,8 @@ fn wrong(o: &BenchOptions, ranks: &[Rank], c: u64, in_place: bool) -> Result<u64
 }
 
 fn reset(o: &BenchOptions, ranks: &[Rank]) -> Result<()> {
-    for (r, k) in ranks.iter().enumerate() {
+    for k in ranks {
+        let r = k.comm.rank();
         fill_with(&k.stream, &k.send, o.dtype, (r + 1) as f64)?;
         fill_with(&k.stream, &k.recv, o.dtype, (r + 1) as f64)?;
     }
@@ -251,7 +264,20 @@ pub fn plain_copy_gbs(size: usize) -> f64 {
     2.0 * size as f64 / t[2] / 1e9
 }
 
-/// Runs the benchmark on the first `o.ranks` devices, printing nccl-tests' table to `out`.
+/// `v` reduced over every rank of an SPMD world (`comm`), through the communicator itself.
+fn world_reduce(k: &Rank, v: f64, op: ReduceOp) -> Result<f64> {
+    let b = k.comm.device().alloc(8)?;
+    k.stream.write(&b, 0, &v.to_le_bytes())?;
+    k.comm.all_reduce(&b, &b, 1, DType::F64, op, &k.stream)?;
+    let mut out = [0u8; 8];
+    k.stream.read(&b, 0, &mut out)?;
+    Ok(f64::from_le_bytes(out))
+}
+
+/// Runs the benchmark and prints nccl-tests' table to `out`. The ranks are the first `o.ranks`
+/// devices of this process, or, when the backend's engine connects processes already (MPI
+/// under `mpirun`), this process's rank of the world on its local device; then every rank
+/// reports the slowest rank's time and the sum of wrong values, and only rank 0 prints.
 ///
 /// # Errors
 /// Errors of the backend or of the collectives.
@@ -264,17 +290,29 @@ pub fn run(
         HalError::unsupported(format!("collectives on backend {}", backend.name()))
     })?;
     let avail = backend.probe()?;
-    let n = if o.ranks == 0 {
-        avail
-    } else {
-        o.ranks.min(avail)
+    let local = crate::bootstrap::LaunchInfo::from_env()?.local_rank % avail.max(1);
+    let own = backend.open(local)?;
+    let (devices, comms, spmd) = match ccl.connected_world(&own, &CommConfig::default()) {
+        Some(world) => (vec![own], vec![world?], true),
+        None => {
+            let n = if o.ranks == 0 {
+                avail
+            } else {
+                o.ranks.min(avail)
+            };
+            let devices: Vec<Arc<dyn Device>> =
+                (0..n).map(|i| backend.open(i)).collect::<Result<_>>()?;
+            let comms = ccl.init_all(&devices, &CommConfig::default())?;
+            (devices, comms, false)
+        }
     };
-    let devices: Vec<Arc<dyn Device>> = (0..n).map(|i| backend.open(i)).collect::<Result<_>>()?;
-    let comms = ccl.init_all(&devices, &CommConfig::default())?;
+    let n = comms[0].size();
+    let mut sink = std::io::sink();
+    let out: &mut dyn std::io::Write = if comms[0].rank() == 0 { out } else { &mut sink };
     let esz = o.dtype.size() as u64;
     let max_elems = o.max_bytes.div_ceil(esz).max(1);
     let mut ranks = Vec::new();
-    for (d, comm) in devices.iter().zip(comms) {
+    for (d, comm) in devices.iter().zip(comms.iter().cloned()) {
         let bytes = (max_elems * esz) as usize;
         ranks.push(Rank {
             comm,
@@ -289,11 +327,12 @@ pub fn run(
     w(out, format!("# nThread 1 nGpus {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0", o.min_bytes, o.max_bytes, o.step_factor, o.warmup, o.iters, o.check as u8));
     w(out, "#".into());
     w(out, "# Using devices".into());
-    for (r, d) in devices.iter().enumerate() {
+    for (d, c) in devices.iter().zip(&comms) {
         w(
             out,
             format!(
-                "#  Rank {r:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {}",
+                "#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {}",
+                c.rank(),
                 std::process::id(),
                 backend.name(),
                 d.id().ordinal,
@@ -367,8 +406,11 @@ pub fn run(
             for k in &ranks {
                 k.stream.synchronize()?;
             }
-            let t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
-            let bad = if o.check {
+            let mut t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            if spmd {
+                t = world_reduce(&ranks[0], t, ReduceOp::Max)?;
+            }
+            let mut bad = if o.check {
                 reset(o, &ranks)?;
                 issue(o, &ranks, c, in_place)?;
                 for k in &ranks {
@@ -378,6 +420,9 @@ pub fn run(
             } else {
                 0
             };
+            if spmd {
+                bad = world_reduce(&ranks[0], bad as f64, ReduceOp::Sum)? as u64;
+            }
             oob += bad;
             let algbw = (total * esz) as f64 / t / 1e9;
             timings.push(BenchTiming {
@@ -426,7 +471,7 @@ pub fn run(
             if oob == 0 { "OK" } else { "FAILED" }
         ),
     );
-    if let (CollectiveOp::AllReduce, Some(last)) = (o.op, rows.last()) {
+    if let (CollectiveOp::AllReduce, Some(last), false) = (o.op, rows.last(), spmd) {
         // What the in-process algorithm really moves, all ranks together: each rank reads its
         // chunk from every rank and writes it (S + S/n), then copies the n-1 other chunks
         // (2(n-1)S/n): (3n-1)S in all, against a plain copy (read + write) measured now.
@@ -436,6 +481,10 @@ pub fn run(
         let moved_bw = moved / (last.out_of_place.time_us * 1e-6) / 1e9;
         let copy_bw = plain_copy_gbs(last.size as usize);
         w(out, format!("# Bytes moved by the algorithm at {} B: {:.0} B, {:.2} GB/s; plain memory copy (read+write): {:.2} GB/s; ratio {:.2}", last.size, moved, moved_bw, copy_bw, moved_bw / copy_bw));
+    }
+    #[cfg(feature = "mpi")]
+    if spmd && o.op == CollectiveOp::AllReduce && unihal_cpu::ccl::mpi::selected() {
+        mpi_comparison(o, &ranks[0], &rows, out)?;
     }
     w(
         out,
@@ -450,4 +499,61 @@ pub fn run(
     );
     w(out, "#".into());
     Ok(rows)
+}
+
+/// Medians, over `ROUNDS` interleaved rounds, of the slowest rank's time per all_reduce through
+/// unihal's MPI engine and through a direct `MPI_Allreduce`, out of place on the same buffers.
+#[cfg(feature = "mpi")]
+fn mpi_comparison(
+    o: &BenchOptions,
+    k: &Rank,
+    rows: &[BenchRow],
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
+    const ROUNDS: usize = 5;
+    let esz = o.dtype.size() as u64;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let _ = writeln!(
+        out,
+        "# unihal MPI engine vs direct MPI_Allreduce (out-of-place, same buffers, slowest rank, median of {ROUNDS} interleaved rounds of {} iters)",
+        o.iters
+    );
+    let _ = writeln!(
+        out,
+        "#{:>11} {:>12} {:>12} {:>8}",
+        "size", "unihal(us)", "direct(us)", "ratio"
+    );
+    for row in rows {
+        let c = row.count;
+        let (mut ours, mut direct) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let t0 = Instant::now();
+            for _ in 0..o.iters {
+                k.comm
+                    .all_reduce(&k.send, &k.recv, c, o.dtype, o.redop, &k.stream)?;
+            }
+            k.stream.synchronize()?;
+            let t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            ours.push(world_reduce(k, t, ReduceOp::Max)?);
+            let t0 = Instant::now();
+            for _ in 0..o.iters {
+                unihal_cpu::ccl::mpi::direct_all_reduce(&k.send, &k.recv, c, o.dtype, o.redop)?;
+            }
+            let t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            direct.push(world_reduce(k, t, ReduceOp::Max)?);
+        }
+        let (a, b) = (median(ours), median(direct));
+        let _ = writeln!(
+            out,
+            "{:>12} {:>12.2} {:>12.2} {:>8.3}",
+            c * esz,
+            a * 1e6,
+            b * 1e6,
+            b / a
+        );
+    }
+    Ok(())
 }

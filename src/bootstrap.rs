@@ -301,7 +301,8 @@ pub fn store_get(addr: &str, key: &str, timeout: Duration) -> Result<Vec<u8>> {
 /// The key under which rank 0 publishes the world communicator's unique id.
 pub const WORLD_KEY: &str = "unihal/world/unique-id";
 
-/// Creates this rank's world communicator: rank 0 makes a unique id and serves it from a store on
+/// Creates this rank's world communicator. Engines whose processes are connected already (MPI)
+/// give it directly ([`unihal_hal::Collectives::connected_world`]). Otherwise rank 0 makes a unique id and serves it from a store on
 /// `MASTER_PORT`; every other rank fetches it from `MASTER_ADDR:MASTER_PORT`; then all call
 /// `init_rank`. Rank 0 returns the store, which must live until every rank has joined.
 ///
@@ -321,6 +322,10 @@ pub fn init_world(
     let timeout = config
         .timeout
         .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
+    if let Some(world) = ccl.connected_world(device, config) {
+        // The engine's processes are connected already (MPI): no id to exchange.
+        return Ok((world?, None));
+    }
     if info.world_size == 1 {
         let id = ccl.unique_id()?;
         return Ok((ccl.init_rank(&id, 1, 0, device, config)?, None));

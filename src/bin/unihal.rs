@@ -225,9 +225,32 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Under a launcher whose collective engine connects the processes already (MPI), the SPMD target:
+/// this process's device (local rank modulo the backend's devices) with its rank of the world.
+fn spmd_target(targets: &[runner::Target]) -> unihal::Result<Option<runner::Target>> {
+    for t in targets {
+        let Some(ccl) = t.backend.collectives() else {
+            continue;
+        };
+        let own: Vec<&runner::Target> = targets
+            .iter()
+            .filter(|u| std::sync::Arc::ptr_eq(&u.backend, &t.backend))
+            .collect();
+        let info = unihal::bootstrap::LaunchInfo::from_env()?;
+        let dev = own[info.local_rank % own.len()];
+        if let Some(world) = ccl.connected_world(&dev.device, &unihal::CommConfig::default()) {
+            return Ok(Some(runner::Target {
+                world: Some(world?),
+                ..dev.clone()
+            }));
+        }
+    }
+    Ok(None)
+}
+
 fn conformance(
     backend: Option<String>,
-    opts: RunOptions,
+    mut opts: RunOptions,
     report: Option<PathBuf>,
     max_devices: Option<usize>,
 ) -> ExitCode {
@@ -242,6 +265,29 @@ fn conformance(
     if let Some(max) = max_devices {
         targets.retain(|t| (t.device.id().ordinal as usize) < max);
     }
+    let mut rank = 0;
+    match spmd_target(&targets) {
+        Ok(Some(t)) => {
+            let w = t.world.as_ref().expect("SPMD target has a world");
+            rank = w.rank();
+            if rank == 0 {
+                println!(
+                    "SPMD run: {} ranks of {}, one per process",
+                    w.size(),
+                    t.backend
+                        .collectives()
+                        .map_or("?".into(), |c| c.capabilities().engine.clone())
+                );
+            }
+            targets = vec![t];
+            opts.isolate = false;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("unihal: cannot join the SPMD world: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let cases = unihal_conformance::cases::all();
     if !cases.iter().any(|c| runner::selected(&c.id, &opts)) {
         eprintln!(
@@ -251,8 +297,18 @@ fn conformance(
         return ExitCode::from(2);
     }
     let report_data = runner::run(&targets, unavailable, &cases, &opts);
-    print!("{}", report_data.summary());
-    if let Some(dir) = report {
+    if rank == 0 {
+        print!("{}", report_data.summary());
+    } else {
+        let c = &report_data.targets[0].counts;
+        // One write, so lines of concurrent ranks do not interleave under mpirun.
+        let line = format!(
+            "rank {rank}: {} passed, {} failed, {} skipped\n",
+            c.passed, c.failed, c.skipped
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }
+    if let Some(dir) = report.filter(|_| rank == 0) {
         if let Err(e) = report_data.write_to(&dir) {
             eprintln!("unihal: cannot write reports to {}: {e}", dir.display());
             return ExitCode::from(2);

@@ -144,6 +144,16 @@ impl Backend for CpuBackend {
     }
 
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
+        #[cfg(feature = "mpi")]
+        if ccl::mpi::selected() {
+            return match ccl::mpi::engine() {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    tracing::error!("the MPI collective engine is unavailable: {e}");
+                    None
+                }
+            };
+        }
         Some(&self.ccl)
     }
 

@@ -113,7 +113,9 @@ fn first_failure(results: Vec<CaseResult>) -> CaseResult {
 /// Every process of an SPMD world learns whether any failed (a sum over the world).
 fn agree(world: &Arc<dyn Communicator>, mine: CaseResult) -> CaseResult {
     if let Err(f) = &mine {
-        eprintln!("[rank {}] {}", world.rank(), f.message);
+        // One write, so lines of concurrent ranks do not interleave under mpirun.
+        let line = format!("[rank {}] {}\n", world.rank(), f.message);
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     let s = world.device().create_stream()?;
     let flag = upload(

@@ -5,6 +5,7 @@
 
 use super::reduce::{reduce, reducible};
 use super::rendezvous::{Rendezvous, Signature};
+use super::{checked_stream, not_in_place, rank_arg};
 use crate::stream::{cpu_addr, CpuStream};
 use parking_lot::Mutex;
 use std::any::Any;
@@ -89,48 +90,18 @@ impl CpuComm {
         red: Option<ReduceOp>,
         stream: &'s Arc<dyn Stream>,
     ) -> Result<&'s CpuStream> {
-        if let Some(e) = self.shared.error.lock().clone() {
-            return Err(e);
-        }
-        let s = stream.as_any().downcast_ref::<CpuStream>().ok_or_else(|| {
-            HalError::invalid(
-                "stream",
-                Invalid::ForeignHandle {
-                    expected: "CPU stream".into(),
-                    found: format!("stream of {}", stream.device_id()),
-                },
-            )
-        })?;
-        if stream.device_id() != self.device.id() {
-            return Err(HalError::invalid(
-                "stream",
-                Invalid::WrongDevice {
-                    expected: self.device.id(),
-                    found: stream.device_id(),
-                },
-            ));
-        }
-        if !self.shared.caps.supports(op, dtype, red) {
-            return Err(HalError::unsupported(format!(
-                "{} of {dtype}{} on the CPU engine",
-                op.name(),
-                red.map(|r| format!(" with {r}")).unwrap_or_default()
-            )));
-        }
-        Ok(s)
+        let sticky = self.shared.error.lock().clone();
+        checked_stream(
+            &self.device,
+            &self.shared.caps,
+            sticky,
+            (op, dtype, red),
+            stream,
+        )
     }
 
     fn rank_arg(&self, arg: &'static str, r: usize) -> Result<()> {
-        if r >= self.n() {
-            return Err(HalError::invalid(
-                arg,
-                Invalid::Value {
-                    value: r.to_string(),
-                    accepted: format!("0..{}", self.n()),
-                },
-            ));
-        }
-        Ok(())
+        rank_arg(arg, r, self.n())
     }
 
     /// Enqueues a round: every rank publishes (send, recv), then `body` runs with all ranks'
@@ -589,12 +560,7 @@ impl Communicator for CpuComm {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let s = self.check(CollectiveOp::AllToAll, dtype, None, stream)?;
-        if send.same_allocation(recv) {
-            return Err(HalError::invalid(
-                "recv",
-                Invalid::Other("all_to_all cannot run in place".into()),
-            ));
-        }
+        not_in_place(send, recv)?;
         if count == 0 {
             return Ok(());
         }

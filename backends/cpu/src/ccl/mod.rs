@@ -6,6 +6,8 @@
 //! are combined in rank order). Timeouts come from `UNIHAL_CCL_TIMEOUT`.
 
 mod comm;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod reduce;
 mod rendezvous;
 
@@ -110,6 +112,75 @@ impl CpuCollectives {
             self.caps.clone(),
         )
     }
+}
+
+/// Checks common to every operation of both engines: no sticky error, a CPU stream of the
+/// communicator's device, and an operation the capabilities claim. Returns the CPU stream.
+pub(crate) fn checked_stream<'s>(
+    device: &Arc<dyn Device>,
+    caps: &CclCaps,
+    sticky: Option<HalError>,
+    (op, dtype, red): (CollectiveOp, DType, Option<ReduceOp>),
+    stream: &'s Arc<dyn unihal_hal::Stream>,
+) -> Result<&'s crate::stream::CpuStream> {
+    if let Some(e) = sticky {
+        return Err(e);
+    }
+    let s = stream
+        .as_any()
+        .downcast_ref::<crate::stream::CpuStream>()
+        .ok_or_else(|| {
+            HalError::invalid(
+                "stream",
+                Invalid::ForeignHandle {
+                    expected: "CPU stream".into(),
+                    found: format!("stream of {}", stream.device_id()),
+                },
+            )
+        })?;
+    if stream.device_id() != device.id() {
+        return Err(HalError::invalid(
+            "stream",
+            Invalid::WrongDevice {
+                expected: device.id(),
+                found: stream.device_id(),
+            },
+        ));
+    }
+    if !caps.supports(op, dtype, red) {
+        return Err(HalError::unsupported(format!(
+            "{} of {dtype}{} on {}",
+            op.name(),
+            red.map(|r| format!(" with {r}")).unwrap_or_default(),
+            caps.engine
+        )));
+    }
+    Ok(s)
+}
+
+/// `Err` unless `0 <= r < n` (a root or peer argument).
+pub(crate) fn rank_arg(arg: &'static str, r: usize, n: usize) -> Result<()> {
+    if r >= n {
+        return Err(HalError::invalid(
+            arg,
+            Invalid::Value {
+                value: r.to_string(),
+                accepted: format!("0..{n}"),
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// `Err` when `send` and `recv` are views of one allocation (all-to-all cannot run in place).
+pub(crate) fn not_in_place(send: &unihal_hal::Buffer, recv: &unihal_hal::Buffer) -> Result<()> {
+    if send.same_allocation(recv) {
+        return Err(HalError::invalid(
+            "recv",
+            Invalid::Other("all_to_all cannot run in place".into()),
+        ));
+    }
+    Ok(())
 }
 
 fn check_device(d: &Arc<dyn Device>) -> Result<()> {

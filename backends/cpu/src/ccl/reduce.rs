@@ -124,6 +124,19 @@ unsafe fn reduce_typed<T: Acc>(op: ReduceOp, srcs: &[*const u8], dst: *mut u8, n
     }
 }
 
+#[cfg(feature = "mpi")]
+/// `data[i] = data[i] / nranks` for `n` elements (avg as sum then scale, for engines without avg).
+///
+/// # Safety
+/// `data` must be valid for reads and writes of `n` elements of `T`.
+unsafe fn divide_typed<T: Acc>(data: *mut u8, n: usize, nranks: usize) {
+    let p = data as *mut T;
+    for i in 0..n {
+        let v = p.add(i).read_unaligned().load();
+        p.add(i).write_unaligned(T::store(T::div(v, nranks)));
+    }
+}
+
 /// True for dtypes the engine reduces.
 pub fn reducible(d: DType) -> bool {
     d != DType::Bool
@@ -146,6 +159,28 @@ pub unsafe fn reduce(dtype: DType, op: ReduceOp, srcs: &[*const u8], dst: *mut u
         DType::I64 => reduce_typed::<i64>(op, srcs, dst, n),
         DType::U32 => reduce_typed::<u32>(op, srcs, dst, n),
         DType::U64 => reduce_typed::<u64>(op, srcs, dst, n),
+        DType::Bool => unreachable!("bool is not reducible"),
+    }
+}
+
+#[cfg(feature = "mpi")]
+/// Divides `n` elements of `dtype` at `data` by `nranks` in place, as avg does.
+///
+/// # Safety
+/// As `divide_typed`.
+pub unsafe fn divide(dtype: DType, data: *mut u8, n: usize, nranks: usize) {
+    match dtype {
+        DType::F32 => divide_typed::<f32>(data, n, nranks),
+        DType::F64 => divide_typed::<f64>(data, n, nranks),
+        DType::F16 => divide_typed::<f16>(data, n, nranks),
+        DType::Bf16 => divide_typed::<bf16>(data, n, nranks),
+        DType::I8 => divide_typed::<i8>(data, n, nranks),
+        DType::U8 => divide_typed::<u8>(data, n, nranks),
+        DType::I16 => divide_typed::<i16>(data, n, nranks),
+        DType::I32 => divide_typed::<i32>(data, n, nranks),
+        DType::I64 => divide_typed::<i64>(data, n, nranks),
+        DType::U32 => divide_typed::<u32>(data, n, nranks),
+        DType::U64 => divide_typed::<u64>(data, n, nranks),
         DType::Bool => unreachable!("bool is not reducible"),
     }
 }
