@@ -396,7 +396,7 @@ pub trait Communicator: Send + Sync {
         }
         let esz = dtype.size() as u64;
         let view = |b: &Buffer, displ: u64, count: u64| {
-            let bytes = |e: u64| e.checked_mul(esz).unwrap_or(u64::MAX);
+            let bytes = |e: u64| e.saturating_mul(esz);
             b.slice(bytes(displ), bytes(count))
         };
         let mut calls = Vec::with_capacity(2 * n);

@@ -25,8 +25,11 @@ pub(crate) struct CommShared {
     pub caps: Arc<CclCaps>,
     /// Communicators being made by split number and color, with how many ranks still have to take
     /// theirs.
-    children: Mutex<HashMap<(u64, u32), (Arc<CommShared>, usize)>>,
+    children: Mutex<HashMap<SplitKey, (Arc<CommShared>, usize)>>,
 }
+
+/// (split number, color).
+type SplitKey = (u64, u32);
 
 /// Split rounds use this bit of the round number, so they never meet an operation's round.
 const SPLIT_ROUND: u64 = 1 << 63;
