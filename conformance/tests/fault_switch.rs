@@ -19,6 +19,7 @@ fn target(backend: CpuBackend) -> Target {
         device: backend.open(0).unwrap(),
         backend,
         manifest: Manifest::default(),
+        world: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn target(manifest: &str) -> Target {
         device: backend.open(0).unwrap(),
         backend,
         manifest: Manifest::parse(manifest).unwrap(),
+        world: None,
     }
 }
 
@@ -141,7 +142,7 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
         Case::new("harness.c.<&\"escaped\">", passes),
     ];
     let t = target("xfail harness.b.xfail tracked\n");
-    let report = run(&[t.clone()], Vec::new(), &cases, &RunOptions::default());
+    let report = run(std::slice::from_ref(&t), Vec::new(), &cases, &RunOptions::default());
     let c = report.counts();
     assert_eq!(
         (c.total, c.passed, c.failed, c.skipped, c.xfailed),
