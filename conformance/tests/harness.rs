@@ -142,7 +142,12 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
         Case::new("harness.c.<&\"escaped\">", passes),
     ];
     let t = target("xfail harness.b.xfail tracked\n");
-    let report = run(std::slice::from_ref(&t), Vec::new(), &cases, &RunOptions::default());
+    let report = run(
+        std::slice::from_ref(&t),
+        Vec::new(),
+        &cases,
+        &RunOptions::default(),
+    );
     let c = report.counts();
     assert_eq!(
         (c.total, c.passed, c.failed, c.skipped, c.xfailed),
