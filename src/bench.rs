@@ -289,23 +289,22 @@ pub fn run(
     let ccl = backend.collectives().ok_or_else(|| {
         HalError::unsupported(format!("collectives on backend {}", backend.name()))
     })?;
-    let avail = backend.probe()?;
-    let local = crate::bootstrap::LaunchInfo::from_env()?.local_rank % avail.max(1);
-    let own = backend.open(local)?;
-    let (devices, comms, spmd) = match ccl.connected_world(&own, &CommConfig::default()) {
-        Some(world) => (vec![own], vec![world?], true),
-        None => {
-            let n = if o.ranks == 0 {
-                avail
-            } else {
-                o.ranks.min(avail)
-            };
-            let devices: Vec<Arc<dyn Device>> =
-                (0..n).map(|i| backend.open(i)).collect::<Result<_>>()?;
-            let comms = ccl.init_all(&devices, &CommConfig::default())?;
-            (devices, comms, false)
-        }
-    };
+    let (devices, comms, spmd) =
+        match crate::bootstrap::connected_world(backend, &CommConfig::default())? {
+            Some(world) => (vec![world.device().clone()], vec![world], true),
+            None => {
+                let avail = backend.probe()?;
+                let n = if o.ranks == 0 {
+                    avail
+                } else {
+                    o.ranks.min(avail)
+                };
+                let devices: Vec<Arc<dyn Device>> =
+                    (0..n).map(|i| backend.open(i)).collect::<Result<_>>()?;
+                let comms = ccl.init_all(&devices, &CommConfig::default())?;
+                (devices, comms, false)
+            }
+        };
     let n = comms[0].size();
     let mut sink = std::io::sink();
     let out: &mut dyn std::io::Write = if comms[0].rank() == 0 { out } else { &mut sink };

@@ -298,6 +298,24 @@ pub fn store_get(addr: &str, key: &str, timeout: Duration) -> Result<Vec<u8>> {
     }
 }
 
+/// This process's rank of the world when `backend`'s collective engine connects the processes
+/// already (MPI under `mpirun`), on device `local_rank % devices`; `None` for engines that need a
+/// unique id exchange (then use [`init_world`]). Collective over every process of the job.
+///
+/// # Errors
+/// Errors of the launcher variables, of opening the device, or of the engine.
+pub fn connected_world(
+    backend: &dyn unihal_hal::Backend,
+    config: &unihal_hal::CommConfig,
+) -> Result<Option<Arc<dyn unihal_hal::Communicator>>> {
+    let Some(ccl) = backend.collectives() else {
+        return Ok(None);
+    };
+    let local = LaunchInfo::from_env()?.local_rank % backend.probe()?.max(1);
+    ccl.connected_world(&backend.open(local)?, config)
+        .transpose()
+}
+
 /// The key under which rank 0 publishes the world communicator's unique id.
 pub const WORLD_KEY: &str = "unihal/world/unique-id";
 

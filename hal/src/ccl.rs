@@ -181,7 +181,6 @@ pub struct UniqueId(pub Vec<u8>);
 ///
 /// Counts are in elements; `buf` is a view of a buffer on the communicator's device.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub enum GroupCall {
     /// Sends `count` elements of `buf` to `peer`.
     Send {
@@ -197,6 +196,49 @@ pub enum GroupCall {
         dtype: DType,
         peer: usize,
     },
+}
+
+/// The parts of a [`GroupCall`], for engines.
+#[derive(Debug, Clone, Copy)]
+pub struct P2pParts<'a> {
+    pub buf: &'a Buffer,
+    pub count: u64,
+    pub dtype: DType,
+    pub peer: usize,
+    /// True for a receive.
+    pub recv: bool,
+}
+
+impl GroupCall {
+    /// The call's buffer, count, dtype, peer and direction.
+    pub fn parts(&self) -> P2pParts<'_> {
+        match self {
+            GroupCall::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => P2pParts {
+                buf,
+                count: *count,
+                dtype: *dtype,
+                peer: *peer,
+                recv: false,
+            },
+            GroupCall::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => P2pParts {
+                buf,
+                count: *count,
+                dtype: *dtype,
+                peer: *peer,
+                recv: true,
+            },
+        }
+    }
 }
 
 /// A backend's collective engine.
@@ -313,6 +355,10 @@ pub trait Communicator: Send + Sync {
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
     /// Sends `count` elements to `peer` (matched in order with the peer's `recv` from this rank).
+    /// A group of one call unless the engine overrides it.
+    ///
+    /// # Errors
+    /// As [`Communicator::group`].
     fn send(
         &self,
         buf: &Buffer,
@@ -320,8 +366,22 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         peer: usize,
         stream: &Arc<dyn Stream>,
-    ) -> Result<()>;
-    /// Receives `count` elements from `peer`.
+    ) -> Result<()> {
+        let buf = buf.clone();
+        self.group(
+            &[GroupCall::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }],
+            stream,
+        )
+    }
+    /// Receives `count` elements from `peer`. A group of one call unless the engine overrides it.
+    ///
+    /// # Errors
+    /// As [`Communicator::group`].
     fn recv(
         &self,
         buf: &Buffer,
@@ -329,7 +389,18 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         peer: usize,
         stream: &Arc<dyn Stream>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let buf = buf.clone();
+        self.group(
+            &[GroupCall::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            }],
+            stream,
+        )
+    }
     /// `recv[j*count..] = send of rank j at [rank*count..]` (`count` elements per peer).
     fn all_to_all(
         &self,

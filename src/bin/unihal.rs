@@ -226,21 +226,24 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
 }
 
 /// Under a launcher whose collective engine connects the processes already (MPI), the SPMD target:
-/// this process's device (local rank modulo the backend's devices) with its rank of the world.
+/// this process's device with its rank of the world.
 fn spmd_target(targets: &[runner::Target]) -> unihal::Result<Option<runner::Target>> {
-    for t in targets {
-        let Some(ccl) = t.backend.collectives() else {
-            continue;
-        };
-        let own: Vec<&runner::Target> = targets
+    for (i, t) in targets.iter().enumerate() {
+        let first_of_backend = !targets[..i]
             .iter()
-            .filter(|u| std::sync::Arc::ptr_eq(&u.backend, &t.backend))
-            .collect();
-        let info = unihal::bootstrap::LaunchInfo::from_env()?;
-        let dev = own[info.local_rank % own.len()];
-        if let Some(world) = ccl.connected_world(&dev.device, &unihal::CommConfig::default()) {
+            .any(|u| std::sync::Arc::ptr_eq(&u.backend, &t.backend));
+        if !first_of_backend {
+            continue;
+        }
+        let cfg = unihal::CommConfig::default();
+        if let Some(world) = unihal::bootstrap::connected_world(&*t.backend, &cfg)? {
+            let id = world.device().id();
+            let dev = targets
+                .iter()
+                .find(|u| std::sync::Arc::ptr_eq(&u.backend, &t.backend) && u.device.id() == id)
+                .unwrap_or(t);
             return Ok(Some(runner::Target {
-                world: Some(world?),
+                world: Some(world),
                 ..dev.clone()
             }));
         }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use unihal_hal::ccl::P2pParts;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, ReduceOp, Result, Stream,
@@ -166,31 +167,19 @@ impl CpuComm {
         let mut keep = Vec::with_capacity(calls.len());
         let mut s = None;
         for c in calls {
-            let (buf, count, dtype, peer, sending) = match c {
-                GroupCall::Send {
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                } => (buf, *count, *dtype, *peer, true),
-                GroupCall::Recv {
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                } => (buf, *count, *dtype, *peer, false),
-                other => {
-                    return Err(HalError::unsupported(format!(
-                        "group call {other:?} on the CPU engine"
-                    )))
-                }
-            };
+            let P2pParts {
+                buf,
+                count,
+                dtype,
+                peer,
+                recv,
+            } = c.parts();
             s = Some(self.check(CollectiveOp::SendRecv, dtype, None, stream)?);
             self.rank_arg("peer", peer)?;
             let bytes = count * dtype.size() as u64;
             let addr = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
             plan.push(P2p {
-                sending,
+                sending: !recv,
                 peer,
                 k: 0,
                 addr,
@@ -451,46 +440,6 @@ impl Communicator for CpuComm {
                 unsafe { reduce(dtype, op, &srcs, p[me].1 as *mut u8, count as usize) };
                 rv.barrier(seq, 1)
             },
-        )
-    }
-
-    fn send(
-        &self,
-        buf: &Buffer,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-        stream: &Arc<dyn Stream>,
-    ) -> Result<()> {
-        let buf = buf.clone();
-        self.p2p_group(
-            &[GroupCall::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-            }],
-            stream,
-        )
-    }
-
-    fn recv(
-        &self,
-        buf: &Buffer,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-        stream: &Arc<dyn Stream>,
-    ) -> Result<()> {
-        let buf = buf.clone();
-        self.p2p_group(
-            &[GroupCall::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-            }],
-            stream,
         )
     }
 

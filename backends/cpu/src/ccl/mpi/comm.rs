@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use unihal_hal::ccl::P2pParts;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, ReduceOp, Result, Stream,
@@ -51,17 +52,22 @@ struct Pending {
     status: ffi::MPI_Status,
 }
 
+/// A zeroed status, for MPI to write.
+fn new_status() -> ffi::MPI_Status {
+    // SAFETY: MPI_Status is a plain C struct of integers; all zeroes is a valid value.
+    unsafe { MaybeUninit::zeroed().assume_init() }
+}
+
 impl Pending {
     fn new(peer: usize, recv: bool) -> Pending {
         Pending {
-            // SAFETY: MPI_Request and MPI_Status are plain C values (a handle, a struct of ints);
-            // the request is written by the Isend/Irecv that posts it before any use.
+            // SAFETY: MPI_Request is a plain C handle (a pointer in Open MPI); the null value is
+            // overwritten by the Isend/Irecv that posts it before any use.
             req: unsafe { MaybeUninit::zeroed().assume_init() },
             peer,
             recv,
             done: false,
-            // SAFETY: as above.
-            status: unsafe { MaybeUninit::zeroed().assume_init() },
+            status: new_status(),
         }
     }
 }
@@ -128,7 +134,7 @@ impl Link {
     fn poll_abort(&self) -> Option<HalError> {
         if !self.aborted.load(Ordering::Acquire) {
             let mut flag = 0;
-            let mut status = Pending::new(0, false).status;
+            let mut status = new_status();
             // SAFETY: the control communicator is live; flag and status are written by the call.
             let rc = unsafe {
                 ffi::MPI_Iprobe(
@@ -396,25 +402,13 @@ impl MpiComm {
         let mut keep = Vec::with_capacity(calls.len());
         let mut s = None;
         for c in calls {
-            let (buf, count, dtype, peer, recv) = match c {
-                GroupCall::Send {
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                } => (buf, *count, *dtype, *peer, false),
-                GroupCall::Recv {
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                } => (buf, *count, *dtype, *peer, true),
-                other => {
-                    return Err(HalError::unsupported(format!(
-                        "group call {other:?} on the MPI engine"
-                    )))
-                }
-            };
+            let P2pParts {
+                buf,
+                count,
+                dtype,
+                peer,
+                recv,
+            } = c.parts();
             s = Some(self.check((CollectiveOp::SendRecv, dtype, None), stream)?);
             rank_arg("peer", peer, self.link.size)?;
             let bytes = count * dtype.size() as u64;
@@ -634,7 +628,8 @@ impl Communicator for MpiComm {
             self.addr(send, "send", bytes)?,
             self.addr(recv, "recv", total)?,
         );
-        let n = conv::count(total, "all_gather of bytes")?;
+        conv::count(total, "all_gather of bytes")?;
+        let per = bytes as i32;
         if count == 0 {
             return Ok(());
         }
@@ -643,7 +638,6 @@ impl Communicator for MpiComm {
             Some(format!("all_gather {count} {dtype}")),
             vec![send.clone(), recv.clone()],
             move |l| {
-                let per = n / l.size as i32;
                 // SAFETY: as in all_reduce.
                 unsafe {
                     let (src, _copy) = unaliased(sa, bytes, ra, total);
@@ -704,46 +698,6 @@ impl Communicator for MpiComm {
                 }
                 Ok(())
             },
-        )
-    }
-
-    fn send(
-        &self,
-        buf: &Buffer,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-        stream: &Arc<dyn Stream>,
-    ) -> Result<()> {
-        let buf = buf.clone();
-        self.p2p(
-            &[GroupCall::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-            }],
-            stream,
-        )
-    }
-
-    fn recv(
-        &self,
-        buf: &Buffer,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-        stream: &Arc<dyn Stream>,
-    ) -> Result<()> {
-        let buf = buf.clone();
-        self.p2p(
-            &[GroupCall::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-            }],
-            stream,
         )
     }
 
