@@ -16,6 +16,9 @@ fn main() {
     for f in [
         "device/uh_dialect.h",
         "device/uh_ops.h",
+        "device/uh_nn.h",
+        "device/uh_gemm.h",
+        "device/uh_optim.h",
         "device/uh_cpu.cpp",
         "src/catalogue.rs",
     ] {

@@ -81,6 +81,7 @@ pub use module::{
     Function, HostKernel, HostKernelFn, HostLaunchCtx, HostSymbolTable, Module, ModuleFormat,
     ModuleSource,
 };
+pub use op::nn::{AdamWOptions, CeOptions, CeReduction, ParamGroup, SgdOptions};
 pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};
 pub use stream::{FillValue, Stream};

@@ -3,6 +3,9 @@
 // `<variant>_<name>` and a table `<variant>_kernels` that the Rust side turns into a host symbol table.
 #include "uh_dialect.h"
 #include "uh_ops.h"
+#include "uh_nn.h"
+#include "uh_gemm.h"
+#include "uh_optim.h"
 
 #define UH_CAT2(a, b) a##b
 #define UH_CAT(a, b) UH_CAT2(a, b)
@@ -13,8 +16,9 @@
     extern "C" int UH_SYM(name)(const uh_host_ctx *c, void **p) {                                  \
         uh_args a;                                                                                 \
         memcpy(&a, p[0], sizeof a);                                                                \
+        uh_fault_status = 0;                                                                       \
         __VA_ARGS__::run(c, a);                                                                    \
-        return 0;                                                                                  \
+        return uh_fault_status;                                                                    \
     }
 #include "uh_kernels.def"
 #undef UH_K
@@ -37,7 +41,7 @@ extern "C" const uh_entry *UH_CAT(UH_VARIANT, _kernels)(uh_u64 *count) {
 }
 
 // Layout facts checked against the Rust declaration of uh_args.
-extern "C" void UH_CAT(UH_VARIANT, _args_layout)(uh_u64 out[6]) {
+extern "C" void UH_CAT(UH_VARIANT, _args_layout)(uh_u64 out[8]) {
     uh_args a;
     out[0] = sizeof(uh_args);
     out[1] = (uh_u64)((char *)&a.size - (char *)&a);
@@ -45,4 +49,6 @@ extern "C" void UH_CAT(UH_VARIANT, _args_layout)(uh_u64 out[6]) {
     out[3] = (uh_u64)((char *)&a.stride - (char *)&a);
     out[4] = (uh_u64)((char *)&a.s - (char *)&a);
     out[5] = (uh_u64)((char *)&a.u - (char *)&a);
+    out[6] = (uh_u64)((char *)&a.axis - (char *)&a);
+    out[7] = (uh_u64)((char *)&a.mt_ptr - (char *)&a);
 }

@@ -4,12 +4,12 @@
 // The compiling side defines exactly one of UH_CPU, UH_CUDA, UH_HIP (UH_GPU is derived). The header
 // provides:
 //   * fixed-width integer types (uh_i32, uh_u64, ...) without system headers on GPUs;
-//   * UH_DEV for device functions, and uh_ctx_t, the launch context every kernel body receives;
+//   * UH_DEV for device functions (and static members), UH_MEMBER for non-static members, and uh_ctx_t, the launch context every kernel body receives;
 //   * UH_LOOP(ctx, i, n): a loop over [0, n) in which each i is visited exactly once by the whole
 //     launch. GPUs: a grid-stride loop. CPU: each block (one call of the host kernel) walks one
 //     contiguous chunk, so the compiler can vectorise it;
-//   * uh_block_reduce_sum: a block-cooperative reduction (shared memory and barriers on GPUs, with the
-//     warp width a parameter; on the CPU a block is one thread that already holds its whole sum);
+//   * block-level primitives for row kernels (UH_TID, UH_LANES, UH_SHARED, uh_block_reduce), a
+//     kernel fault report (uh_fault), and a vectorisable exp (uh_exp_fast);
 //   * f16 and bf16 as raw 16-bit patterns with exact widening and round-to-nearest-even narrowing,
 //     so every compiler accepts them (hiprtc 5.2 breaks on hip_fp16.h; NVRTC needs no header);
 //   * the Philox4x32-10 counter-based generator and the float math used by the random ops, written
@@ -37,6 +37,7 @@ typedef uint32_t uh_u32;
 typedef int64_t uh_i64;
 typedef uint64_t uh_u64;
 #define UH_DEV static inline
+#define UH_MEMBER inline
 #else
 typedef signed char uh_i8;
 typedef unsigned char uh_u8;
@@ -47,6 +48,7 @@ typedef unsigned int uh_u32;
 typedef long long uh_i64;
 typedef unsigned long long uh_u64;
 #define UH_DEV static __device__ __forceinline__
+#define UH_MEMBER __device__ __forceinline__
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -63,16 +65,17 @@ typedef struct {
 } uh_host_ctx;
 typedef const uh_host_ctx *uh_ctx_t;
 
-// This block's chunk of [0, n): contiguous, a multiple of 64 elements except at the end.
-UH_DEV void uh_chunk(uh_ctx_t c, uh_i64 n, uh_i64 *lo, uh_i64 *hi) {
+// This block's chunk of [0, n): contiguous, a multiple of `g` elements except at the end.
+UH_DEV void uh_chunk_g(uh_ctx_t c, uh_i64 n, uh_i64 g, uh_i64 *lo, uh_i64 *hi) {
     uh_i64 blocks = (uh_i64)c->grid[0] * c->grid[1] * c->grid[2];
     uh_i64 b = c->block_idx[0] + (uh_i64)c->grid[0] * (c->block_idx[1] + (uh_i64)c->grid[1] * c->block_idx[2]);
     uh_i64 per = (n + blocks - 1) / blocks;
-    per = (per + 63) / 64 * 64;
+    per = (per + g - 1) / g * g;
     uh_i64 l = b * per;
     *lo = l < n ? l : n;
     *hi = l + per < n ? l + per : n;
 }
+UH_DEV void uh_chunk(uh_ctx_t c, uh_i64 n, uh_i64 *lo, uh_i64 *hi) { uh_chunk_g(c, n, 64, lo, hi); }
 #define UH_LOOP(ctx, i, n)                                                                         \
     uh_i64 uh_lo_##i, uh_hi_##i;                                                                  \
     uh_chunk(ctx, (n), &uh_lo_##i, &uh_hi_##i);                                                   \
@@ -86,33 +89,71 @@ typedef struct {
          i += (uh_i64)blockDim.x * gridDim.x)
 #endif
 
-// Sum of one value per thread over a block, returned to every thread. `scratch` holds at least
-// (threads per block / warp) floats of shared memory on GPUs; warp is 32 on NVIDIA, 64 on most AMD
-// and Hygon parts. On the CPU a block is one thread: the value is already the block's sum.
+// Block-level primitives of the row kernels (softmax, norms, reductions):
+//   * UH_TID / UH_NTHREADS: this thread's index in its block and the block's thread count (a CPU
+//     block is one thread: 0 and 1);
+//   * UH_LANES: independent accumulators per thread. On the CPU a thread keeps 16 partial results
+//     so that a row reduction vectorises without reassociating floating-point sums; on GPUs 1;
+//   * UH_SHARED(T, name, n): an array shared by the block (a local array on the CPU);
+//   * uh_block_reduce(v, scratch, op): combines one value per thread over the block and returns
+//     the result to every thread (a shared-memory tree; the block size must be a power of two and
+//     `scratch` hold one T per thread). On the CPU the value is already the block's result;
+//   * uh_block_id / uh_grid_size: the linear block index and block count.
+#define UH_ROW_THREADS 256
 #ifdef UH_CPU
-UH_DEV float uh_block_reduce_sum(uh_ctx_t, float v, float *, int) { return v; }
-#else
-__device__ __forceinline__ float uh_block_reduce_sum(uh_ctx_t, float v, float *scratch, int warp) {
-    for (int off = warp / 2; off > 0; off /= 2) {
-#ifdef UH_CUDA
-        v += __shfl_down_sync(0xffffffffu, v, off, warp);
-#else
-        v += __shfl_down(v, off, warp);
-#endif
-    }
-    int lane = threadIdx.x % warp, w = threadIdx.x / warp, nw = (blockDim.x + warp - 1) / warp;
-    if (lane == 0) scratch[w] = v;
-    __syncthreads();
-    float s = 0.0f;
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < nw; ++k) s += scratch[k];
-        scratch[0] = s;
-    }
-    __syncthreads();
-    s = scratch[0];
-    __syncthreads();
-    return s;
+#define UH_TID 0
+#define UH_NTHREADS 1
+#define UH_LANES 16
+#define UH_SHARED(T, name, n) T name[1]
+#define UH_SYNC() ((void)0)
+UH_DEV uh_i64 uh_block_id(uh_ctx_t c) {
+    return c->block_idx[0] + (uh_i64)c->grid[0] * (c->block_idx[1] + (uh_i64)c->grid[1] * c->block_idx[2]);
 }
+UH_DEV uh_i64 uh_grid_size(uh_ctx_t c) { return (uh_i64)c->grid[0] * c->grid[1] * c->grid[2]; }
+template <class T, class Op> UH_DEV T uh_block_reduce(T v, T *, Op) { return v; }
+#else
+#define UH_TID ((uh_i64)threadIdx.x)
+#define UH_NTHREADS ((uh_i64)blockDim.x)
+#define UH_LANES 1
+#define UH_SHARED(T, name, n) __shared__ T name[n]
+#define UH_SYNC() __syncthreads()
+UH_DEV uh_i64 uh_block_id(uh_ctx_t) { return blockIdx.x + (uh_i64)gridDim.x * (blockIdx.y + (uh_i64)gridDim.y * blockIdx.z); }
+UH_DEV uh_i64 uh_grid_size(uh_ctx_t) { return (uh_i64)gridDim.x * gridDim.y * gridDim.z; }
+template <class T, class Op> __device__ T uh_block_reduce(T v, T *scratch, Op op) {
+    int t = threadIdx.x;
+    scratch[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (t < s) scratch[t] = op(scratch[t], scratch[t + s]);
+        __syncthreads();
+    }
+    T r = scratch[0];
+    __syncthreads();
+    return r;
+}
+#endif
+
+// Reports a fault found by a kernel (an out-of-range index): the launch fails with an error on
+// its stream and the kernel must not perform the faulty access. CPU: the host kernel returns a
+// non-zero status. GPUs: the thread traps (a sticky launch failure, like a device assert).
+#ifdef UH_CPU
+static thread_local int uh_fault_status;
+UH_DEV void uh_fault(uh_ctx_t) { uh_fault_status = 1; }
+#elif defined(UH_CUDA)
+UH_DEV void uh_fault(uh_ctx_t) { __trap(); }
+#else
+UH_DEV void uh_fault(uh_ctx_t) { __builtin_trap(); }
+#endif
+
+// Sets a 32-bit flag that many threads may set at once (all write the same value).
+#ifdef UH_CPU
+UH_DEV void uh_set_flag(float *p, float v) {
+    uh_u32 bits;
+    memcpy(&bits, &v, 4);
+    __atomic_store_n((uh_u32 *)p, bits, __ATOMIC_RELAXED);
+}
+#else
+UH_DEV void uh_set_flag(float *p, float v) { *(volatile float *)p = v; }
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -265,6 +306,30 @@ UH_DEV float uh_normal(uh_philox_out r) {
     float u1 = (float)((r.v[0] >> 8) + 1u) * 5.9604644775390625e-8f; // (0, 1]
     float u2 = uh_uniform24(r.v[1]);                                  // [0, 1)
     return sqrtf(-2.0f * uh_log_unit(u1)) * uh_cos_2pi(u2);
+}
+
+// exp(x) in f32 from IEEE operations only, without branches so that it vectorises (about 1 ulp):
+// x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), a degree-7 polynomial for e^r, then two exact
+// power-of-two scalings so that results from subnormal to overflow come out right.
+UH_DEV float uh_exp_fast(float x) {
+    float c = x < -104.0f ? -104.0f : x;
+    c = c > 89.0f ? 89.0f : c;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest
+    float r = (c - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int ni = (int)n;
+    int h = ni / 2;
+    float s1 = uh_u2f((uh_u32)(h + 127) << 23);
+    float s2 = uh_u2f((uh_u32)(ni - h + 127) << 23);
+    float y = p * s1 * s2;
+    return x != x ? x : y;
 }
 
 #endif // UH_DIALECT_H

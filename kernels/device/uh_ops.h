@@ -5,19 +5,29 @@
 #define UH_OPS_H
 
 #define UH_MAX_DIMS 8
-#define UH_MAX_OPERANDS 4
+#define UH_MAX_OPERANDS 8
+#define UH_MT_GROUPS 24
+#define UH_MT_WIDTH 5
 
-// The one argument of every elementwise kernel. Must match unihal_kernels::args::UhArgs.
+// The one argument of every library kernel. Must match unihal_kernels::args::UhArgs.
+// Elementwise kernels iterate `n` elements over `size`/`stride`; row kernels iterate `n` rows the
+// same way (each row's first element), with `len` elements per row at stride `axis[k]` for
+// operand k; multi-tensor kernels walk `mt_count` groups of up to UH_MT_WIDTH dense tensors.
 typedef struct {
     uh_i64 ndim;                               // dims after collapsing (0 for a scalar)
-    uh_i64 n;                                  // elements
+    uh_i64 n;                                  // elements (or rows)
     uh_i64 contiguous;                         // 1: every operand is dense with stride 1
     uh_i64 size[UH_MAX_DIMS];                  // row-major sizes
     uh_u64 ptr[UH_MAX_OPERANDS];               // address of element 0 of each operand
     uh_i64 stride[UH_MAX_OPERANDS][UH_MAX_DIMS]; // strides in elements
-    double s[2];                               // float scalars
-    uh_i64 i[2];                               // integer scalars
+    double s[8];                               // float scalars
+    uh_i64 i[4];                               // integer scalars
     uh_u64 u[2];                               // raw scalars (fill bits, seed, offset)
+    uh_i64 len;                                // row length (reduced axis, K of a matmul)
+    uh_i64 axis[UH_MAX_OPERANDS];              // per-operand stride along the row
+    uh_i64 mt_count;                           // multi-tensor groups in this launch
+    uh_i64 mt_len[UH_MT_GROUPS];               // elements per group
+    uh_u64 mt_ptr[UH_MT_GROUPS][UH_MT_WIDTH];  // tensors of each group
 } uh_args;
 
 // Offsets of element `idx` (row-major) of each of the first `nops` operands.
@@ -31,11 +41,15 @@ UH_DEV void uh_offsets(const uh_args &a, int nops, uh_i64 idx, uh_i64 *off) {
 }
 
 #ifdef UH_CPU
-// CPU: decompose the chunk start once, then step an odometer.
-#define UH_STRIDED_BEGIN(ctx, a, nops, off)                                                        \
+// CPU: decompose the chunk start once, then step an odometer. Rows (UH_ROWS_BEGIN) are chunked
+// one by one rather than in multiples of 64.
+#define UH_STRIDED_BEGIN(ctx, a, nops, off) UH_STRIDED_BEGIN_G(ctx, a, nops, off, 64)
+#define UH_ROWS_BEGIN(ctx, a, nops, off) UH_STRIDED_BEGIN_G(ctx, a, nops, off, 1)
+#define UH_ROWS_END(a, nops, off) UH_STRIDED_END(a, nops, off)
+#define UH_STRIDED_BEGIN_G(ctx, a, nops, off, g)                                                   \
     {                                                                                              \
         uh_i64 uh_lo, uh_hi, uh_c[UH_MAX_DIMS], off[UH_MAX_OPERANDS];                              \
-        uh_chunk(ctx, (a).n, &uh_lo, &uh_hi);                                                      \
+        uh_chunk_g(ctx, (a).n, g, &uh_lo, &uh_hi);                                                 \
         {                                                                                          \
             uh_i64 r = uh_lo;                                                                      \
             for (int d = (int)(a).ndim - 1; d >= 0; --d) {                                         \
@@ -61,6 +75,12 @@ UH_DEV void uh_offsets(const uh_args &a, int nops, uh_i64 idx, uh_i64 *off) {
         uh_i64 off[UH_MAX_OPERANDS];                                                               \
         uh_offsets(a, nops, uh_i, off);
 #define UH_STRIDED_END(a, nops, off) }
+// GPU rows: a block per row (grid-stride over rows); the block's threads share the row.
+#define UH_ROWS_BEGIN(ctx, a, nops, off)                                                           \
+    for (uh_i64 uh_i = uh_block_id(ctx); uh_i < (a).n; uh_i += uh_grid_size(ctx)) {               \
+        uh_i64 off[UH_MAX_OPERANDS];                                                               \
+        uh_offsets(a, nops, uh_i, off);
+#define UH_ROWS_END(a, nops, off) }
 #endif
 
 // ---------------------------------------------------------------------------------------------

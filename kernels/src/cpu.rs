@@ -124,11 +124,11 @@ pub fn host_symbols() -> Arc<HostSymbolTable> {
         .clone()
 }
 
-/// `sizeof(uh_args)` and the offsets of `size`, `ptr`, `stride`, `s`, `u` as the C compiler laid
-/// them out.
-pub fn c_args_layout() -> [u64; 6] {
-    let mut out = [0u64; 6];
-    // SAFETY: the function writes exactly six u64 values.
+/// `sizeof(uh_args)` and the offsets of `size`, `ptr`, `stride`, `s`, `u`, `axis`, `mt_ptr` as the
+/// C compiler laid them out.
+pub fn c_args_layout() -> [u64; 8] {
+    let mut out = [0u64; 8];
+    // SAFETY: the function writes exactly eight u64 values.
     unsafe { uh_base_args_layout(out.as_mut_ptr()) };
     out
 }
@@ -150,6 +150,8 @@ mod tests {
                 offset_of!(UhArgs, stride) as u64,
                 offset_of!(UhArgs, s) as u64,
                 offset_of!(UhArgs, u) as u64,
+                offset_of!(UhArgs, axis) as u64,
+                offset_of!(UhArgs, mt_ptr) as u64,
             ]
         );
     }

@@ -6,6 +6,12 @@ use crate::catalogue;
 pub const DIALECT: &str = include_str!("../device/uh_dialect.h");
 /// The elementwise op kernels.
 pub const OPS: &str = include_str!("../device/uh_ops.h");
+/// The row kernels (reductions, softmax, losses, norms, gather/scatter).
+pub const NN: &str = include_str!("../device/uh_nn.h");
+/// The tiled GEMM.
+pub const GEMM: &str = include_str!("../device/uh_gemm.h");
+/// The multi-tensor kernels (optimizers, AMP, clipping).
+pub const OPTIM: &str = include_str!("../device/uh_optim.h");
 
 /// A GPU compilation target of the dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +33,10 @@ pub fn library_source(target: GpuTarget) -> String {
     s.push('\n');
     s.push_str(DIALECT);
     s.push('\n');
-    s.push_str(OPS);
+    for part in [OPS, NN, GEMM, OPTIM] {
+        s.push_str(part);
+        s.push('\n');
+    }
     s.push_str(
         "\n#define UH_K(name, ...) extern \"C\" __global__ void name(uh_args a) \
          { uh_ctx_t c = {0}; __VA_ARGS__::run(c, a); }\n",

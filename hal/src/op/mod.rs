@@ -15,6 +15,8 @@
 //! * **Integers** wrap on overflow; float→integer casts truncate toward zero and saturate, NaN → 0
 //!   (as Rust's `as`). Float→f16/bf16 rounds to nearest even, once, from any source type.
 
+pub mod nn;
+
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::error::{HalError, Invalid, Result};
@@ -82,11 +84,63 @@ pub enum OpId {
     DropoutForward,
     /// `[dy, mask, dx]`, scalars `[p]`: dx = mask ? dy / (1-p) : 0.
     DropoutBackward,
+    // Reductions along one axis, `[x, out]`, scalars `[axis]` (negative counts from the end); `out`
+    // has x's shape with the axis of size 1. See [`nn`] for the exact semantics.
+    ReduceSum,
+    ReduceMean,
+    ReduceMax,
+    ReduceMin,
+    /// As the reductions, with an `i64` output: index of the first maximum (NaN counts as largest).
+    Argmax,
+    /// As the reductions, with an `i64` output: index of the first minimum (NaN counts as smallest).
+    Argmin,
+    // Softmax along the last axis, `[x, y]`.
+    Softmax,
+    LogSoftmax,
+    // Softmax of `x + mask` along the last axis, `[x, mask, y]`; `mask` broadcasts to `x`.
+    SoftmaxMasked,
+    LogSoftmaxMasked,
+    // Gradients, `[y, dy, dx]` where `y` is the forward output.
+    SoftmaxBackward,
+    LogSoftmaxBackward,
+    /// `[logits (N, C), target (N; i32 or i64), loss (f32)]`, scalars `[reduction, ignore_index,
+    /// label_smoothing]`: PyTorch's `cross_entropy`. `loss` is `[]` for mean/sum, `[N]` for none.
+    CrossEntropy,
+    /// `[logits, target, dloss (f32, the loss's shape), dlogits]`, scalars as the forward.
+    CrossEntropyBackward,
+    /// `[x, weight, bias, y, mean, rstd]`, scalars `[eps]`: over the last axis.
+    LayerNorm,
+    /// `[x, dy, weight, mean, rstd, dx, dweight, dbias]`.
+    LayerNormBackward,
+    /// `[x, weight, y, rstd]`, scalars `[eps]`: over the last axis.
+    RmsNorm,
+    /// `[x, dy, weight, rstd, dx, dweight]`.
+    RmsNormBackward,
+    /// `[a (..., M, K), b (..., K, N), c (..., M, N)]`, scalars `[alpha, beta]`:
+    /// `c = alpha * a @ b + beta * c`; batch dims broadcast; transposes are strides.
+    Matmul,
+    /// `[table (V, ...), index (N; i32 or i64), out (N, ...)]`: `out[i] = table[index[i]]`.
+    IndexSelect,
+    /// `[src (N, ...), index (N; i32 or i64), out (V, ...)]`: `out[index[i]] += src[i]`, the
+    /// gradient of `index_select` (scatter-add of rows).
+    IndexAdd,
+    /// Multi-tensor SGD with momentum; see [`nn`].
+    SgdMomentum,
+    /// Multi-tensor AdamW; see [`nn`].
+    AdamW,
+    /// `[found_inf (1, f32), inv_scale (1, f32), grads...]`: grads *= inv_scale in place;
+    /// found_inf = 1 if any grad is not finite.
+    AmpUnscale,
+    /// `[scale (1, f32), growth_tracker (1, i32), found_inf (1, f32)]`, scalars `[growth_factor,
+    /// backoff_factor, growth_interval]`: the dynamic loss-scale update.
+    AmpUpdateScale,
+    /// `[total_norm (1, f32), grads...]`, scalars `[max_norm]`: global L2 norm clipping.
+    ClipGradNorm,
 }
 
 impl OpId {
     /// Every op, in declaration order.
-    pub const ALL: [OpId; 39] = [
+    pub const ALL: [OpId; 65] = [
         OpId::Fill,
         OpId::Copy,
         OpId::Cast,
@@ -126,6 +180,32 @@ impl OpId {
         OpId::RandomNormal,
         OpId::DropoutForward,
         OpId::DropoutBackward,
+        OpId::ReduceSum,
+        OpId::ReduceMean,
+        OpId::ReduceMax,
+        OpId::ReduceMin,
+        OpId::Argmax,
+        OpId::Argmin,
+        OpId::Softmax,
+        OpId::LogSoftmax,
+        OpId::SoftmaxMasked,
+        OpId::LogSoftmaxMasked,
+        OpId::SoftmaxBackward,
+        OpId::LogSoftmaxBackward,
+        OpId::CrossEntropy,
+        OpId::CrossEntropyBackward,
+        OpId::LayerNorm,
+        OpId::LayerNormBackward,
+        OpId::RmsNorm,
+        OpId::RmsNormBackward,
+        OpId::Matmul,
+        OpId::IndexSelect,
+        OpId::IndexAdd,
+        OpId::SgdMomentum,
+        OpId::AdamW,
+        OpId::AmpUnscale,
+        OpId::AmpUpdateScale,
+        OpId::ClipGradNorm,
     ];
 
     /// The stable snake_case name.
@@ -171,6 +251,32 @@ impl OpId {
             RandomNormal => "random_normal",
             DropoutForward => "dropout_forward",
             DropoutBackward => "dropout_backward",
+            ReduceSum => "reduce_sum",
+            ReduceMean => "reduce_mean",
+            ReduceMax => "reduce_max",
+            ReduceMin => "reduce_min",
+            Argmax => "argmax",
+            Argmin => "argmin",
+            Softmax => "softmax",
+            LogSoftmax => "log_softmax",
+            SoftmaxMasked => "softmax_masked",
+            LogSoftmaxMasked => "log_softmax_masked",
+            SoftmaxBackward => "softmax_backward",
+            LogSoftmaxBackward => "log_softmax_backward",
+            CrossEntropy => "cross_entropy",
+            CrossEntropyBackward => "cross_entropy_backward",
+            LayerNorm => "layer_norm",
+            LayerNormBackward => "layer_norm_backward",
+            RmsNorm => "rms_norm",
+            RmsNormBackward => "rms_norm_backward",
+            Matmul => "matmul",
+            IndexSelect => "index_select",
+            IndexAdd => "index_add",
+            SgdMomentum => "sgd_momentum",
+            AdamW => "adamw",
+            AmpUnscale => "amp_unscale",
+            AmpUpdateScale => "amp_update_scale",
+            ClipGradNorm => "clip_grad_norm",
         }
     }
 
@@ -194,6 +300,23 @@ impl OpId {
             RandomUniform | RandomNormal => OpClass::Random,
             DropoutForward => OpClass::DropoutForward,
             DropoutBackward => OpClass::DropoutBackward,
+            ReduceSum | ReduceMean | ReduceMax | ReduceMin | Argmax | Argmin => OpClass::Reduce,
+            Softmax | LogSoftmax => OpClass::Softmax,
+            SoftmaxMasked | LogSoftmaxMasked => OpClass::SoftmaxMasked,
+            SoftmaxBackward | LogSoftmaxBackward => OpClass::SoftmaxBackward,
+            CrossEntropy => OpClass::CrossEntropy,
+            CrossEntropyBackward => OpClass::CrossEntropyBackward,
+            LayerNorm => OpClass::LayerNorm,
+            LayerNormBackward => OpClass::LayerNormBackward,
+            RmsNorm => OpClass::RmsNorm,
+            RmsNormBackward => OpClass::RmsNormBackward,
+            Matmul => OpClass::Matmul,
+            IndexSelect => OpClass::IndexSelect,
+            IndexAdd => OpClass::IndexAdd,
+            SgdMomentum | AdamW => OpClass::Optimizer,
+            AmpUnscale => OpClass::AmpUnscale,
+            AmpUpdateScale => OpClass::AmpUpdateScale,
+            ClipGradNorm => OpClass::ClipGradNorm,
         }
     }
 }
@@ -206,6 +329,7 @@ impl fmt::Display for OpId {
 
 /// Op classes: ops of one class share operand lists and validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum OpClass {
     Fill,
     Copy,
@@ -219,11 +343,36 @@ pub enum OpClass {
     Random,
     DropoutForward,
     DropoutBackward,
+    Reduce,
+    Softmax,
+    SoftmaxMasked,
+    SoftmaxBackward,
+    CrossEntropy,
+    CrossEntropyBackward,
+    LayerNorm,
+    LayerNormBackward,
+    RmsNorm,
+    RmsNormBackward,
+    Matmul,
+    IndexSelect,
+    IndexAdd,
+    /// Multi-tensor optimizer steps: tensors are groups of a fixed width.
+    Optimizer,
+    AmpUnscale,
+    AmpUpdateScale,
+    ClipGradNorm,
 }
 
 impl OpClass {
-    /// (number of tensors, number of scalars, needs rng, index of the first output).
+    /// True for the elementwise classes (one output shape, numpy broadcasting of the inputs).
+    pub const fn is_elementwise(self) -> bool {
+        (self as u8) <= (OpClass::DropoutBackward as u8)
+    }
+
+    /// (number of tensors, number of scalars, needs rng, index of the first output); `usize::MAX`
+    /// tensors for the multi-tensor classes, whose tensor lists have any length.
     pub const fn arity(self) -> (usize, usize, bool, usize) {
+        const ANY: usize = usize::MAX;
         match self {
             OpClass::Fill => (1, 1, false, 0),
             OpClass::Copy | OpClass::Cast | OpClass::Unary => (2, 0, false, 1),
@@ -235,6 +384,21 @@ impl OpClass {
             OpClass::Random => (1, 2, true, 0),
             OpClass::DropoutForward => (3, 1, true, 1),
             OpClass::DropoutBackward => (3, 1, false, 2),
+            OpClass::Reduce => (2, 1, false, 1),
+            OpClass::Softmax => (2, 0, false, 1),
+            OpClass::SoftmaxMasked | OpClass::SoftmaxBackward => (3, 0, false, 2),
+            OpClass::CrossEntropy => (3, 3, false, 2),
+            OpClass::CrossEntropyBackward => (4, 3, false, 3),
+            OpClass::LayerNorm => (6, 1, false, 3),
+            OpClass::LayerNormBackward => (8, 0, false, 5),
+            OpClass::RmsNorm => (4, 1, false, 2),
+            OpClass::RmsNormBackward => (6, 0, false, 4),
+            OpClass::Matmul => (3, 2, false, 2),
+            OpClass::IndexSelect | OpClass::IndexAdd => (3, 0, false, 2),
+            OpClass::Optimizer => (ANY, ANY, false, 0),
+            OpClass::AmpUnscale => (ANY, 0, false, 0),
+            OpClass::AmpUpdateScale => (3, 3, false, 0),
+            OpClass::ClipGradNorm => (ANY, 1, false, 0),
         }
     }
 }
@@ -493,10 +657,16 @@ impl OpCall {
         )
     }
 
-    /// The dtype support is keyed on: the first output's dtype.
+    /// The dtype support is keyed on: the first output's dtype for elementwise ops; the main
+    /// input's (x, logits, a, table, the gradients) for the others.
     pub fn key_dtype(&self) -> Option<DType> {
-        let (_, _, _, first_out) = self.op.class().arity();
-        self.tensors.get(first_out).map(|t| t.dtype)
+        let class = self.op.class();
+        let k = if class.is_elementwise() {
+            class.arity().3
+        } else {
+            nn::key_operand(class)
+        };
+        self.tensors.get(k).map(|t| t.dtype)
     }
 
     /// Checks the call against the rules in the module docs and returns the output shape.
@@ -507,6 +677,9 @@ impl OpCall {
     /// another operand.
     pub fn validate(&self) -> Result<Vec<u64>> {
         let class = self.op.class();
+        if !class.is_elementwise() {
+            return nn::validate(self);
+        }
         let (nt, ns, needs_rng, first_out) = class.arity();
         if self.tensors.len() != nt || self.scalars.len() != ns || self.rng.is_some() != needs_rng {
             return Err(HalError::invalid(
@@ -540,6 +713,7 @@ impl OpCall {
             OpClass::Where => mask_ok(dt[0]) && same(&[1, 2]),
             OpClass::DropoutForward => dt[0] == dt[1] && mask_ok(dt[2]),
             OpClass::DropoutBackward => dt[0] == dt[2] && mask_ok(dt[1]),
+            _ => unreachable!("non-elementwise classes are validated in nn.rs"),
         };
         if !dtypes_ok {
             return Err(HalError::invalid(
@@ -660,7 +834,7 @@ mod tests {
         let mut names: Vec<_> = OpId::ALL.iter().map(|o| o.name()).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 39);
+        assert_eq!(names.len(), OpId::ALL.len());
     }
 
     #[test]
