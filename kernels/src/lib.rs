@@ -16,6 +16,7 @@ pub mod args;
 pub mod catalogue;
 pub mod cpu;
 pub mod plan;
+pub mod plan_nn;
 pub mod rtc;
 pub mod source;
 pub mod testing;
@@ -52,6 +53,10 @@ pub fn support() -> BTreeMap<OpId, Vec<DType>> {
         let dtypes: Vec<DType> = match op {
             OpId::Fill | OpId::Copy | OpId::Where => DType::ALL.to_vec(),
             OpId::Cast => arith.to_vec(),
+            _ if !op.class().is_elementwise() => [DType::F32, DType::F64, DType::F16, DType::Bf16]
+                .into_iter()
+                .filter(|&d| has_kernel(&plan_nn::support_kernel(op, d)))
+                .collect(),
             _ => arith
                 .iter()
                 .copied()

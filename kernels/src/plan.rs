@@ -17,6 +17,43 @@ pub struct Launch {
     pub args: UhArgs,
     /// Buffers the launch touches (to keep alive and to check against the device).
     pub buffers: Vec<Buffer>,
+    /// Indices of `args.ptr` that hold byte offsets into the plan's scratch memory until
+    /// [`Plan::bind_scratch`] turns them into addresses.
+    pub scratch_ptrs: Vec<usize>,
+}
+
+impl Launch {
+    pub(crate) fn new(kernel: String, config: LaunchConfig, args: UhArgs, call: &OpCall) -> Launch {
+        Launch {
+            kernel,
+            config,
+            args,
+            buffers: call.tensors.iter().map(|t| t.buffer.clone()).collect(),
+            scratch_ptrs: Vec::new(),
+        }
+    }
+}
+
+/// The launches that run one op, in order, on one stream.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub launches: Vec<Launch>,
+    /// Bytes of device scratch memory the launches use (0: none). The backend provides it for the
+    /// duration of the launches (stream-ordered allocation on GPUs, a host allocation on the CPU)
+    /// and calls [`Plan::bind_scratch`] before launching.
+    pub scratch_bytes: u64,
+}
+
+impl Plan {
+    /// Turns the scratch offsets of every launch into addresses within scratch memory at `base`.
+    pub fn bind_scratch(&mut self, base: u64) {
+        for l in &mut self.launches {
+            for &k in &l.scratch_ptrs {
+                l.args.ptr[k] += base;
+            }
+            l.scratch_ptrs.clear();
+        }
+    }
 }
 
 /// Name of a dtype in kernel names, for the typed (not width-generic) kernels.
@@ -58,8 +95,11 @@ pub fn kernel_name(call: &OpCall) -> Result<String> {
 /// # Errors
 /// As `OpCall::validate`, plus [`HalError::Unsupported`] when the library has no kernel for the
 /// op and dtype.
-pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
+pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Plan> {
     let out_shape = call.validate()?;
+    if !call.op.class().is_elementwise() {
+        return crate::plan_nn::plan(call, caps, &out_shape);
+    }
     let kernel = kernel_name(call)?;
     if !crate::has_kernel(&kernel) {
         return Err(HalError::unsupported(format!(
@@ -70,20 +110,48 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
     }
     let n: u64 = out_shape.iter().product();
     if n == 0 {
-        return Ok(None);
+        return Ok(Plan::default());
     }
     let mut args = UhArgs::default();
     // Strides of each operand over the output shape.
-    let nops = call.tensors.len();
-    debug_assert!(nops <= MAX_OPERANDS);
+    debug_assert!(call.tensors.len() <= MAX_OPERANDS);
     let strides: Vec<Vec<i64>> = call
         .tensors
         .iter()
         .map(|t| t.broadcast_strides(&out_shape).expect("validated"))
         .collect();
-    // Collapse: drop size-1 dims, merge neighbours that are contiguous for every operand.
+    iterate(&mut args, &out_shape, &strides)?;
+    for (k, t) in call.tensors.iter().enumerate() {
+        args.ptr[k] = t.buffer.device_addr() + t.offset;
+    }
+    // Scalars.
+    let key = call.key_dtype().expect("validated");
+    match call.op.class() {
+        OpClass::Fill => args.u[0] = fill_bits(call.scalars[0], key),
+        _ => {
+            for (k, s) in call.scalars.iter().enumerate() {
+                args.s[k] = s.as_f64();
+                args.i[k] = s.as_i64();
+            }
+        }
+    }
+    if let Some(rng) = call.rng {
+        args.u = [rng.seed, rng.offset];
+    }
+    Ok(Plan {
+        launches: vec![Launch::new(kernel, launch_shape(n, caps), args, call)],
+        scratch_bytes: 0,
+    })
+}
+
+/// Sets `args` to iterate over `shape` (elements, or rows of a row kernel) with one stride list
+/// per operand: size-1 dims dropped, neighbours that are contiguous for every operand merged.
+///
+/// # Errors
+/// [`Invalid::Value`] when more than `MAX_DIMS` dims remain.
+pub(crate) fn iterate(args: &mut UhArgs, shape: &[u64], strides: &[Vec<i64>]) -> Result<()> {
     let mut dims: Vec<(u64, Vec<i64>)> = Vec::new();
-    for (d, &size) in out_shape.iter().enumerate() {
+    for (d, &size) in shape.iter().enumerate() {
         if size == 1 {
             continue;
         }
@@ -111,7 +179,7 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
         ));
     }
     args.ndim = dims.len() as i64;
-    args.n = n as i64;
+    args.n = shape.iter().product::<u64>() as i64;
     for (d, (size, col)) in dims.iter().enumerate() {
         args.size[d] = *size as i64;
         for (k, &s) in col.iter().enumerate() {
@@ -120,32 +188,7 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Option<Launch>> {
     }
     args.contiguous =
         (dims.len() <= 1 && dims.iter().all(|(_, col)| col.iter().all(|&s| s == 1))) as i64;
-    if dims.is_empty() {
-        args.contiguous = 1;
-    }
-    for (k, t) in call.tensors.iter().enumerate() {
-        args.ptr[k] = t.buffer.device_addr() + t.offset;
-    }
-    // Scalars.
-    let key = call.key_dtype().expect("validated");
-    match call.op.class() {
-        OpClass::Fill => args.u[0] = fill_bits(call.scalars[0], key),
-        _ => {
-            for (k, s) in call.scalars.iter().enumerate() {
-                args.s[k] = s.as_f64();
-                args.i[k] = s.as_i64();
-            }
-        }
-    }
-    if let Some(rng) = call.rng {
-        args.u = [rng.seed, rng.offset];
-    }
-    Ok(Some(Launch {
-        kernel,
-        config: launch_shape(n, caps),
-        args,
-        buffers: call.tensors.iter().map(|t| t.buffer.clone()).collect(),
-    }))
+    Ok(())
 }
 
 /// The bit pattern of `value` as one element of `dtype` (float → f16/bf16 rounds to nearest even,

@@ -6,6 +6,8 @@
 //!   out-of-memory error, not an abort.
 //! * `UNIHAL_CPU_THREADS` — compute threads per device for kernel launches (default: cores /
 //!   devices, at least 1).
+//! * `UNIHAL_CPU_MATMUL` — `gemm` (default: the `gemm` crate, vectorised up to AVX-512) or
+//!   `dialect` (the portable library's tiled GEMM kernel, as GPUs without a vendor BLAS run it).
 
 use unihal_hal::{HalError, Invalid, Result};
 
@@ -15,6 +17,18 @@ pub const DEVICES_ENV: &str = "UNIHAL_CPU_DEVICES";
 pub const MEMORY_ENV: &str = "UNIHAL_CPU_MEMORY";
 /// Environment variable: compute threads per device.
 pub const THREADS_ENV: &str = "UNIHAL_CPU_THREADS";
+/// Environment variable: matmul engine.
+pub const MATMUL_ENV: &str = "UNIHAL_CPU_MATMUL";
+
+/// Which code runs `matmul` on the CPU backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatmulEngine {
+    /// The `gemm` crate.
+    #[default]
+    Gemm,
+    /// The portable library's tiled GEMM kernel.
+    Dialect,
+}
 
 /// Settings of a CPU backend instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +36,7 @@ pub struct CpuConfig {
     pub devices: usize,
     pub memory_per_device: u64,
     pub threads_per_device: usize,
+    pub matmul: MatmulEngine,
 }
 
 impl CpuConfig {
@@ -32,11 +47,17 @@ impl CpuConfig {
     /// range.
     pub fn from_env() -> Result<CpuConfig> {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        Self::from_values(
+        let mut c = Self::from_values(
             get(DEVICES_ENV).as_deref(),
             get(MEMORY_ENV).as_deref(),
             get(THREADS_ENV).as_deref(),
-        )
+        )?;
+        c.matmul = match get(MATMUL_ENV).as_deref().map(str::trim) {
+            None | Some("gemm") => MatmulEngine::Gemm,
+            Some("dialect") => MatmulEngine::Dialect,
+            Some(v) => return Err(bad(MATMUL_ENV, v, "gemm or dialect")),
+        };
+        Ok(c)
     }
 
     /// Builds a configuration from optional textual values (as found in the environment).
@@ -66,6 +87,7 @@ impl CpuConfig {
             devices,
             memory_per_device,
             threads_per_device,
+            matmul: MatmulEngine::Gemm,
         })
     }
 }

@@ -28,6 +28,7 @@ pub struct CpuDevice {
     next_stream: AtomicU64,
     fault: FaultSwitch,
     kernels: Arc<HostSymbolTable>,
+    matmul: crate::MatmulEngine,
 }
 
 /// The host's widest vector ISA level, reported as the device architecture.
@@ -56,6 +57,7 @@ impl CpuDevice {
         memory: u64,
         host_account: Arc<MemAccount>,
         threads: usize,
+        matmul: crate::MatmulEngine,
         fault: FaultSwitch,
     ) -> Result<Arc<CpuDevice>> {
         let id = DeviceId {
@@ -112,6 +114,7 @@ impl CpuDevice {
             next_stream: AtomicU64::new(0),
             fault,
             kernels: unihal_kernels::cpu::host_symbols(),
+            matmul,
         }))
     }
 
@@ -126,6 +129,11 @@ impl CpuDevice {
     /// The portable kernel library for this CPU's ISA level.
     pub(crate) fn kernels(&self) -> &HostSymbolTable {
         &self.kernels
+    }
+
+    /// The engine that runs `matmul`.
+    pub(crate) fn matmul_engine(&self) -> crate::MatmulEngine {
+        self.matmul
     }
 
     pub(crate) fn fault(&self) -> FaultSwitch {

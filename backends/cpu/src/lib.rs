@@ -25,12 +25,13 @@ pub mod config;
 pub mod device;
 pub mod event;
 pub mod fault;
+pub mod matmul;
 pub mod memory;
 pub mod module;
 pub mod stream;
 mod worker;
 
-pub use config::CpuConfig;
+pub use config::{CpuConfig, MatmulEngine};
 pub use device::CpuDevice;
 pub use fault::Fault;
 
@@ -95,6 +96,7 @@ impl CpuBackend {
                             cfg.memory_per_device,
                             host.clone(),
                             cfg.threads_per_device,
+                            cfg.matmul,
                             self.fault,
                         )
                     })

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
     Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream,
+    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -323,31 +323,61 @@ impl Stream for CpuStream {
                 return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
             }
         }
-        let Some(launch) = unihal_kernels::plan::plan(call, &caps.mandatory)? else {
+        let pool = self.dev.pool();
+        if call.op == OpId::Matmul && self.dev.matmul_engine() == crate::MatmulEngine::Gemm {
+            let job = crate::matmul::MatmulJob::new(call)?;
+            let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
+            let threads = caps.mandatory.compute_units as usize;
+            return self.submit(Box::new(move |err| {
+                if err.is_none() {
+                    let _span = tracing::trace_span!("cpu matmul").entered();
+                    // SAFETY: validation checked every element of the views against its buffer
+                    // and that c overlaps neither input; `keep` holds the buffers and the stream
+                    // orders this work against every other use of them.
+                    match &pool {
+                        Some(p) => p.install(|| unsafe { job.run(threads) }),
+                        None => unsafe { job.run(1) },
+                    }
+                }
+                drop(keep);
+                Ok(())
+            }));
+        }
+        let mut plan = unihal_kernels::plan::plan(call, &caps.mandatory)?;
+        if plan.launches.is_empty() {
             return Ok(()); // no elements
-        };
-        let kernel = *self.dev.kernels().get(&launch.kernel).ok_or_else(|| {
-            HalError::Internal(format!(
-                "kernel {} missing from the CPU library",
-                launch.kernel
-            ))
-        })?;
-        let f = CpuFunction {
-            device: self.id(),
-            name: launch.kernel,
-            kernel,
-        };
-        let mut args = KernelArgs::new();
-        args.push(launch.args);
-        let (config, keep, pool) = (launch.config, launch.buffers, self.dev.pool());
+        }
+        let mut launches = Vec::with_capacity(plan.launches.len());
+        for l in &plan.launches {
+            let kernel = *self.dev.kernels().get(&l.kernel).ok_or_else(|| {
+                HalError::Internal(format!("kernel {} missing from the CPU library", l.kernel))
+            })?;
+            launches.push(CpuFunction {
+                device: self.id(),
+                name: l.kernel.clone(),
+                kernel,
+            });
+        }
+        let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
         self.submit(Box::new(move |err| {
             if err.is_some() {
                 return Ok(());
             }
-            let _span = tracing::trace_span!("cpu op", kernel = %f.name).entered();
-            // The plan checked every operand against its buffer, and `keep` holds the buffers.
-            let r = run_launch(pool.as_deref(), &f, &config, &args);
-            drop(keep);
+            // Scratch memory of the plan: a host allocation that lives for these launches.
+            let scratch = vec![0u64; plan.scratch_bytes.div_ceil(8) as usize];
+            plan.bind_scratch(scratch.as_ptr() as u64);
+            let mut r = Ok(());
+            for (f, l) in launches.iter().zip(&plan.launches) {
+                let _span = tracing::trace_span!("cpu op", kernel = %f.name).entered();
+                let mut args = KernelArgs::new();
+                args.push(l.args);
+                // The plan checked every operand against its buffer, and `keep` holds the buffers.
+                r = run_launch(pool.as_deref(), f, &l.config, &args);
+                if r.is_err() {
+                    break;
+                }
+            }
+            drop((keep, scratch));
             r
         }))
     }

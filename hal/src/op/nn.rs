@@ -411,6 +411,19 @@ fn want_dense(call: &OpCall, k: usize) -> Result<()> {
     ))
 }
 
+/// Operand `k` must be dense along its last dim (stride 1, or at most one element there).
+fn want_row_dense(call: &OpCall, k: usize) -> Result<()> {
+    let t = &call.tensors[k];
+    match (t.shape.last(), t.strides.last()) {
+        (Some(&d), Some(&s)) if d > 1 && s != 1 => Err(value(
+            "tensors",
+            format!("operand {k} of {} with strides {:?}", call.op, t.strides),
+            "stride 1 along the last (normalised) axis",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn scalar_in(call: &OpCall, k: usize, name: &'static str, ok: impl Fn(f64) -> bool, accepted: &str) -> Result<f64> {
     let v = call.scalars[k].as_f64();
     if ok(v) {
@@ -569,12 +582,21 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             }
             same(&(1..n).collect::<Vec<_>>())?;
             want_shape(call, n - 1, &t[0].shape, "y")?;
+            for k in 0..n {
+                if !(class == OpClass::SoftmaxMasked && k == 1) {
+                    want_row_dense(call, k)?;
+                }
+            }
             if class == OpClass::SoftmaxMasked {
-                if t[1].broadcast_strides(&t[0].shape).is_none() {
+                let last = t[1].broadcast_strides(&t[0].shape).map(|s| s.last().copied());
+                if !matches!(last, Some(Some(0 | 1))) {
                     return Err(value(
                         "mask",
                         format!("shape {:?}", t[1].shape),
-                        format!("a shape that broadcasts to {:?}", t[0].shape),
+                        format!(
+                            "a shape that broadcasts to {:?}, dense or broadcast along the last axis",
+                            t[0].shape
+                        ),
                     ));
                 }
             } else {
@@ -594,6 +616,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             if classes == 0 {
                 return Err(value("logits", "0 classes".into(), "at least one class"));
             }
+            want_row_dense(call, 0)?;
             want_dtype(call, 1, &[I32, I64], "target")?;
             want_shape(call, 1, &[rows], "target")?;
             let red = call.scalars[0].as_i64();
@@ -614,6 +637,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             if class == OpClass::CrossEntropyBackward {
                 want_dtype(call, 3, &[d0], "dlogits")?;
                 want_shape(call, 3, &t[0].shape, "dlogits")?;
+                want_row_dense(call, 3)?;
             }
         }
         OpClass::LayerNorm | OpClass::RmsNorm | OpClass::LayerNormBackward | OpClass::RmsNormBackward => {
@@ -631,13 +655,16 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 OpClass::LayerNormBackward => (&[1, 5], &[2, 6, 7], &[3, 4]),
                 _ => (&[1, 4], &[2, 5], &[3]),
             };
+            want_row_dense(call, 0)?;
             for &k in like_x {
                 want_dtype(call, k, &[d0], "tensors")?;
                 want_shape(call, k, &t[0].shape, "tensors")?;
+                want_row_dense(call, k)?;
             }
             for &k in vecs {
                 want_dtype(call, k, &[d0], "weight")?;
                 want_shape(call, k, &[d], "weight")?;
+                want_row_dense(call, k)?;
             }
             for &k in stats {
                 want_dtype(call, k, &[acc], "statistics")?;
@@ -686,6 +713,8 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                     "table (V, ...), index (N), rows (N, ...)",
                 ));
             }
+            want_dense(call, 0)?;
+            want_dense(call, 2)?;
         }
         OpClass::Optimizer => {
             let adam = call.op == OpId::AdamW;

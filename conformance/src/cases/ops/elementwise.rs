@@ -32,7 +32,7 @@ pub fn defined_dtypes(op: OpId) -> Vec<DType> {
 
 /// Memory layout of one operand.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Layout {
+pub(super) enum Layout {
     Dense,
     /// Rows padded by 3 elements, 5 elements of offset.
     Padded,
@@ -43,12 +43,12 @@ enum Layout {
 }
 
 /// A tensor placed in device memory with known contents.
-struct Placed {
-    view: TensorView,
+pub(super) struct Placed {
+    pub(super) view: TensorView,
     /// Memory image written before the op.
-    image: Vec<u8>,
+    pub(super) image: Vec<u8>,
     /// Byte position of each logical element (row-major).
-    pos: Vec<usize>,
+    pub(super) pos: Vec<usize>,
 }
 
 fn strides_for(shape: &[u64], layout: Layout) -> (Vec<i64>, i64) {
@@ -84,7 +84,7 @@ fn strides_for(shape: &[u64], layout: Layout) -> (Vec<i64>, i64) {
     (st, base - low)
 }
 
-fn place(
+pub(super) fn place(
     ctx: &Ctx,
     s: &Arc<dyn Stream>,
     d: DType,
@@ -561,10 +561,12 @@ pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for op in OpId::ALL {
         let class = op.class();
-        if matches!(
-            class,
-            OpClass::Random | OpClass::DropoutForward | OpClass::DropoutBackward
-        ) {
+        if !class.is_elementwise()
+            || matches!(
+                class,
+                OpClass::Random | OpClass::DropoutForward | OpClass::DropoutBackward
+            )
+        {
             continue;
         }
         for d in defined_dtypes(op) {

@@ -2,6 +2,7 @@
 
 pub mod elementwise;
 pub mod misuse;
+pub mod nn;
 pub mod random;
 pub mod reference;
 pub mod values;
@@ -13,5 +14,6 @@ pub fn cases() -> Vec<Case> {
     let mut v = elementwise::cases();
     v.extend(random::cases());
     v.extend(misuse::cases());
+    v.extend(nn::cases());
     v
 }

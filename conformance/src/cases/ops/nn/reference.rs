@@ -1,0 +1,1 @@
+//! Independent f64 references of the training ops.
