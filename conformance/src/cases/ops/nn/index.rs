@@ -43,23 +43,38 @@ struct Index {
     view: TensorView,
 }
 
-fn index(ctx: &Ctx, s: &Arc<dyn Stream>, it: DType, idx: &[i64], l: IdxLayout) -> unihal_hal::Result<Index> {
+fn index(
+    ctx: &Ctx,
+    s: &Arc<dyn Stream>,
+    it: DType,
+    idx: &[i64],
+    l: IdxLayout,
+) -> unihal_hal::Result<Index> {
     let n = idx.len() as u64;
     let vals: Vec<f64> = idx.iter().map(|&i| i as f64).collect();
     Ok(match l {
         IdxLayout::Dense => {
             let t = put(ctx, s, it, &[n], Layout::Dense, &vals)?;
-            Index { view: t.view(), _tensor: t }
+            Index {
+                view: t.view(),
+                _tensor: t,
+            }
         }
         IdxLayout::Offset => {
             // Layout::Padded of a vector: dense, five elements in.
             let t = put(ctx, s, it, &[n], Layout::Padded, &vals)?;
-            Index { view: t.view(), _tensor: t }
+            Index {
+                view: t.view(),
+                _tensor: t,
+            }
         }
         IdxLayout::Reversed => {
             // Placed with a negative stride; element i of the view is idx[i].
             let t = put(ctx, s, it, &[n], Layout::Reversed, &vals)?;
-            Index { view: t.view(), _tensor: t }
+            Index {
+                view: t.view(),
+                _tensor: t,
+            }
         }
         IdxLayout::Strided => {
             // Element i at position 3 i + 1 of a (n, 3) block filled with out-of-range values.
@@ -90,7 +105,10 @@ fn same_bits(what: &str, d: DType, got: &[f64], want: &[f64]) -> CaseResult {
         } else {
             encode(d, g) == encode(d, w)
         };
-        ensure!(ok, "{what}: element {i}: got {g:e}, expected {w:e} (bit for bit)");
+        ensure!(
+            ok,
+            "{what}: element {i}: got {g:e}, expected {w:e} (bit for bit)"
+        );
     }
     Ok(())
 }
@@ -129,6 +147,7 @@ fn indices(n: usize, v: usize, seed: u64) -> Vec<i64> {
     idx
 }
 
+#[allow(clippy::too_many_arguments)]
 fn select_one(
     ctx: &Ctx,
     s: &Arc<dyn Stream>,
@@ -147,16 +166,29 @@ fn select_one(
     let idx = indices(n, v as usize, seed + 1);
     let ix = index(ctx, s, it, &idx, l)?;
     let out = dense(ctx, s, d, &oshape, &gen(n * row, seed + 2, -1.0, 1.0))?;
-    s.run_op(&OpCall::index_select(table.view(), ix.view.clone(), out.view()))?;
+    s.run_op(&OpCall::index_select(
+        table.view(),
+        ix.view.clone(),
+        out.view(),
+    ))?;
     s.synchronize()?;
     let what = format!("index_select {d} by {it}: table {tshape:?}, {n} indices ({l:?})");
     let got = out.read(ctx, &what)?;
     let want: Vec<f64> = idx
         .iter()
-        .flat_map(|&r| table.vals[r as usize * row..(r as usize + 1) * row].iter().copied())
+        .flat_map(|&r| {
+            table.vals[r as usize * row..(r as usize + 1) * row]
+                .iter()
+                .copied()
+        })
         .collect();
     same_bits(&what, d, &got, &want)?;
-    same_bits(&format!("{what}: table"), d, &table.read(ctx, &what)?, &table.vals)
+    same_bits(
+        &format!("{what}: table"),
+        d,
+        &table.read(ctx, &what)?,
+        &table.vals,
+    )
 }
 
 fn select(ctx: &Ctx, d: DType, it: DType) -> CaseResult {
@@ -205,7 +237,13 @@ fn add_one(
     let src = dense(ctx, s, d, &sshape, &gen(n * row, seed, -1.0, 1.0))?;
     let idx = indices(n, v as usize, seed + 1);
     let ix = index(ctx, s, it, &idx, l)?;
-    let out = dense(ctx, s, d, &oshape, &gen(v as usize * row, seed + 2, -4.0, 4.0))?;
+    let out = dense(
+        ctx,
+        s,
+        d,
+        &oshape,
+        &gen(v as usize * row, seed + 2, -4.0, 4.0),
+    )?;
     s.run_op(&OpCall::index_add(src.view(), ix.view.clone(), out.view()))?;
     s.synchronize()?;
     let what = format!("index_add {d} by {it}: {n} rows into {oshape:?} ({l:?})");
@@ -218,7 +256,12 @@ fn add_one(
         }
     }
     same_bits(&what, d, &got, &want)?;
-    same_bits(&format!("{what}: src"), d, &src.read(ctx, &what)?, &src.vals)
+    same_bits(
+        &format!("{what}: src"),
+        d,
+        &src.read(ctx, &what)?,
+        &src.vals,
+    )
 }
 
 fn add(ctx: &Ctx, d: DType, it: DType) -> CaseResult {
@@ -251,16 +294,28 @@ fn bad_indices(it: DType, v: i64) -> Vec<i64> {
 
 /// `run_op` accepts the call and `synchronize` reports the fault. `Ok(false)` when the fault
 /// poisons the device (nothing more can be read).
-fn expect_fault(ctx: &Ctx, s: &Arc<dyn Stream>, call: &OpCall, what: &str) -> Result<bool, Failure> {
-    s.run_op(call)
-        .map_err(|e| Failure::new(format!("{what}: run_op refused the call ({e}); out-of-range indices are a stream fault")))?;
+fn expect_fault(
+    ctx: &Ctx,
+    s: &Arc<dyn Stream>,
+    call: &OpCall,
+    what: &str,
+) -> Result<bool, Failure> {
+    s.run_op(call).map_err(|e| {
+        Failure::new(format!(
+            "{what}: run_op refused the call ({e}); out-of-range indices are a stream fault"
+        ))
+    })?;
     match s.synchronize() {
         Ok(()) => Err(Failure::new(format!(
             "{what}: synchronize succeeded despite out-of-range indices"
         ))),
-        Err(e @ (HalError::InvalidArgument { .. } | HalError::Unsupported { .. } | HalError::Unavailable { .. })) => {
-            Err(Failure::new(format!("{what}: the fault was reported as {e:?}")))
-        }
+        Err(
+            e @ (HalError::InvalidArgument { .. }
+            | HalError::Unsupported { .. }
+            | HalError::Unavailable { .. }),
+        ) => Err(Failure::new(format!(
+            "{what}: the fault was reported as {e:?}"
+        ))),
         Err(_) => Ok(!ctx.device.capabilities().optional.fault_poisons_device),
     }
 }
@@ -274,9 +329,16 @@ fn guarded(
     row: u64,
     seed: u64,
 ) -> unihal_hal::Result<(Tensor, TensorView)> {
-    let t = dense(ctx, s, d, &[rows + 2, row], &gen(((rows + 2) * row) as usize, seed, -4.0, 4.0))?;
+    let t = dense(
+        ctx,
+        s,
+        d,
+        &[rows + 2, row],
+        &gen(((rows + 2) * row) as usize, seed, -4.0, 4.0),
+    )?;
     let v = t.view();
-    let view = TensorView::contiguous(&v.buffer, d, &[rows, row]).strided(v.offset + row * d.size() as u64, &[row as i64, 1]);
+    let view = TensorView::contiguous(&v.buffer, d, &[rows, row])
+        .strided(v.offset + row * d.size() as u64, &[row as i64, 1]);
     Ok((t, view))
 }
 
@@ -285,7 +347,13 @@ fn select_out_of_range(ctx: &Ctx) -> CaseResult {
     let (v, row) = (7i64, 5usize);
     for it in INDEX {
         let s = ctx.stream()?;
-        let table = dense(ctx, &s, d, &[v as u64, row as u64], &gen(v as usize * row, 1, -1.0, 1.0))?;
+        let table = dense(
+            ctx,
+            &s,
+            d,
+            &[v as u64, row as u64],
+            &gen(v as usize * row, 1, -1.0, 1.0),
+        )?;
         // Valid and invalid indices interleaved.
         let mut idx = Vec::new();
         for (k, b) in bad_indices(it, v).into_iter().enumerate() {
@@ -297,7 +365,12 @@ fn select_out_of_range(ctx: &Ctx) -> CaseResult {
         let ix = index(ctx, &s, it, &idx, IdxLayout::Dense)?;
         let (out, out_view) = guarded(ctx, &s, d, n as u64, row as u64, 2)?;
         let what = format!("index_select with out-of-range {it} indices");
-        if !expect_fault(ctx, &s, &OpCall::index_select(table.view(), ix.view.clone(), out_view), &what)? {
+        if !expect_fault(
+            ctx,
+            &s,
+            &OpCall::index_select(table.view(), ix.view.clone(), out_view),
+            &what,
+        )? {
             continue;
         }
         let got = out.read(ctx, &what)?;
@@ -319,7 +392,10 @@ fn select_out_of_range(ctx: &Ctx) -> CaseResult {
                 "{what}: a guard row around the output was written"
             );
         }
-        ensure!(table.read(ctx, &what)? == table.vals, "{what}: the table changed");
+        ensure!(
+            table.read(ctx, &what)? == table.vals,
+            "{what}: the table changed"
+        );
     }
     Ok(())
 }
@@ -338,11 +414,22 @@ fn add_out_of_range(ctx: &Ctx) -> CaseResult {
         }
         idx.push(2);
         let n = idx.len();
-        let src = dense(ctx, &s, d, &[n as u64, row as u64], &gen(n * row, 3, -1.0, 1.0))?;
+        let src = dense(
+            ctx,
+            &s,
+            d,
+            &[n as u64, row as u64],
+            &gen(n * row, 3, -1.0, 1.0),
+        )?;
         let ix = index(ctx, &s, it, &idx, IdxLayout::Dense)?;
         let (out, out_view) = guarded(ctx, &s, d, v as u64, row as u64, 4)?;
         let what = format!("index_add with out-of-range {it} indices");
-        if !expect_fault(ctx, &s, &OpCall::index_add(src.view(), ix.view.clone(), out_view), &what)? {
+        if !expect_fault(
+            ctx,
+            &s,
+            &OpCall::index_add(src.view(), ix.view.clone(), out_view),
+            &what,
+        )? {
             continue;
         }
         let got = out.read(ctx, &what)?;
@@ -384,15 +471,17 @@ pub fn cases() -> Vec<Case> {
     for d in FLOATS {
         for it in INDEX {
             v.push(
-                Case::new(format!("ops.index_select.{}.{}", d.name(), it.name()), move |c| {
-                    select(c, d, it)
-                })
+                Case::new(
+                    format!("ops.index_select.{}.{}", d.name(), it.name()),
+                    move |c| select(c, d, it),
+                )
                 .needs(&[Need::Op(OpId::IndexSelect, d)]),
             );
             v.push(
-                Case::new(format!("ops.index_add.{}.{}", d.name(), it.name()), move |c| {
-                    add(c, d, it)
-                })
+                Case::new(
+                    format!("ops.index_add.{}.{}", d.name(), it.name()),
+                    move |c| add(c, d, it),
+                )
                 .needs(&[Need::Op(OpId::IndexAdd, d)]),
             );
         }
