@@ -1,11 +1,14 @@
-//! Times elementwise ops on the CPU backend for `benches/ops_vs_numpy.py`: f32 add and a
-//! device-to-device copy of the same array, `reps` times each, printing one JSON line of medians.
+//! Times ops on the CPU backend for `benches/ops_vs_numpy.py`: one op on f32 data, `reps` times,
+//! and a device-to-device copy of the op's input bytes as the bandwidth yardstick, printing one
+//! JSON line of medians.
 //!
-//! Run: `cargo run --release --example ops_bench -- [elements] [reps]` (defaults 33554432, 7).
-//! Uses one virtual device with one compute thread unless `UNIHAL_CPU_THREADS` says otherwise.
+//! Run: `cargo run --release --example ops_bench -- <op> <dims...> <reps>` with
+//! `add <n>`, `sum <rows> <cols>`, `softmax <rows> <cols>`, `layer_norm <rows> <cols>` or
+//! `matmul <n>` (n x n x n). Uses one virtual device with `UNIHAL_CPU_THREADS` compute threads
+//! (default 1).
 
 use std::time::Instant;
-use unihal::{Backend, DType, FillValue, OpCall, OpId, TensorView};
+use unihal::{Backend, DType, FillValue, OpCall, OpId, RngState, Scalar, TensorView};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -13,37 +16,118 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> Result<(), unihal::HalError> {
-    let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(32 << 20);
-    let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(7);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let op = args
+        .first()
+        .map(String::as_str)
+        .unwrap_or("add")
+        .to_string();
+    let nums: Vec<u64> = args[1.min(args.len())..]
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let dims_needed = match op.as_str() {
+        "add" | "matmul" => 1,
+        _ => 2,
+    };
+    let default_dims: Vec<u64> = match op.as_str() {
+        "add" => vec![32 << 20],
+        "matmul" => vec![2048],
+        _ => vec![8192, 4096],
+    };
+    let dims: Vec<u64> = if nums.len() > dims_needed {
+        nums[..dims_needed].to_vec()
+    } else {
+        default_dims
+    };
+    let reps = nums.get(dims_needed).copied().unwrap_or(7) as usize;
     let threads = std::env::var("UNIHAL_CPU_THREADS").ok();
     let cfg =
         unihal_cpu::CpuConfig::from_values(Some("1"), None, threads.as_deref().or(Some("1")))?;
     let dev = unihal_cpu::CpuBackend::with_config(cfg).open(0)?;
     let s = dev.create_stream()?;
-    let bytes = n as usize * 4;
-    let (a, b, c) = (dev.alloc(bytes)?, dev.alloc(bytes)?, dev.alloc(bytes)?);
-    for (buf, v) in [(&a, 1u32), (&b, 2), (&c, 0)] {
-        s.fill(buf, 0, bytes as u64, FillValue::U32(v))?;
-    }
+    let (in_shape, out_shape): (Vec<u64>, Vec<u64>) = match op.as_str() {
+        "add" => (dims.clone(), dims.clone()),
+        "matmul" => (vec![dims[0], dims[0]], vec![dims[0], dims[0]]),
+        "sum" => (dims.clone(), vec![dims[0], 1]),
+        _ => (dims.clone(), dims.clone()),
+    };
+    let n_in: u64 = in_shape.iter().product();
+    let n_out: u64 = out_shape.iter().product();
+    let buf = |n: u64| dev.alloc(n as usize * 4);
+    let (x, x2, y) = (buf(n_in)?, buf(n_in)?, buf(n_out)?);
+    let rows = dims[0];
+    let (w, b, st1, st2) = (
+        buf(dims[dims.len() - 1])?,
+        buf(dims[dims.len() - 1])?,
+        buf(rows)?,
+        buf(rows)?,
+    );
+    let t = |b: &unihal::Buffer, shape: &[u64]| TensorView::contiguous(b, DType::F32, shape);
+    s.run_op(&OpCall::normal(
+        t(&x, &in_shape),
+        0.0,
+        1.0,
+        RngState { seed: 1, offset: 0 },
+    ))?;
+    s.run_op(&OpCall::normal(
+        t(&x2, &in_shape),
+        0.0,
+        1.0,
+        RngState { seed: 2, offset: 0 },
+    ))?;
+    s.fill(&y, 0, n_out * 4, FillValue::U32(0))?;
+    let cols = *dims.last().unwrap();
+    s.run_op(&OpCall::fill(t(&w, &[cols]), Scalar::F64(1.0)))?;
+    s.run_op(&OpCall::fill(t(&b, &[cols]), Scalar::F64(0.0)))?;
     s.synchronize()?;
-    let t = |buf| TensorView::contiguous(buf, DType::F32, &[n]);
-    let add = OpCall::binary(OpId::Add, t(&a), t(&b), t(&c));
-    let (mut t_add, mut t_copy) = (Vec::new(), Vec::new());
+    let call = match op.as_str() {
+        "add" => OpCall::binary(
+            OpId::Add,
+            t(&x, &in_shape),
+            t(&x2, &in_shape),
+            t(&y, &out_shape),
+        ),
+        "sum" => OpCall::reduce(OpId::ReduceSum, t(&x, &in_shape), t(&y, &out_shape), 1),
+        "softmax" => OpCall::softmax(OpId::Softmax, t(&x, &in_shape), t(&y, &out_shape)),
+        "layer_norm" => OpCall::layer_norm(
+            t(&x, &in_shape),
+            t(&w, &[cols]),
+            t(&b, &[cols]),
+            t(&y, &out_shape),
+            t(&st1, &[rows]),
+            t(&st2, &[rows]),
+            1e-5,
+        ),
+        "matmul" => OpCall::matmul(
+            t(&x, &in_shape),
+            t(&x2, &in_shape),
+            t(&y, &out_shape),
+            1.0,
+            0.0,
+        ),
+        other => {
+            eprintln!("unknown op {other}: add, sum, softmax, layer_norm or matmul");
+            std::process::exit(2);
+        }
+    };
+    let (mut t_op, mut t_copy) = (Vec::new(), Vec::new());
+    s.run_op(&call)?; // warm-up
+    s.synchronize()?;
     for _ in 0..reps {
         let t0 = Instant::now();
-        s.run_op(&add)?;
+        s.run_op(&call)?;
         s.synchronize()?;
-        t_add.push(t0.elapsed().as_secs_f64());
+        t_op.push(t0.elapsed().as_secs_f64());
         let t0 = Instant::now();
-        s.copy_d2d(&a, 0, &c, 0, bytes as u64)?;
+        s.copy_d2d(&x, 0, &x2, 0, n_in * 4)?;
         s.synchronize()?;
         t_copy.push(t0.elapsed().as_secs_f64());
     }
     println!(
-        "{{\"elements\": {n}, \"isa\": \"{}\", \"add_s\": {:.6}, \"copy_s\": {:.6}}}",
+        "{{\"op\": \"{op}\", \"dims\": {dims:?}, \"isa\": \"{}\", \"op_s\": {:.6}, \"copy_s\": {:.6}}}",
         unihal_kernels::cpu::Isa::selected().name(),
-        median(t_add),
+        median(t_op),
         median(t_copy)
     );
     Ok(())

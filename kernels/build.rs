@@ -1,6 +1,6 @@
 //! Builds the portable kernel library for the CPU backend: `device/uh_cpu.cpp` compiled by the
 //! system C++ compiler, always at -O3 (whatever the cargo profile, so tests run the code that is
-//! benchmarked), never with -ffast-math, without floating-point contraction (so every ISA variant
+//! benchmarked), never with -ffast-math (only -fno-math-errno and -fno-trapping-math, which change no value), without floating-point contraction (so every ISA variant
 //! and every backend round identically), once per ISA level for run-time dispatch.
 
 #[path = "src/catalogue.rs"]
@@ -54,9 +54,13 @@ fn main() {
             .flag("-std=c++14")
             .flag("-fno-exceptions")
             .flag("-fno-rtti")
+            // First: -fno-fast-math resets -fmath-errno and -ftrapping-math to their defaults.
+            .flag("-fno-fast-math")
             .flag("-ffp-contract=off")
             .flag("-fno-math-errno")
-            .flag("-fno-fast-math")
+            // No FP exception flags are observed, so selects on comparisons if-convert and the
+            // row kernels' branch-free math vectorises; results are unchanged (unlike fast-math).
+            .flag("-fno-trapping-math")
             .warnings(false);
         for f in flags {
             b.flag(f);

@@ -54,7 +54,9 @@ impl Ctx {
     }
 
     fn run(&self, call: OpCall) {
-        self.s.run_op(&call).unwrap_or_else(|e| panic!("{}: {e}", call.op));
+        self.s
+            .run_op(&call)
+            .unwrap_or_else(|e| panic!("{}: {e}", call.op));
     }
 
     fn read_f32(&self, t: &TensorView) -> Vec<f32> {
@@ -162,29 +164,84 @@ fn train(dt: DType) -> Vec<f32> {
     for _ in 0..STEPS {
         // Forward.
         g.matmul(&x, w1, &pre);
-        g.run(OpCall::binary(OpId::Add, pre.clone(), b1.clone(), pre.clone()));
+        g.run(OpCall::binary(
+            OpId::Add,
+            pre.clone(),
+            b1.clone(),
+            pre.clone(),
+        ));
         g.run(OpCall::unary(OpId::Relu, pre.clone(), h.clone()));
         g.matmul(&h, w2, &logits);
-        g.run(OpCall::binary(OpId::Add, logits.clone(), b2.clone(), logits.clone()));
-        g.run(OpCall::cross_entropy(logits.clone(), labels.clone(), loss.clone(), ce));
+        g.run(OpCall::binary(
+            OpId::Add,
+            logits.clone(),
+            b2.clone(),
+            logits.clone(),
+        ));
+        g.run(OpCall::cross_entropy(
+            logits.clone(),
+            labels.clone(),
+            loss.clone(),
+            ce,
+        ));
         // Backward, with the loss scaled in mixed precision.
         if mixed {
-            g.run(OpCall::copy(scale.clone(), TensorView::contiguous(&dloss.buffer, DType::F32, &[1])));
+            g.run(OpCall::copy(
+                scale.clone(),
+                TensorView::contiguous(&dloss.buffer, DType::F32, &[1]),
+            ));
         } else {
             g.run(OpCall::fill(dloss.clone(), unihal::Scalar::F64(1.0)));
         }
-        g.run(OpCall::cross_entropy_backward(logits.clone(), labels.clone(), dloss.clone(), dlogits.clone(), ce));
+        g.run(OpCall::cross_entropy_backward(
+            logits.clone(),
+            labels.clone(),
+            dloss.clone(),
+            dlogits.clone(),
+            ce,
+        ));
         g.matmul(&tr(&h), &dlogits, &grads[2]);
-        g.run(OpCall::reduce(OpId::ReduceSum, dlogits.clone(), grads[3].clone(), 0));
+        g.run(OpCall::reduce(
+            OpId::ReduceSum,
+            dlogits.clone(),
+            grads[3].clone(),
+            0,
+        ));
         g.matmul(&dlogits, &tr(w2), &dh);
-        g.run(OpCall::unary_backward(OpId::ReluBackward, pre.clone(), dh.clone(), dpre.clone()));
+        g.run(OpCall::unary_backward(
+            OpId::ReluBackward,
+            pre.clone(),
+            dh.clone(),
+            dpre.clone(),
+        ));
         g.matmul(&tr(&x), &dpre, &grads[0]);
-        g.run(OpCall::reduce(OpId::ReduceSum, dpre.clone(), grads[1].clone(), 0));
+        g.run(OpCall::reduce(
+            OpId::ReduceSum,
+            dpre.clone(),
+            grads[1].clone(),
+            0,
+        ));
         if mixed {
             g.run(OpCall::fill(found_inf.clone(), unihal::Scalar::F64(0.0)));
-            g.run(OpCall::binary(OpId::Div, one.clone(), scale.clone(), inv_scale.clone()));
-            g.run(OpCall::amp_unscale(found_inf.clone(), inv_scale.clone(), &grads));
-            g.run(OpCall::amp_update_scale(scale.clone(), tracker.clone(), found_inf.clone(), 2.0, 0.5, 10));
+            g.run(OpCall::binary(
+                OpId::Div,
+                one.clone(),
+                scale.clone(),
+                inv_scale.clone(),
+            ));
+            g.run(OpCall::amp_unscale(
+                found_inf.clone(),
+                inv_scale.clone(),
+                &grads,
+            ));
+            g.run(OpCall::amp_update_scale(
+                scale.clone(),
+                tracker.clone(),
+                found_inf.clone(),
+                2.0,
+                0.5,
+                10,
+            ));
         }
         g.run(OpCall::clip_grad_norm(total_norm.clone(), &grads, 5.0));
         losses.push(g.read_f32(&loss)[0]);
@@ -216,7 +273,10 @@ fn train(dt: DType) -> Vec<f32> {
 fn check(dt: DType) {
     let losses = train(dt);
     let (first, last) = (losses[0], *losses.last().unwrap());
-    eprintln!("{dt}: loss {first} -> {last} over {} steps: {losses:?}", losses.len());
+    eprintln!(
+        "{dt}: loss {first} -> {last} over {} steps: {losses:?}",
+        losses.len()
+    );
     assert!(first.is_finite() && first > 0.5, "{dt}: first loss {first}");
     assert!(
         last < 0.05 * first,

@@ -138,12 +138,15 @@ template <class T, int Log, int Masked> struct uh_softmax_k {
             };
             const A m = uh_row_reduce(len, -uh_inf(A()), uh_red_max(), v, scratch);
             // f32 and f64 store e^(x-m) and rescale it; half types recompute (no double rounding).
+            // The store runs in its own loop: a reduction loop with stores does not vectorise.
             const bool keep = !Log && sizeof(S) == sizeof(A);
-            const A s = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) {
-                A e = uh_expc(v(j) - m);
-                if (keep) yr[j] = (S)e;
-                return e;
-            }, scratch);
+            A s;
+            if (keep) {
+                UH_ROW_FOR(j, len) yr[j] = (S)uh_expc(v(j) - m);
+                s = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) { return (A)yr[j]; }, scratch);
+            } else {
+                s = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) { return uh_expc(v(j) - m); }, scratch);
+            }
             if (Log) {
                 const A lse = m + uh_log(s);
                 UH_ROW_FOR(j, len) T::store(yr + j, v(j) - lse);

@@ -127,7 +127,11 @@ pub fn kernel_entries() -> Vec<KernelEntry> {
 }
 
 /// Float dtypes of the cross-entropy, optimizer and AMP kernels (f64 excluded).
-pub const HALVES: [(&str, &str); 3] = [("f32", "uh_f32_t"), ("f16", "uh_f16_t"), ("bf16", "uh_bf16_t")];
+pub const HALVES: [(&str, &str); 3] = [
+    ("f32", "uh_f32_t"),
+    ("f16", "uh_f16_t"),
+    ("bf16", "uh_bf16_t"),
+];
 /// Index dtypes of cross-entropy targets and row gather/scatter.
 pub const INDEX: [(&str, &str); 2] = [("i32", "uh_i32"), ("i64", "uh_i64")];
 /// Reductions and their kernel templates.
@@ -147,39 +151,88 @@ fn nn_entries(add: &mut impl FnMut(String, String)) {
             add(format!("uh_{op}_{d}"), tmpl.replace("{t}", t));
         }
         for (log, name) in [(0, "softmax"), (1, "log_softmax")] {
-            add(format!("uh_{name}_{d}"), format!("uh_softmax_k<{t}, {log}, 0>"));
-            add(format!("uh_{name}_masked_{d}"), format!("uh_softmax_k<{t}, {log}, 1>"));
-            add(format!("uh_{name}_backward_{d}"), format!("uh_softmax_backward_k<{t}, {log}>"));
+            add(
+                format!("uh_{name}_{d}"),
+                format!("uh_softmax_k<{t}, {log}, 0>"),
+            );
+            add(
+                format!("uh_{name}_masked_{d}"),
+                format!("uh_softmax_k<{t}, {log}, 1>"),
+            );
+            add(
+                format!("uh_{name}_backward_{d}"),
+                format!("uh_softmax_backward_k<{t}, {log}>"),
+            );
         }
         for (rms, name) in [(0, "layer_norm"), (1, "rms_norm")] {
             add(format!("uh_{name}_{d}"), format!("uh_norm_k<{t}, {rms}>"));
-            add(format!("uh_{name}_backward_{d}"), format!("uh_norm_backward_k<{t}, {rms}>"));
-            add(format!("uh_{name}_backward_weight_{d}"), format!("uh_norm_backward_weight_k<{t}, {rms}>"));
+            add(
+                format!("uh_{name}_backward_{d}"),
+                format!("uh_norm_backward_k<{t}, {rms}>"),
+            );
+            add(
+                format!("uh_{name}_backward_weight_{d}"),
+                format!("uh_norm_backward_weight_k<{t}, {rms}>"),
+            );
         }
         add(format!("uh_matmul_{d}"), format!("uh_gemm_k<{t}>"));
         for (i, it) in INDEX {
-            add(format!("uh_index_select_{d}_{i}"), format!("uh_index_select_k<{t}, {it}>"));
-            add(format!("uh_index_add_{d}_{i}"), format!("uh_index_add_k<{t}, {it}>"));
+            add(
+                format!("uh_index_select_{d}_{i}"),
+                format!("uh_index_select_k<{t}, {it}>"),
+            );
+            add(
+                format!("uh_index_add_{d}_{i}"),
+                format!("uh_index_add_k<{t}, {it}>"),
+            );
         }
     }
     for (i, it) in INDEX {
-        add(format!("uh_cross_entropy_count_{i}"), format!("uh_ce_count_k<{it}>"));
+        add(
+            format!("uh_cross_entropy_count_{i}"),
+            format!("uh_ce_count_k<{it}>"),
+        );
     }
     add("uh_cross_entropy_reduce".into(), "uh_ce_reduce_k".into());
     add("uh_amp_update_scale".into(), "uh_amp_update_scale_k".into());
     add("uh_clip_total".into(), "uh_clip_total_k".into());
     for (d, t) in HALVES {
         for (i, it) in INDEX {
-            add(format!("uh_cross_entropy_{d}_{i}"), format!("uh_ce_k<{t}, {it}>"));
-            add(format!("uh_cross_entropy_backward_{d}_{i}"), format!("uh_ce_backward_k<{t}, {it}>"));
+            add(
+                format!("uh_cross_entropy_{d}_{i}"),
+                format!("uh_ce_k<{t}, {it}>"),
+            );
+            add(
+                format!("uh_cross_entropy_backward_{d}_{i}"),
+                format!("uh_ce_backward_k<{t}, {it}>"),
+            );
         }
-        for (c, ct) in [("none", "uh_no_copy"), ("f16", "uh_with_copy<uh_f16_t>"), ("bf16", "uh_with_copy<uh_bf16_t>")] {
-            add(format!("uh_sgd_momentum_{d}_{c}"), format!("uh_sgd_k<{t}, {ct}>"));
-            add(format!("uh_adamw_{d}_{c}"), format!("uh_adamw_k<{t}, {ct}>"));
+        for (c, ct) in [
+            ("none", "uh_no_copy"),
+            ("f16", "uh_with_copy<uh_f16_t>"),
+            ("bf16", "uh_with_copy<uh_bf16_t>"),
+        ] {
+            add(
+                format!("uh_sgd_momentum_{d}_{c}"),
+                format!("uh_sgd_k<{t}, {ct}>"),
+            );
+            add(
+                format!("uh_adamw_{d}_{c}"),
+                format!("uh_adamw_k<{t}, {ct}>"),
+            );
         }
-        add(format!("uh_amp_unscale_{d}"), format!("uh_amp_unscale_k<{t}>"));
-        add(format!("uh_clip_sumsq_{d}"), format!("uh_clip_sumsq_k<{t}>"));
-        add(format!("uh_clip_scale_{d}"), format!("uh_clip_scale_k<{t}>"));
+        add(
+            format!("uh_amp_unscale_{d}"),
+            format!("uh_amp_unscale_k<{t}>"),
+        );
+        add(
+            format!("uh_clip_sumsq_{d}"),
+            format!("uh_clip_sumsq_k<{t}>"),
+        );
+        add(
+            format!("uh_clip_scale_{d}"),
+            format!("uh_clip_scale_k<{t}>"),
+        );
     }
 }
 

@@ -36,7 +36,14 @@ fn rows_shape(rows: u64, len: u64, caps: &MandatoryCaps) -> LaunchConfig {
 
 /// One block of `row_threads` (a single-block reduction kernel).
 fn one_block(caps: &MandatoryCaps) -> LaunchConfig {
-    LaunchConfig::linear(1, if caps.warp_size <= 1 { 1 } else { row_threads(caps) })
+    LaunchConfig::linear(
+        1,
+        if caps.warp_size <= 1 {
+            1
+        } else {
+            row_threads(caps)
+        },
+    )
 }
 
 /// Launch shape of a column kernel over `cols` columns (chunks of 64 on host devices).
@@ -118,7 +125,8 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             a.ptr[1] = addr(&t[1]);
             if a.n > 0 {
                 let k = format!("uh_{}_{d}", call.op.name());
-                plan.launches.push(one(k, rows_shape(a.n as u64, len, caps), a)?);
+                plan.launches
+                    .push(one(k, rows_shape(a.n as u64, len, caps), a)?);
             }
         }
         OpClass::Softmax | OpClass::SoftmaxMasked | OpClass::SoftmaxBackward => {
@@ -138,7 +146,8 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             }
             if a.n > 0 && len > 0 {
                 let k = format!("uh_{}_{d}", call.op.name());
-                plan.launches.push(one(k, rows_shape(a.n as u64, len, caps), a)?);
+                plan.launches
+                    .push(one(k, rows_shape(a.n as u64, len, caps), a)?);
             }
         }
         OpClass::CrossEntropy | OpClass::CrossEntropyBackward => {
@@ -148,7 +157,11 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             let fwd = call.op == OpId::CrossEntropy;
             let loss = &t[2];
             let loss_stride = if red == 2 { loss.strides[0] } else { 0 };
-            let mut strides = vec![vec![t[0].strides[0]], vec![t[1].strides[0]], vec![loss_stride]];
+            let mut strides = vec![
+                vec![t[0].strides[0]],
+                vec![t[1].strides[0]],
+                vec![loss_stride],
+            ];
             if !fwd {
                 strides.push(vec![t[3].strides[0]]);
             }
@@ -197,7 +210,10 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
                 plan.launches.push(rows);
             }
         }
-        OpClass::LayerNorm | OpClass::RmsNorm | OpClass::LayerNormBackward | OpClass::RmsNormBackward => {
+        OpClass::LayerNorm
+        | OpClass::RmsNorm
+        | OpClass::LayerNormBackward
+        | OpClass::RmsNormBackward => {
             let x = &t[0];
             let nd = x.shape.len();
             let rows = &x.shape[..nd - 1];
@@ -233,7 +249,11 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             match call.op.class() {
                 OpClass::LayerNorm | OpClass::RmsNorm => {
                     if nrows > 0 && len > 0 {
-                        plan.launches.push(one(format!("uh_{name}_{d}"), rows_shape(nrows, len, caps), a)?);
+                        plan.launches.push(one(
+                            format!("uh_{name}_{d}"),
+                            rows_shape(nrows, len, caps),
+                            a,
+                        )?);
                     }
                 }
                 _ => {
@@ -288,7 +308,8 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
                     block: unihal_hal::Dim3::new(threads, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                plan.launches.push(one(format!("uh_matmul_{d}"), config, a)?);
+                plan.launches
+                    .push(one(format!("uh_matmul_{d}"), config, a)?);
             }
         }
         OpClass::IndexSelect | OpClass::IndexAdd => {
@@ -297,14 +318,22 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             let n = t[1].shape[0];
             let len: u64 = table.shape[1..].iter().product();
             let idx = t[1].dtype.name();
-            let mut a = rows_args(&[n], &[vec![0], vec![t[1].strides[0]], vec![len as i64]], len)?;
+            let mut a = rows_args(
+                &[n],
+                &[vec![0], vec![t[1].strides[0]], vec![len as i64]],
+                len,
+            )?;
             a.ptr = [addr(&t[0]), addr(&t[1]), addr(&t[2]), 0, 0, 0, 0, 0];
             a.axis[1] = t[1].strides[0];
             a.i[0] = table.shape[0] as i64;
             a.i[1] = n as i64;
             if n > 0 && len > 0 {
                 let k = format!("uh_{}_{d}_{idx}", call.op.name());
-                let config = if select { rows_shape(n, len, caps) } else { cols_shape(len, caps) };
+                let config = if select {
+                    rows_shape(n, len, caps)
+                } else {
+                    cols_shape(len, caps)
+                };
                 plan.launches.push(one(k, config, a)?);
             }
         }
@@ -314,8 +343,16 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             } else {
                 let copy = call.scalars[6].as_i64() != 0;
                 let width = if call.op == OpId::AdamW { 4 } else { 3 } + copy as usize;
-                let c = if copy { t[width - 1].dtype.name() } else { "none" };
-                (width, 0, format!("uh_{}_{}_{c}", call.op.name(), t[1].dtype.name()))
+                let c = if copy {
+                    t[width - 1].dtype.name()
+                } else {
+                    "none"
+                };
+                (
+                    width,
+                    0,
+                    format!("uh_{}_{}_{c}", call.op.name(), t[1].dtype.name()),
+                )
             };
             let mut base = UhArgs::default();
             base.ptr[0] = addr(&t[0]);
@@ -346,7 +383,8 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
                 }
                 a.mt_count = (chunk.len() / width) as i64;
                 if total > 0 {
-                    plan.launches.push(one(kernel.clone(), launch_shape(total, caps), a)?);
+                    plan.launches
+                        .push(one(kernel.clone(), launch_shape(total, caps), a)?);
                 }
             }
         }
@@ -356,7 +394,11 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
             a.s[0] = call.scalars[0].as_f64();
             a.s[1] = call.scalars[1].as_f64();
             a.i[0] = call.scalars[2].as_i64();
-            plan.launches.push(one("uh_amp_update_scale".into(), LaunchConfig::linear(1, 1), a)?);
+            plan.launches.push(one(
+                "uh_amp_update_scale".into(),
+                LaunchConfig::linear(1, 1),
+                a,
+            )?);
         }
         OpClass::ClipGradNorm => {
             let grads = &t[1..];
@@ -381,7 +423,11 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
                 sq.scratch_ptrs = vec![1];
                 plan.launches.push(sq);
                 if total > 0 {
-                    scale.push(one(format!("uh_clip_scale_{g}"), launch_shape(total, caps), a)?);
+                    scale.push(one(
+                        format!("uh_clip_scale_{g}"),
+                        launch_shape(total, caps),
+                        a,
+                    )?);
                 }
             }
             let mut a = base;

@@ -64,7 +64,8 @@ impl MatmulJob {
         let (na, nb, nc) = (a.shape.len(), b.shape.len(), c.shape.len());
         let batch = &c.shape[..nc - 2];
         let strides = [lead(a, batch), lead(b, batch), c.strides[..nc - 2].to_vec()];
-        let pair = |t: &TensorView, n: usize| [t.strides[n - 2] as isize, t.strides[n - 1] as isize];
+        let pair =
+            |t: &TensorView, n: usize| [t.strides[n - 2] as isize, t.strides[n - 1] as isize];
         let addr = |t: &TensorView| (t.buffer.device_addr() + t.offset) as usize;
         Ok(MatmulJob {
             dtype: a.dtype,
@@ -102,16 +103,48 @@ impl MatmulJob {
                 // validated views'. gemm computes dst = beta_g * a @ b + alpha_g * dst.
                 DType::F32 => unsafe {
                     gemm::gemm(
-                        m, n, k, pc as *mut f32, ccs, crs, self.beta != 0.0, pa as *const f32,
-                        acs, ars, pb as *const f32, bcs, brs, self.beta as f32,
-                        self.alpha as f32, false, false, false, par,
+                        m,
+                        n,
+                        k,
+                        pc as *mut f32,
+                        ccs,
+                        crs,
+                        self.beta != 0.0,
+                        pa as *const f32,
+                        acs,
+                        ars,
+                        pb as *const f32,
+                        bcs,
+                        brs,
+                        self.beta as f32,
+                        self.alpha as f32,
+                        false,
+                        false,
+                        false,
+                        par,
                     )
                 },
                 DType::F64 => unsafe {
                     gemm::gemm(
-                        m, n, k, pc as *mut f64, ccs, crs, self.beta != 0.0, pa as *const f64,
-                        acs, ars, pb as *const f64, bcs, brs, self.beta, self.alpha, false, false,
-                        false, par,
+                        m,
+                        n,
+                        k,
+                        pc as *mut f64,
+                        ccs,
+                        crs,
+                        self.beta != 0.0,
+                        pa as *const f64,
+                        acs,
+                        ars,
+                        pb as *const f64,
+                        bcs,
+                        brs,
+                        self.beta,
+                        self.alpha,
+                        false,
+                        false,
+                        false,
+                        par,
                     )
                 },
                 DType::F16 | DType::Bf16 => {
@@ -125,9 +158,25 @@ impl MatmulJob {
                     };
                     unsafe {
                         gemm::gemm(
-                            m, n, k, wc.as_mut_ptr(), 1, n as isize, self.beta != 0.0,
-                            wa.as_ptr(), 1, k as isize, wb.as_ptr(), 1, n as isize,
-                            self.beta as f32, self.alpha as f32, false, false, false, par,
+                            m,
+                            n,
+                            k,
+                            wc.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            self.beta != 0.0,
+                            wa.as_ptr(),
+                            1,
+                            k as isize,
+                            wb.as_ptr(),
+                            1,
+                            n as isize,
+                            self.beta as f32,
+                            self.alpha as f32,
+                            false,
+                            false,
+                            false,
+                            par,
                         );
                         narrow(self.dtype, &wc, pc, m, n, crs, ccs);
                     }

@@ -299,7 +299,11 @@ impl OpCall {
         Self::new(OpId::AdamW, t, s, None)
     }
     /// `grads *= inv_scale`; `found_inf = 1` when any gradient element is not finite.
-    pub fn amp_unscale(found_inf: TensorView, inv_scale: TensorView, grads: &[TensorView]) -> OpCall {
+    pub fn amp_unscale(
+        found_inf: TensorView,
+        inv_scale: TensorView,
+        grads: &[TensorView],
+    ) -> OpCall {
         let mut t = vec![found_inf, inv_scale];
         t.extend(grads.iter().cloned());
         Self::new(OpId::AmpUnscale, t, vec![], None)
@@ -391,7 +395,10 @@ fn want_one(call: &OpCall, k: usize, d: DType, what: &'static str) -> Result<()>
     if call.tensors[k].numel() != 1 {
         return Err(value(
             what,
-            format!("shape {:?} (operand {k} of {})", call.tensors[k].shape, call.op),
+            format!(
+                "shape {:?} (operand {k} of {})",
+                call.tensors[k].shape, call.op
+            ),
             "exactly one element",
         ));
     }
@@ -401,7 +408,12 @@ fn want_one(call: &OpCall, k: usize, d: DType, what: &'static str) -> Result<()>
 fn want_dense(call: &OpCall, k: usize) -> Result<()> {
     let t = &call.tensors[k];
     let dense = TensorView::contiguous(&t.buffer, t.dtype, &t.shape).strides;
-    if t.shape.iter().zip(&t.strides).zip(&dense).all(|((&d, &s), &w)| d <= 1 || s == w) {
+    if t.shape
+        .iter()
+        .zip(&t.strides)
+        .zip(&dense)
+        .all(|((&d, &s), &w)| d <= 1 || s == w)
+    {
         return Ok(());
     }
     Err(value(
@@ -424,7 +436,13 @@ fn want_row_dense(call: &OpCall, k: usize) -> Result<()> {
     }
 }
 
-fn scalar_in(call: &OpCall, k: usize, name: &'static str, ok: impl Fn(f64) -> bool, accepted: &str) -> Result<f64> {
+fn scalar_in(
+    call: &OpCall,
+    k: usize,
+    name: &'static str,
+    ok: impl Fn(f64) -> bool,
+    accepted: &str,
+) -> Result<f64> {
     let v = call.scalars[k].as_f64();
     if ok(v) {
         Ok(v)
@@ -451,7 +469,11 @@ pub fn axis_of(axis: i64, ndim: usize) -> Result<usize> {
             format!("an axis in [-{n}, {n}) of a tensor with at least one dim"),
         ));
     }
-    Ok(if axis < 0 { (axis + n) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + n) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// The broadcast batch shape of matmul operands, given their leading dims.
@@ -483,7 +505,11 @@ fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
 fn check_memory(call: &OpCall, outs: std::ops::Range<usize>, in_place: bool) -> Result<()> {
     let mut spans = Vec::with_capacity(call.tensors.len());
     for (k, t) in call.tensors.iter().enumerate() {
-        let arg = if outs.contains(&k) || in_place { "output" } else { "input" };
+        let arg = if outs.contains(&k) || in_place {
+            "output"
+        } else {
+            "input"
+        };
         spans.push((t.byte_span(arg)?, k));
         if (outs.contains(&k) || in_place) && !super::non_overlapping(&t.shape, &t.strides) {
             return Err(value(
@@ -588,7 +614,9 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 }
             }
             if class == OpClass::SoftmaxMasked {
-                let last = t[1].broadcast_strides(&t[0].shape).map(|s| s.last().copied());
+                let last = t[1]
+                    .broadcast_strides(&t[0].shape)
+                    .map(|s| s.last().copied());
                 if !matches!(last, Some(Some(0 | 1))) {
                     return Err(value(
                         "mask",
@@ -606,11 +634,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
         OpClass::CrossEntropy | OpClass::CrossEntropyBackward => {
             want_dtype(call, 0, HALVES, "logits")?;
             if t[0].shape.len() != 2 {
-                return Err(value(
-                    "logits",
-                    format!("shape {:?}", t[0].shape),
-                    "(N, C)",
-                ));
+                return Err(value("logits", format!("shape {:?}", t[0].shape), "(N, C)"));
             }
             let (rows, classes) = (t[0].shape[0], t[0].shape[1]);
             if classes == 0 {
@@ -631,7 +655,13 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                     ))
                 }
             };
-            scalar_in(call, 2, "label_smoothing", |s| (0.0..=1.0).contains(&s), "[0, 1]")?;
+            scalar_in(
+                call,
+                2,
+                "label_smoothing",
+                |s| (0.0..=1.0).contains(&s),
+                "[0, 1]",
+            )?;
             want_dtype(call, 2, &[F32], "loss")?;
             want_shape(call, 2, &loss_shape, "loss")?;
             if class == OpClass::CrossEntropyBackward {
@@ -640,7 +670,10 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 want_row_dense(call, 3)?;
             }
         }
-        OpClass::LayerNorm | OpClass::RmsNorm | OpClass::LayerNormBackward | OpClass::RmsNormBackward => {
+        OpClass::LayerNorm
+        | OpClass::RmsNorm
+        | OpClass::LayerNormBackward
+        | OpClass::RmsNormBackward => {
             want_dtype(call, 0, FLOATS, "x")?;
             if t[0].shape.is_empty() {
                 return Err(value("x", "a 0-d tensor".into(), "at least one dim"));
@@ -671,7 +704,13 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 want_shape(call, k, &rows, "statistics")?;
             }
             if matches!(class, OpClass::LayerNorm | OpClass::RmsNorm) {
-                scalar_in(call, 0, "eps", |e| e.is_finite() && e >= 0.0, "a finite eps >= 0")?;
+                scalar_in(
+                    call,
+                    0,
+                    "eps",
+                    |e| e.is_finite() && e >= 0.0,
+                    "a finite eps >= 0",
+                )?;
             }
         }
         OpClass::Matmul => {
@@ -758,33 +797,67 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 }
             }
             want_dtype(call, 1, HALVES, "grad")?;
-            scalar_in(call, 0, "lr", |v| v.is_finite() && v >= 0.0, "a finite lr >= 0")?;
+            scalar_in(
+                call,
+                0,
+                "lr",
+                |v| v.is_finite() && v >= 0.0,
+                "a finite lr >= 0",
+            )?;
             if adam {
                 for (k, name) in [(1, "beta1"), (2, "beta2")] {
                     scalar_in(call, k, name, |b| (0.0..1.0).contains(&b), "[0, 1)")?;
                 }
-                scalar_in(call, 3, "eps", |e| e.is_finite() && e > 0.0, "a finite eps > 0")?;
+                scalar_in(
+                    call,
+                    3,
+                    "eps",
+                    |e| e.is_finite() && e > 0.0,
+                    "a finite eps > 0",
+                )?;
                 if call.scalars[5].as_i64() < 1 {
-                    return Err(value("step", call.scalars[5].as_i64().to_string(), "at least 1"));
+                    return Err(value(
+                        "step",
+                        call.scalars[5].as_i64().to_string(),
+                        "at least 1",
+                    ));
                 }
             } else {
                 scalar_in(call, 1, "momentum", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
                 scalar_in(call, 2, "dampening", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
             }
-            scalar_in(call, 4, "weight_decay", |w| w.is_finite() && w >= 0.0, "a finite value >= 0")?;
+            let wd = if adam { 4 } else { 3 };
+            scalar_in(
+                call,
+                wd,
+                "weight_decay",
+                |w| w.is_finite() && w >= 0.0,
+                "a finite value >= 0",
+            )?;
             check_memory(call, 0..n, true)?;
             return Ok(t[0].shape.clone());
         }
         OpClass::AmpUnscale | OpClass::ClipGradNorm => {
             let first_grad = if class == OpClass::AmpUnscale { 2 } else { 1 };
-            want_one(call, 0, F32, "found_inf")?;
             if class == OpClass::AmpUnscale {
+                want_one(call, 0, F32, "found_inf")?;
                 want_one(call, 1, F32, "inv_scale")?;
             } else {
-                scalar_in(call, 0, "max_norm", |m| m.is_finite() && m > 0.0, "a finite max_norm > 0")?;
+                want_one(call, 0, F32, "total_norm")?;
+                scalar_in(
+                    call,
+                    0,
+                    "max_norm",
+                    |m| m.is_finite() && m > 0.0,
+                    "a finite max_norm > 0",
+                )?;
             }
             if n <= first_grad {
-                return Err(value("tensors", format!("{n} tensors"), "at least one gradient"));
+                return Err(value(
+                    "tensors",
+                    format!("{n} tensors"),
+                    "at least one gradient",
+                ));
             }
             want_dtype(call, first_grad, HALVES, "grads")?;
             let gd = t[first_grad].dtype;
@@ -799,8 +872,20 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             want_one(call, 0, F32, "scale")?;
             want_one(call, 1, I32, "growth_tracker")?;
             want_one(call, 2, F32, "found_inf")?;
-            scalar_in(call, 0, "growth_factor", |g| g.is_finite() && g > 0.0, "a finite value > 0")?;
-            scalar_in(call, 1, "backoff_factor", |g| g.is_finite() && g > 0.0, "a finite value > 0")?;
+            scalar_in(
+                call,
+                0,
+                "growth_factor",
+                |g| g.is_finite() && g > 0.0,
+                "a finite value > 0",
+            )?;
+            scalar_in(
+                call,
+                1,
+                "backoff_factor",
+                |g| g.is_finite() && g > 0.0,
+                "a finite value > 0",
+            )?;
             if call.scalars[2].as_i64() < 1 {
                 return Err(value(
                     "growth_interval",

@@ -23,10 +23,26 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
         for red in [CeReduction::Mean, CeReduction::Sum, CeReduction::None] {
             for smoothing in [0.0, 0.1] {
                 combo += 1;
-                let idx = if combo % 2 == 0 { DType::I32 } else { DType::I64 };
-                let x = dense(ctx, &s, d, &[n as u64, c as u64], &gen(n * c, combo, -3.0, 3.0))?;
+                let idx = if combo % 2 == 0 {
+                    DType::I32
+                } else {
+                    DType::I64
+                };
+                let x = dense(
+                    ctx,
+                    &s,
+                    d,
+                    &[n as u64, c as u64],
+                    &gen(n * c, combo, -3.0, 3.0),
+                )?;
                 let tv: Vec<f64> = (0..n)
-                    .map(|r| if r % 7 == 3 { IGNORE as f64 } else { ((r * 5 + 1) % c) as f64 })
+                    .map(|r| {
+                        if r % 7 == 3 {
+                            IGNORE as f64
+                        } else {
+                            ((r * 5 + 1) % c) as f64
+                        }
+                    })
                     .collect();
                 let t = dense(ctx, &s, idx, &[n as u64], &tv)?;
                 let o = CeOptions {
@@ -34,7 +50,11 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                     ignore_index: IGNORE,
                     label_smoothing: smoothing,
                 };
-                let loss_shape: Vec<u64> = if red == CeReduction::None { vec![n as u64] } else { vec![] };
+                let loss_shape: Vec<u64> = if red == CeReduction::None {
+                    vec![n as u64]
+                } else {
+                    vec![]
+                };
                 let loss_n = if red == CeReduction::None { n } else { 1 };
                 // Per-row references.
                 let mut rows = Vec::new();
@@ -47,11 +67,22 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                         * ae
                         * (c as f64 + 8.0);
                     let counted = tv[r] as i64 != IGNORE;
-                    let l = if counted { cross_entropy(row, tv[r] as usize, smoothing) } else { 0.0 };
+                    let l = if counted {
+                        cross_entropy(row, tv[r] as usize, smoothing)
+                    } else {
+                        0.0
+                    };
                     rows.push((counted, l, scale));
                 }
                 let count = rows.iter().filter(|r| r.0).count() as f64;
-                let what = format!("{} {d} rows {n} classes {c} {red:?} smoothing {smoothing}", if backward { "cross_entropy_backward" } else { "cross_entropy" });
+                let what = format!(
+                    "{} {d} rows {n} classes {c} {red:?} smoothing {smoothing}",
+                    if backward {
+                        "cross_entropy_backward"
+                    } else {
+                        "cross_entropy"
+                    }
+                );
                 if !backward {
                     let loss = dense(ctx, &s, DType::F32, &loss_shape, &vec![7.0; loss_n])?;
                     s.run_op(&OpCall::cross_entropy(x.view(), t.view(), loss.view(), o))?;
@@ -64,9 +95,13 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                             .unzip(),
                         _ => {
                             let (total, abs) = sum(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
-                            let err: f64 = rows.iter().map(|r| r.2).sum::<f64>() + ae * (n as f64 + 2.0) * abs;
+                            let err: f64 =
+                                rows.iter().map(|r| r.2).sum::<f64>() + ae * (n as f64 + 2.0) * abs;
                             let div = if red == CeReduction::Mean { count } else { 1.0 };
-                            (vec![total / div], vec![err / div + eps(DType::F32) * (total / div).abs()])
+                            (
+                                vec![total / div],
+                                vec![err / div + eps(DType::F32) * (total / div).abs()],
+                            )
                         }
                     };
                     check(&what, &got, &want, &tol)?;
@@ -74,7 +109,13 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                     let gv = gen(loss_n, combo + 100, 0.5, 2.0);
                     let dloss = dense(ctx, &s, DType::F32, &loss_shape, &gv)?;
                     let dx = dense(ctx, &s, d, &[n as u64, c as u64], &vec![9.0; n * c])?;
-                    s.run_op(&OpCall::cross_entropy_backward(x.view(), t.view(), dloss.view(), dx.view(), o))?;
+                    s.run_op(&OpCall::cross_entropy_backward(
+                        x.view(),
+                        t.view(),
+                        dloss.view(),
+                        dx.view(),
+                        o,
+                    ))?;
                     s.synchronize()?;
                     let got = dx.read(ctx, "dlogits")?;
                     let (mut want, mut tol) = (Vec::new(), Vec::new());
@@ -93,7 +134,9 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                         let w = cross_entropy_grad(row, tv[r] as usize, smoothing, g);
                         let p = super::reference::softmax(row, false);
                         for j in 0..c {
-                            tol.push(g.abs() * (p[j] * scale + 2.0 * ae) + eps(d) * w[j].abs() + tiny(d));
+                            tol.push(
+                                g.abs() * (p[j] * scale + 2.0 * ae) + eps(d) * w[j].abs() + tiny(d),
+                            );
                         }
                         want.extend(w);
                     }
@@ -118,11 +161,16 @@ fn bad_target(ctx: &Ctx) -> CaseResult {
         };
         s.run_op(&OpCall::cross_entropy(x.view(), t.view(), loss.view(), o))?;
         let r = s.synchronize();
-        ensure!(r.is_err(), "target {bad} with 4 classes: synchronize returned {r:?}");
+        ensure!(
+            r.is_err(),
+            "target {bad} with 4 classes: synchronize returned {r:?}"
+        );
         if ctx.device.capabilities().optional.fault_poisons_device {
             return Ok(()); // the device is unusable now; the error was seen
         }
-        let _ = loss.read(ctx, "loss").map_err(|e| Failure::new(e.message))?;
+        let _ = loss
+            .read(ctx, "loss")
+            .map_err(|e| Failure::new(e.message))?;
     }
     Ok(())
 }
@@ -131,7 +179,10 @@ fn bad_target(ctx: &Ctx) -> CaseResult {
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for d in HALVES {
-        for (op, backward) in [(OpId::CrossEntropy, false), (OpId::CrossEntropyBackward, true)] {
+        for (op, backward) in [
+            (OpId::CrossEntropy, false),
+            (OpId::CrossEntropyBackward, true),
+        ] {
             v.push(
                 Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| {
                     run(ctx, d, backward)

@@ -42,7 +42,15 @@ fn families() -> Vec<Family> {
         fam(&[4, 0], &[0, 6], Dense, Dense, Dense, 1.0, 0.5),
         fam(&[1, 4099], &[4099, 2], Dense, Dense, Dense, 1.0, 0.0),
         fam(&[3, 17, 33], &[33, 9], Dense, Dense, Dense, 1.0, 0.0),
-        fam(&[2, 1, 5, 6], &[3, 6, 4], Padded, Transposed, Dense, 1.0, 0.25),
+        fam(
+            &[2, 1, 5, 6],
+            &[3, 6, 4],
+            Padded,
+            Transposed,
+            Dense,
+            1.0,
+            0.25,
+        ),
         fam(&[0, 4, 5], &[5, 2], Dense, Dense, Dense, 1.0, 0.0),
     ]
 }
@@ -52,7 +60,13 @@ fn batch_shape(a: &[u64], b: &[u64]) -> Vec<u64> {
     let n = a.len().max(b.len());
     (0..n)
         .map(|i| {
-            let get = |s: &[u64]| if i + s.len() >= n { s[i + s.len() - n] } else { 1 };
+            let get = |s: &[u64]| {
+                if i + s.len() >= n {
+                    s[i + s.len() - n]
+                } else {
+                    1
+                }
+            };
             let (x, y) = (get(a), get(b));
             if x == 1 {
                 y
@@ -86,15 +100,35 @@ fn run(ctx: &Ctx, d: DType) -> CaseResult {
         let (m, k, n) = (f.a[na - 2], f.a[na - 1], f.b[nb - 1]);
         let batch = batch_shape(&f.a[..na - 2], &f.b[..nb - 2]);
         let cshape: Vec<u64> = [&batch[..], &[m, n]].concat();
-        let a = put(ctx, &s, d, &f.a, f.la, &gen(numel(&f.a), fi as u64 + 1, -1.0, 1.0))?;
-        let b = put(ctx, &s, d, &f.b, f.lb, &gen(numel(&f.b), fi as u64 + 2, -1.0, 1.0))?;
+        let a = put(
+            ctx,
+            &s,
+            d,
+            &f.a,
+            f.la,
+            &gen(numel(&f.a), fi as u64 + 1, -1.0, 1.0),
+        )?;
+        let b = put(
+            ctx,
+            &s,
+            d,
+            &f.b,
+            f.lb,
+            &gen(numel(&f.b), fi as u64 + 2, -1.0, 1.0),
+        )?;
         let cinit: Vec<f64> = if f.beta == 0.0 {
             vec![f64::NAN; numel(&cshape)]
         } else {
             gen(numel(&cshape), fi as u64 + 3, -1.0, 1.0)
         };
         let c = put(ctx, &s, d, &cshape, f.lc, &cinit)?;
-        s.run_op(&OpCall::matmul(a.view(), b.view(), c.view(), f.alpha, f.beta))?;
+        s.run_op(&OpCall::matmul(
+            a.view(),
+            b.view(),
+            c.view(),
+            f.alpha,
+            f.beta,
+        ))?;
         s.synchronize()?;
         let got = c.read(ctx, "c")?;
         let (m, k, n) = (m as usize, k as usize, n as usize);

@@ -12,8 +12,8 @@ mod matmul;
 mod misuse;
 mod norms;
 mod optim;
-pub mod reference;
 mod reductions;
+pub mod reference;
 mod softmax;
 
 use super::elementwise::{place, Layout, Placed};

@@ -37,10 +37,25 @@ fn run(ctx: &Ctx, d: DType, rms: bool, backward: bool) -> CaseResult {
         let n = numel(&shape);
         let rows = n / len.max(1);
         let rshape = shape[..shape.len() - 1].to_vec();
-        let xv: Vec<f64> = gen(n, fi as u64 + 1, -2.0, 2.0).iter().map(|v| v + offset).collect();
+        let xv: Vec<f64> = gen(n, fi as u64 + 1, -2.0, 2.0)
+            .iter()
+            .map(|v| v + offset)
+            .collect();
         let x = put(ctx, &s, d, &shape, layout, &xv)?;
-        let w = dense(ctx, &s, d, &[len as u64], &gen(len, fi as u64 + 2, 0.5, 1.5))?;
-        let b = dense(ctx, &s, d, &[len as u64], &gen(len, fi as u64 + 3, -1.0, 1.0))?;
+        let w = dense(
+            ctx,
+            &s,
+            d,
+            &[len as u64],
+            &gen(len, fi as u64 + 2, 0.5, 1.5),
+        )?;
+        let b = dense(
+            ctx,
+            &s,
+            d,
+            &[len as u64],
+            &gen(len, fi as u64 + 3, -1.0, 1.0),
+        )?;
         // Reference statistics from the stored x.
         let stats: Vec<(Vec<f64>, f64, f64)> = (0..rows)
             .map(|r| {
@@ -61,7 +76,15 @@ fn run(ctx: &Ctx, d: DType, rms: bool, backward: bool) -> CaseResult {
             let call = if rms {
                 OpCall::rms_norm(x.view(), w.view(), y.view(), rstd.view(), EPS)
             } else {
-                OpCall::layer_norm(x.view(), w.view(), b.view(), y.view(), mean.view(), rstd.view(), EPS)
+                OpCall::layer_norm(
+                    x.view(),
+                    w.view(),
+                    b.view(),
+                    y.view(),
+                    mean.view(),
+                    rstd.view(),
+                    EPS,
+                )
             };
             s.run_op(&call)?;
             s.synchronize()?;
@@ -88,32 +111,66 @@ fn run(ctx: &Ctx, d: DType, rms: bool, backward: bool) -> CaseResult {
             }
             continue;
         }
-        let dy = put(ctx, &s, d, &shape, layout, &gen(n, fi as u64 + 4, -1.0, 1.0))?;
+        let dy = put(
+            ctx,
+            &s,
+            d,
+            &shape,
+            layout,
+            &gen(n, fi as u64 + 4, -1.0, 1.0),
+        )?;
         let mu: Vec<f64> = stats.iter().map(|s| if rms { 0.0 } else { s.1 }).collect();
         let mean = dense(ctx, &s, ad, &rshape, &mu)?;
-        let rstd = dense(ctx, &s, ad, &rshape, &stats.iter().map(|s| s.2).collect::<Vec<_>>())?;
+        let rstd = dense(
+            ctx,
+            &s,
+            ad,
+            &rshape,
+            &stats.iter().map(|s| s.2).collect::<Vec<_>>(),
+        )?;
         let (mu, rs) = (&mean.vals, &rstd.vals);
         let dx = put(ctx, &s, d, &shape, Layout::Padded, &vec![0.0; n])?;
         let dw = dense(ctx, &s, d, &[len as u64], &vec![5.0; len])?;
         let db = dense(ctx, &s, d, &[len as u64], &vec![5.0; len])?;
         let call = if rms {
-            OpCall::rms_norm_backward(x.view(), dy.view(), w.view(), rstd.view(), dx.view(), dw.view())
+            OpCall::rms_norm_backward(
+                x.view(),
+                dy.view(),
+                w.view(),
+                rstd.view(),
+                dx.view(),
+                dw.view(),
+            )
         } else {
-            OpCall::layer_norm_backward(x.view(), dy.view(), w.view(), mean.view(), rstd.view(), dx.view(), dw.view(), db.view())
+            OpCall::layer_norm_backward(
+                x.view(),
+                dy.view(),
+                w.view(),
+                mean.view(),
+                rstd.view(),
+                dx.view(),
+                dw.view(),
+                db.view(),
+            )
         };
         s.run_op(&call)?;
         s.synchronize()?;
         let (mut want, mut tol) = (Vec::new(), Vec::new());
         let (mut gw, mut gb) = (vec![vec![]; len], vec![vec![]; len]);
         for r in 0..rows {
-            let (xr, dyr) = (&x.vals[r * len..(r + 1) * len], &dy.vals[r * len..(r + 1) * len]);
+            let (xr, dyr) = (
+                &x.vals[r * len..(r + 1) * len],
+                &dy.vals[r * len..(r + 1) * len],
+            );
             let wdx = norm_backward(xr, dyr, &w.vals, mu[r], rs[r], rms);
             let g: Vec<f64> = dyr.iter().zip(&w.vals).map(|(a, b)| a * b).collect();
             let xh: Vec<f64> = xr.iter().map(|&v| (v - mu[r]) * rs[r]).collect();
             let mg = sum(&g).1 / len as f64;
-            let mgx = sum(&g.iter().zip(&xh).map(|(a, b)| a * b).collect::<Vec<_>>()).1 / len as f64;
+            let mgx =
+                sum(&g.iter().zip(&xh).map(|(a, b)| a * b).collect::<Vec<_>>()).1 / len as f64;
             for j in 0..len {
-                let t = 2.0 * ae * (len as f64 + 8.0) * rs[r] * (g[j].abs() + mg + xh[j].abs() * mgx);
+                let t =
+                    2.0 * ae * (len as f64 + 8.0) * rs[r] * (g[j].abs() + mg + xh[j].abs() * mgx);
                 tol.push(t + eps(d) * wdx[j].abs() + tiny(d));
                 gw[j].push(dyr[j] * xh[j]);
                 gb[j].push(dyr[j]);
@@ -126,12 +183,22 @@ fn run(ctx: &Ctx, d: DType, rms: bool, backward: bool) -> CaseResult {
                 .iter()
                 .map(|t| {
                     let (v, a) = sum(t);
-                    (v, 2.0 * ae * (rows as f64 + len as f64 + 8.0) * a + eps(d) * v.abs() + tiny(d))
+                    (
+                        v,
+                        2.0 * ae * (rows as f64 + len as f64 + 8.0) * a
+                            + eps(d) * v.abs()
+                            + tiny(d),
+                    )
                 })
                 .unzip()
         };
         let (ww, tw) = col(&gw);
-        check(&format!("{what}: dweight"), &dw.read(ctx, "dweight")?, &ww, &tw)?;
+        check(
+            &format!("{what}: dweight"),
+            &dw.read(ctx, "dweight")?,
+            &ww,
+            &tw,
+        )?;
         if !rms {
             let (wb, tb) = col(&gb);
             check(&format!("{what}: dbias"), &db.read(ctx, "dbias")?, &wb, &tb)?;

@@ -239,7 +239,7 @@ impl Groups {
             .collect();
         s.run_op(&make(&groups))?;
         s.synchronize()?;
-        for g in 0..self.shapes.len() {
+        for (g, grad) in grads.iter().enumerate() {
             let wg = format!("{what}: group {g} {:?}", self.shapes[g]);
             let got_p = self.params[g].read(ctx, &format!("{wg}: param"))?;
             let got_st: Vec<Vec<f64>> = self.states[g]
@@ -254,7 +254,7 @@ impl Groups {
             let mut tol_st = vec![Vec::with_capacity(n); nstate];
             for i in 0..n {
                 let st: Vec<f64> = (0..nstate).map(|k| self.st[g][k][i]).collect();
-                let gi = grads[g].vals[i];
+                let gi = grad.vals[i];
                 let p = self.p[g][i];
                 let u = reference(p, gi, &st);
                 want_p.push(u.p);
@@ -814,6 +814,13 @@ fn optim_misuse(ctx: &Ctx) -> CaseResult {
                 ..so
             },
             "lr",
+        ),
+        (
+            SgdOptions {
+                weight_decay: -0.01,
+                ..so
+            },
+            "weight_decay",
         ),
     ] {
         let r = expect_invalid(sgd(&g, o), arg)?;

@@ -62,12 +62,26 @@ fn reduce(ctx: &Ctx, op: OpId, d: DType) -> CaseResult {
         }
         let n = numel(&shape);
         // Specials along the reduced axis: generate in an axis-last order, then permute.
-        let x = put(ctx, &s, d, &shape, layout, &values(n, len, fi as u64 + 3, specials))?;
+        let x = put(
+            ctx,
+            &s,
+            d,
+            &shape,
+            layout,
+            &values(n, len, fi as u64 + 3, specials),
+        )?;
         let mut oshape = shape.clone();
         oshape[ax] = 1;
         let arg_op = matches!(op, OpId::Argmax | OpId::Argmin);
         let od = if arg_op { DType::I64 } else { d };
-        let out = put(ctx, &s, od, &oshape, Layout::Padded, &vec![0.0; numel(&oshape)])?;
+        let out = put(
+            ctx,
+            &s,
+            od,
+            &oshape,
+            Layout::Padded,
+            &vec![0.0; numel(&oshape)],
+        )?;
         s.run_op(&OpCall::reduce(op, x.view(), out.view(), axis))?;
         s.synchronize()?;
         let got = out.read(ctx, "out")?;
@@ -77,11 +91,17 @@ fn reduce(ctx: &Ctx, op: OpId, d: DType) -> CaseResult {
         let (mut want, mut tol) = (Vec::new(), Vec::new());
         for o in 0..outer {
             for i in 0..inner {
-                let row: Vec<f64> = (0..len).map(|j| x.vals[(o * len + j) * inner + i]).collect();
+                let row: Vec<f64> = (0..len)
+                    .map(|j| x.vals[(o * len + j) * inner + i])
+                    .collect();
                 let (w, t) = match op {
                     OpId::ReduceSum | OpId::ReduceMean => {
                         let (sm, abs) = sum(&row);
-                        let div = if op == OpId::ReduceMean { len as f64 } else { 1.0 };
+                        let div = if op == OpId::ReduceMean {
+                            len as f64
+                        } else {
+                            1.0
+                        };
                         let w = sm / div;
                         let t = acc_eps(d) * (len as f64 + 2.0) * abs / div
                             + eps(d) * w.abs()

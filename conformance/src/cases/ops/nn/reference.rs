@@ -57,7 +57,9 @@ pub fn logsumexp(row: &[f64]) -> f64 {
     if m == f64::INFINITY {
         return m;
     }
-    m + sum(&row.iter().map(|&x| (x - m).exp()).collect::<Vec<_>>()).0.ln()
+    m + sum(&row.iter().map(|&x| (x - m).exp()).collect::<Vec<_>>())
+        .0
+        .ln()
 }
 
 /// Softmax (or log-softmax) of a row.
@@ -103,10 +105,20 @@ pub fn cross_entropy_grad(row: &[f64], t: usize, eps: f64, g: f64) -> Vec<f64> {
 }
 
 /// Layer norm (or RMS norm) of a row: `(y, mean, rstd)`.
-pub fn norm(row: &[f64], w: &[f64], b: Option<&[f64]>, eps: f64, rms: bool) -> (Vec<f64>, f64, f64) {
+pub fn norm(
+    row: &[f64],
+    w: &[f64],
+    b: Option<&[f64]>,
+    eps: f64,
+    rms: bool,
+) -> (Vec<f64>, f64, f64) {
     let n = row.len() as f64;
     let mean = if rms { 0.0 } else { sum(row).0 / n };
-    let var = sum(&row.iter().map(|&x| (x - mean) * (x - mean)).collect::<Vec<_>>()).0 / n;
+    let var = sum(&row
+        .iter()
+        .map(|&x| (x - mean) * (x - mean))
+        .collect::<Vec<_>>())
+    .0 / n;
     let rstd = 1.0 / (var + eps).sqrt();
     let y = row
         .iter()
@@ -117,7 +129,14 @@ pub fn norm(row: &[f64], w: &[f64], b: Option<&[f64]>, eps: f64, rms: bool) -> (
 }
 
 /// Input gradient of layer norm (or RMS norm) for one row, from the saved statistics.
-pub fn norm_backward(row: &[f64], dy: &[f64], w: &[f64], mean: f64, rstd: f64, rms: bool) -> Vec<f64> {
+pub fn norm_backward(
+    row: &[f64],
+    dy: &[f64],
+    w: &[f64],
+    mean: f64,
+    rstd: f64,
+    rms: bool,
+) -> Vec<f64> {
     let n = row.len() as f64;
     let xh: Vec<f64> = row.iter().map(|&x| (x - mean) * rstd).collect();
     let g: Vec<f64> = dy.iter().zip(w).map(|(a, b)| a * b).collect();
@@ -147,7 +166,11 @@ pub fn matmul(
         for j in 0..n {
             let terms: Vec<f64> = (0..k).map(|q| a[i * k + q] * b[q * n + j]).collect();
             let (s, abs) = sum(&terms);
-            let bc = if beta == 0.0 { 0.0 } else { beta * c[i * n + j] };
+            let bc = if beta == 0.0 {
+                0.0
+            } else {
+                beta * c[i * n + j]
+            };
             out.push(alpha * s + bc);
             scale.push(alpha.abs() * abs + bc.abs());
         }

@@ -79,7 +79,14 @@ fn run(ctx: &Ctx, op: OpId, d: DType) -> CaseResult {
             .flat_map(|r| softmax(&x.vals[r * len..(r + 1) * len], log))
             .collect();
         let yt = put(ctx, &s, d, &shape, Layout::Dense, &y_in)?;
-        let dy = put(ctx, &s, d, &shape, layout, &gen(n, fi as u64 + 21, -1.0, 1.0))?;
+        let dy = put(
+            ctx,
+            &s,
+            d,
+            &shape,
+            layout,
+            &gen(n, fi as u64 + 21, -1.0, 1.0),
+        )?;
         let out = put(ctx, &s, d, &shape, Layout::Padded, &vec![0.0; n])?;
         let call = if backward {
             OpCall::softmax_backward(op, yt.view(), dy.view(), out.view())
@@ -131,7 +138,12 @@ fn run(ctx: &Ctx, op: OpId, d: DType) -> CaseResult {
             }
             want.extend(w);
         }
-        check(&format!("{op} {d} family {fi} {shape:?}"), &got, &want, &tol)?;
+        check(
+            &format!("{op} {d} family {fi} {shape:?}"),
+            &got,
+            &want,
+            &tol,
+        )?;
     }
     Ok(())
 }
