@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Elementwise f32 add on unihal's CPU backend against numpy, side by side in one run.
+"""unihal's CPU backend against numpy, side by side in one run.
 
-Runs `examples/ops_bench.rs` (unihal: add, then a device-to-device copy of the same array) and
-numpy (`np.add(a, b, out=c)`, `np.copyto(c, a)`) alternately, round by round, both on one thread,
-and prints medians, the speed ratio against numpy and the bandwidth of add as a fraction of a plain
-copy of the same bytes (add moves 3 arrays, copy 2).
+For each op, runs `examples/ops_bench.rs` (unihal: the op, then a device-to-device copy of the
+op's input bytes) and numpy alternately, round by round, with the same thread count, and prints
+medians, the speed ratio against numpy (>1: unihal is faster) and the bandwidth unihal reaches as a
+fraction of its plain copy of the same bytes.
 
-Usage: python3 benches/ops_vs_numpy.py [--elements N] [--rounds R]
+  add        f32 add of 32 Mi elements           numpy: np.add(a, b, out=c)          1 thread
+  sum        f32 row sums, 8192 x 4096           numpy: x.sum(axis=1)                1 thread
+  softmax    f32 softmax of 8192 rows of 4096    numpy: its best composite (in place) 1 thread
+  layer_norm f32 layer norm of 8192 rows of 4096 numpy: its best composite (in place) 1 thread
+  matmul     f32 2048 x 2048 x 2048              numpy: a @ b (OpenBLAS)             2 threads
+
+Usage: python3 benches/ops_vs_numpy.py [--ops add,sum,...] [--rounds R] [--markdown]
 Needs numpy (it makes .venv-bench with a pinned numpy when it is missing).
 """
 import argparse
@@ -19,6 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMPY = "numpy==2.1.3"
+ROWS, COLS = 8192, 4096
 
 
 def ensure_numpy():
@@ -35,56 +42,111 @@ def ensure_numpy():
     os.execv(py, [py] + sys.argv)
 
 
+def threads_for(op):
+    return 2 if op == "matmul" else 1
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="add,sum,softmax,layer_norm,matmul")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    ops = args.ops.split(",")
+    # numpy's thread count is fixed when it loads: the most any op uses; single-threaded ops
+    # (numpy's elementwise and reductions) do not use the BLAS pool.
+    os.environ["OPENBLAS_NUM_THREADS"] = str(max(threads_for(o) for o in ops))
+    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"]
     ensure_numpy()
     import numpy as np
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--elements", type=int, default=32 << 20)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-    n = args.elements
-    env = dict(os.environ, UNIHAL_CPU_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     subprocess.check_call(["cargo", "build", "-q", "--release", "--example", "ops_bench"], cwd=ROOT)
     exe = os.path.join(ROOT, "target", "release", "examples", "ops_bench")
+    rng = np.random.default_rng(1)
 
-    a = np.full(n, 1.0, dtype=np.float32)
-    b = np.full(n, 2.0, dtype=np.float32)
-    c = np.zeros(n, dtype=np.float32)
+    def numpy_op(op):
+        """(function to time, bytes the op reads and writes) for numpy's version."""
+        if op == "add":
+            n = 32 << 20
+            a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+            return (lambda: np.add(a, b, out=c)), 3 * n * 4, [str(n)]
+        if op == "matmul":
+            n = 2048
+            a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+            c = np.empty((n, n), dtype=np.float32)
+            return (lambda: np.matmul(a, b, out=c)), 3 * n * n * 4, [str(n)]
+        x = rng.standard_normal((ROWS, COLS), dtype=np.float32)
+        y = np.empty_like(x)
+        dims = [str(ROWS), str(COLS)]
+        if op == "sum":
+            out = np.empty(ROWS, dtype=np.float32)
+            return (lambda: np.sum(x, axis=1, out=out)), x.nbytes, dims
+        if op == "softmax":
+            def softmax():
+                m = x.max(axis=1, keepdims=True)
+                np.subtract(x, m, out=y)
+                np.exp(y, out=y)
+                s = y.sum(axis=1, keepdims=True)
+                np.divide(y, s, out=y)
+            return softmax, 2 * x.nbytes, dims
+        if op == "layer_norm":
+            w = np.ones(COLS, dtype=np.float32)
+            b = np.zeros(COLS, dtype=np.float32)
 
-    def numpy_round(reps=7):
-        t_add, t_copy = [], []
+            def layer_norm():
+                mu = x.mean(axis=1, keepdims=True)
+                np.subtract(x, mu, out=y)
+                var = np.einsum("ij,ij->i", y, y) / COLS
+                rstd = 1.0 / np.sqrt(var + 1e-5)
+                np.multiply(y, rstd[:, None].astype(np.float32), out=y)
+                np.multiply(y, w, out=y)
+                np.add(y, b, out=y)
+            return layer_norm, 2 * x.nbytes, dims
+        raise SystemExit(f"unknown op {op}")
+
+    def time_numpy(f, reps):
+        f()
+        ts = []
         for _ in range(reps):
             t0 = time.perf_counter()
-            np.add(a, b, out=c)
-            t_add.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            np.copyto(c, a)
-            t_copy.append(time.perf_counter() - t0)
-        return statistics.median(t_add), statistics.median(t_copy)
-
-    u_add, u_copy, n_add, n_copy, isa = [], [], [], [], "?"
-    for _ in range(args.rounds):
-        out = subprocess.run([exe, str(n), "7"], env=env, cwd=ROOT, check=True, capture_output=True, text=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        u_add.append(r["add_s"])
-        u_copy.append(r["copy_s"])
-        isa = r["isa"]
-        x, y = numpy_round()
-        n_add.append(x)
-        n_copy.append(y)
+            f()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
 
     med = statistics.median
-    gib = lambda nbytes, t: nbytes / t / 2**30
-    arr = n * 4
-    print(f"f32 add over {n} elements, {args.rounds} alternating rounds of 7, one thread (unihal ISA: {isa}, numpy {np.__version__})")
-    print(f"  unihal add : {med(u_add) * 1e3:8.2f} ms  {gib(3 * arr, med(u_add)):6.2f} GiB/s (3 arrays)")
-    print(f"  numpy add  : {med(n_add) * 1e3:8.2f} ms  {gib(3 * arr, med(n_add)):6.2f} GiB/s")
-    print(f"  unihal copy: {med(u_copy) * 1e3:8.2f} ms  {gib(2 * arr, med(u_copy)):6.2f} GiB/s (2 arrays)")
-    print(f"  numpy copy : {med(n_copy) * 1e3:8.2f} ms  {gib(2 * arr, med(n_copy)):6.2f} GiB/s")
-    print(f"  speed of unihal add vs numpy add: {med(n_add) / med(u_add):.3f}x")
-    print(f"  unihal add bandwidth / unihal copy bandwidth: {gib(3 * arr, med(u_add)) / gib(2 * arr, med(u_copy)):.3f}")
-    print(f"  unihal add bandwidth / numpy copy bandwidth:  {gib(3 * arr, med(u_add)) / gib(2 * arr, med(n_copy)):.3f}")
+    rows = []
+    for op in ops:
+        f, nbytes, dims = numpy_op(op)
+        reps = 3 if op == "matmul" else 7
+        env = dict(os.environ, UNIHAL_CPU_THREADS=str(threads_for(op)))
+        u_op, u_copy, n_op, isa = [], [], [], "?"
+        for _ in range(args.rounds):
+            out = subprocess.run([exe, op, *dims, str(reps)], env=env, cwd=ROOT, check=True,
+                                 capture_output=True, text=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            u_op.append(r["op_s"])
+            u_copy.append(r["copy_s"])
+            isa = r["isa"]
+            n_op.append(time_numpy(f, reps))
+        uo, uc, no = med(u_op), med(u_copy), med(n_op)
+        in_bytes = {"add": 2, "sum": 1, "softmax": 1, "layer_norm": 1, "matmul": 2}[op]
+        # The copy moves its input bytes twice (read + write): 2 * input bytes.
+        copy_bytes = 2 * (nbytes * in_bytes // ({"add": 3, "sum": 1, "softmax": 2, "layer_norm": 2, "matmul": 3}[op]))
+        frac = (nbytes / uo) / (copy_bytes / uc)
+        rows.append((op, " x ".join(dims), threads_for(op), uo, no, no / uo, frac, isa))
+
+    print(f"unihal vs numpy {np.__version__}, median of {args.rounds} alternating rounds (unihal ISA: {rows[0][7]})")
+    hdr = ("op", "size", "threads", "unihal ms", "numpy ms", "speed vs numpy", "bandwidth / copy")
+    if args.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+    for op, size, th, uo, no, ratio, frac in (r[:7] for r in rows):
+        cells = (op, size, str(th), f"{uo * 1e3:.2f}", f"{no * 1e3:.2f}", f"{ratio:.2f}x",
+                 f"{frac:.2f}" if op != "matmul" else "-")
+        if args.markdown:
+            print("| " + " | ".join(cells) + " |")
+        else:
+            print("  " + "  ".join(f"{c:>14}" for c in cells))
 
 
 if __name__ == "__main__":
