@@ -1,5 +1,5 @@
-//! `matmul` on the CPU backend through the `gemm` crate, which picks its micro-kernels at run time
-//! up to AVX-512 and parallelises over the device's compute pool. f32 and f64 run in place on the
+//! `matmul` on the CPU backend through faer's GEMM, which picks its micro-kernels at run time (up
+//! to AVX-512) and parallelises over the device's compute pool. f32 and f64 run in place on the
 //! operands' strides; f16 and bf16 are widened to dense f32 panels, multiplied with f32
 //! accumulation and rounded once into `c`. (`UNIHAL_CPU_MATMUL=dialect` runs the portable tiled
 //! GEMM kernel instead, through the ordinary op path.)
@@ -88,110 +88,142 @@ impl MatmulJob {
     /// its buffer and that `c` overlaps neither input).
     pub(crate) unsafe fn run(&self, threads: usize) {
         let par = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
+            faer::Par::rayon(threads)
         } else {
-            gemm::Parallelism::None
+            faer::Par::Seq
         };
-        let [[ars, acs], [brs, bcs], [crs, ccs]] = self.strides;
+        let [sa, sb, sc] = self.strides;
         let (m, n, k) = (self.m, self.n, self.k);
+        let esz = self.dtype.size() as isize;
         for o in &self.batches {
-            let esz = self.dtype.size() as isize;
             let at = |i: usize| (self.base[i] as isize + o[i] as isize * esz) as usize;
             let (pa, pb, pc) = (at(0), at(1), at(2));
+            // SAFETY (every arm): the caller's contract; sizes and strides are the validated views'.
             match self.dtype {
-                // SAFETY (both arms): the caller's contract; the strides and sizes are the
-                // validated views'. gemm computes dst = beta_g * a @ b + alpha_g * dst.
                 DType::F32 => unsafe {
-                    gemm::gemm(
-                        m,
-                        n,
-                        k,
-                        pc as *mut f32,
-                        ccs,
-                        crs,
-                        self.beta != 0.0,
-                        pa as *const f32,
-                        acs,
-                        ars,
-                        pb as *const f32,
-                        bcs,
-                        brs,
-                        self.beta as f32,
-                        self.alpha as f32,
-                        false,
-                        false,
-                        false,
+                    product::<f32>(
+                        pc,
+                        sc,
+                        pa,
+                        sa,
+                        pb,
+                        sb,
+                        (m, n, k),
+                        self.alpha,
+                        self.beta,
                         par,
                     )
                 },
                 DType::F64 => unsafe {
-                    gemm::gemm(
-                        m,
-                        n,
-                        k,
-                        pc as *mut f64,
-                        ccs,
-                        crs,
-                        self.beta != 0.0,
-                        pa as *const f64,
-                        acs,
-                        ars,
-                        pb as *const f64,
-                        bcs,
-                        brs,
-                        self.beta,
+                    product::<f64>(
+                        pc,
+                        sc,
+                        pa,
+                        sa,
+                        pb,
+                        sb,
+                        (m, n, k),
                         self.alpha,
-                        false,
-                        false,
-                        false,
+                        self.beta,
                         par,
                     )
                 },
-                DType::F16 | DType::Bf16 => {
-                    // SAFETY: as above; the panels are dense copies.
-                    let wa = unsafe { widen(self.dtype, pa, m, k, ars, acs) };
-                    let wb = unsafe { widen(self.dtype, pb, k, n, brs, bcs) };
+                DType::F16 | DType::Bf16 => unsafe {
+                    let wa = widen(self.dtype, pa, m, k, sa);
+                    let wb = widen(self.dtype, pb, k, n, sb);
                     let mut wc = if self.beta != 0.0 {
-                        unsafe { widen(self.dtype, pc, m, n, crs, ccs) }
+                        widen(self.dtype, pc, m, n, sc)
                     } else {
                         vec![0.0; m * n]
                     };
-                    unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            wc.as_mut_ptr(),
-                            1,
-                            n as isize,
-                            self.beta != 0.0,
-                            wa.as_ptr(),
-                            1,
-                            k as isize,
-                            wb.as_ptr(),
-                            1,
-                            n as isize,
-                            self.beta as f32,
-                            self.alpha as f32,
-                            false,
-                            false,
-                            false,
-                            par,
-                        );
-                        narrow(self.dtype, &wc, pc, m, n, crs, ccs);
-                    }
-                }
+                    let dense = |c: usize| [c as isize, 1];
+                    product::<f32>(
+                        wc.as_mut_ptr() as usize,
+                        dense(n),
+                        wa.as_ptr() as usize,
+                        dense(k),
+                        wb.as_ptr() as usize,
+                        dense(n),
+                        (m, n, k),
+                        self.alpha,
+                        self.beta,
+                        par,
+                    );
+                    narrow(self.dtype, &wc, pc, m, n, sc);
+                },
                 _ => unreachable!("validated: float dtypes only"),
             }
         }
     }
 }
 
+/// A real type faer multiplies.
+trait Real: faer::traits::ComplexField + Copy + std::ops::Mul<Output = Self> {
+    fn of(v: f64) -> Self;
+}
+impl Real for f32 {
+    fn of(v: f64) -> f32 {
+        v as f32
+    }
+}
+impl Real for f64 {
+    fn of(v: f64) -> f64 {
+        v
+    }
+}
+
+/// `c = alpha * a @ b + beta * c` for one (m, n, k) product at element addresses with
+/// (row, column) strides.
+///
+/// # Safety
+/// Every element of the three strided matrices must be valid for the access (c written, a and b
+/// read), and c must not overlap a or b.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product<T: Real>(
+    c: usize,
+    sc: [isize; 2],
+    a: usize,
+    sa: [isize; 2],
+    b: usize,
+    sb: [isize; 2],
+    (m, n, k): (usize, usize, usize),
+    alpha: f64,
+    beta: f64,
+    par: faer::Par,
+) {
+    let c = c as *mut T;
+    if beta != 0.0 && beta != 1.0 {
+        for i in 0..m as isize {
+            for j in 0..n as isize {
+                // SAFETY: inside c (the caller's contract).
+                unsafe {
+                    let p = c.offset(i * sc[0] + j * sc[1]);
+                    *p = *p * T::of(beta);
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's contract.
+    let (dst, lhs, rhs) = unsafe {
+        (
+            faer::MatMut::<T>::from_raw_parts_mut(c, m, n, sc[0], sc[1]),
+            faer::MatRef::<T>::from_raw_parts(a as *const T, m, k, sa[0], sa[1]),
+            faer::MatRef::<T>::from_raw_parts(b as *const T, k, n, sb[0], sb[1]),
+        )
+    };
+    let accum = if beta == 0.0 {
+        faer::Accum::Replace
+    } else {
+        faer::Accum::Add
+    };
+    faer::linalg::matmul::matmul(dst, accum, lhs, rhs, T::of(alpha), par);
+}
+
 /// A dense row-major f32 copy of an f16/bf16 matrix.
 ///
 /// # Safety
 /// Every element `p + (i * rs + j * cs) * 2` for i < rows, j < cols must be readable.
-unsafe fn widen(d: DType, p: usize, rows: usize, cols: usize, rs: isize, cs: isize) -> Vec<f32> {
+unsafe fn widen(d: DType, p: usize, rows: usize, cols: usize, [rs, cs]: [isize; 2]) -> Vec<f32> {
     let mut out = Vec::with_capacity(rows * cols);
     for i in 0..rows {
         for j in 0..cols {
@@ -211,7 +243,7 @@ unsafe fn widen(d: DType, p: usize, rows: usize, cols: usize, rs: isize, cs: isi
 ///
 /// # Safety
 /// Every element of the strided destination must be writable and not otherwise accessed.
-unsafe fn narrow(d: DType, src: &[f32], p: usize, rows: usize, cols: usize, rs: isize, cs: isize) {
+unsafe fn narrow(d: DType, src: &[f32], p: usize, rows: usize, cols: usize, [rs, cs]: [isize; 2]) {
     for i in 0..rows {
         for j in 0..cols {
             let v = src[i * cols + j];
