@@ -1,23 +1,36 @@
-//! The CPU build of the hot elementwise kernels is vectorised: the object code of `uh_add_f32`
-//! uses packed SSE instructions in the base variant and 256-bit AVX registers in the AVX2 variant.
+//! The CPU build of the hot kernels is vectorised: the object code of `uh_add_f32` uses packed SSE
+//! instructions in the base variant and 256-bit AVX registers in the AVX2 variant; the row kernels
+//! (sum, softmax with its exp) use packed instructions too, which needs the build flags in the
+//! right order (`-fno-fast-math` first) and `-fno-trapping-math`.
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
 use std::process::Command;
 
-/// Disassembly of `symbol` from the static library `lib`.
-fn disassemble(lib: &str, symbol: &str) -> String {
+/// Disassembly of `symbol` from the static library `lib`, if it has that symbol.
+fn try_disassemble(lib: &str, symbol: &str) -> Option<String> {
     let out = Command::new("objdump")
-        .args(["-d", "--no-show-raw-insn", lib])
+        .args(["-d", "-C", "--no-show-raw-insn", lib])
         .output()
         .expect("objdump (binutils) is installed with the C toolchain");
     assert!(out.status.success(), "objdump failed on {lib}");
     let text = String::from_utf8_lossy(&out.stdout);
-    let start = text
-        .find(&format!("<{symbol}>:"))
-        .unwrap_or_else(|| panic!("{symbol} not found in {lib}"));
+    let start = text.find(&format!("<{symbol}>:"))?;
     let body = &text[start..];
     let end = body[1..].find("\n\n").map_or(body.len(), |e| e + 1);
-    body[..end].to_string()
+    Some(body[..end].to_string())
+}
+
+/// Disassembly of `symbol` from the static library `lib`.
+fn disassemble(lib: &str, symbol: &str) -> String {
+    try_disassemble(lib, symbol).unwrap_or_else(|| panic!("{symbol} not found in {lib}"))
+}
+
+/// Disassembly of a kernel: its entry point and, when the compiler kept the kernel template's
+/// `run` out of line, that function too.
+fn kernel(lib: &str, entry: &str, run: &str) -> String {
+    let mut text = disassemble(lib, entry);
+    text.push_str(&try_disassemble(lib, run).unwrap_or_default());
+    text
 }
 
 #[test]
@@ -36,5 +49,29 @@ fn add_f32_is_vectorised_in_every_variant() {
     assert!(
         avx512.contains("vaddps") && avx512.contains("zmm"),
         "avx512 uh_add_f32 has no 512-bit adds:\n{avx512}"
+    );
+}
+
+#[test]
+fn row_kernels_are_vectorised_in_the_avx2_variant() {
+    let lib = env!("UNIHAL_KERNELS_LIB_UH_AVX2");
+    let softmax = kernel(
+        lib,
+        "uh_avx2_uh_softmax_f32",
+        "uh_softmax_k<uh_f32_t, 0, 0>::run(uh_host_ctx const*, uh_args const&)",
+    );
+    // The exp of every element: packed float -> int conversions and packed multiplies on ymm.
+    assert!(
+        softmax.contains("vcvttps2dq") && softmax.contains("vmulps") && softmax.contains("ymm"),
+        "avx2 softmax f32 does not vectorise its exp:\n{softmax}"
+    );
+    let sum = kernel(
+        lib,
+        "uh_avx2_uh_reduce_sum_f32",
+        "uh_reduce_k<uh_f32_t, 0>::run(uh_host_ctx const*, uh_args const&)",
+    );
+    assert!(
+        sum.contains("vaddps") && sum.contains("ymm"),
+        "avx2 reduce_sum f32 has no packed adds:\n{sum}"
     );
 }

@@ -924,7 +924,7 @@ pub fn cases() -> Vec<Case> {
         );
     }
     v.push(
-        Case::new("ops.amp_update_scale", update_scale)
+        Case::new("ops.amp_update_scale.f32", update_scale)
             .needs(&[Need::Op(OpId::AmpUpdateScale, DType::F32)]),
     );
     v.push(Case::new("ops.optim.misuse", optim_misuse).needs(&[
