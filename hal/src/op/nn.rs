@@ -773,8 +773,8 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             for g in 0..n / width {
                 let base = g * width;
                 let numel = t[base].numel();
-                for k in base..base + width {
-                    let role = k - base;
+                for (role, tk) in t[base..base + width].iter().enumerate() {
+                    let k = base + role;
                     let ok: &[DType] = if role == 1 {
                         &[gd]
                     } else if copy && role == width - 1 {
@@ -784,10 +784,10 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                     };
                     want_dtype(call, k, ok, "tensors")?;
                     want_dense(call, k)?;
-                    if t[k].numel() != numel {
+                    if tk.numel() != numel {
                         return Err(value(
                             "tensors",
-                            format!("group {g}: {} elements against {numel}", t[k].numel()),
+                            format!("group {g}: {} elements against {numel}", tk.numel()),
                             "the same element count for a parameter, its gradient, state and copy",
                         ));
                     }

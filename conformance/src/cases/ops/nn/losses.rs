@@ -58,7 +58,7 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                 let loss_n = if red == CeReduction::None { n } else { 1 };
                 // Per-row references.
                 let mut rows = Vec::new();
-                for r in 0..n {
+                for (r, &target) in tv.iter().enumerate() {
                     let row = &x.vals[r * c..(r + 1) * c];
                     let lse = logsumexp(row);
                     let scale = (extreme(&row.iter().map(|v| v.abs()).collect::<Vec<_>>(), true)
@@ -66,9 +66,9 @@ fn run(ctx: &Ctx, d: DType, backward: bool) -> CaseResult {
                         + 1.0)
                         * ae
                         * (c as f64 + 8.0);
-                    let counted = tv[r] as i64 != IGNORE;
+                    let counted = target as i64 != IGNORE;
                     let l = if counted {
-                        cross_entropy(row, tv[r] as usize, smoothing)
+                        cross_entropy(row, target as usize, smoothing)
                     } else {
                         0.0
                     };

@@ -92,11 +92,11 @@ fn run(ctx: &Ctx, d: DType, rms: bool, backward: bool) -> CaseResult {
             let (mut wm, mut tm, mut wr, mut tr) = (vec![], vec![], vec![], vec![]);
             for (r, (yr, mu, rs)) in stats.iter().enumerate() {
                 let amp = 1.0 + rs * mean_abs(r);
-                for j in 0..len {
+                for (j, yj) in yr.iter().enumerate() {
                     let xh = (x.vals[r * len + j] - mu) * rs;
                     let t = 2.0 * ae * (len as f64 + 8.0) * (xh.abs() + amp) * w.vals[j].abs()
                         + if rms { 0.0 } else { ae * b.vals[j].abs() };
-                    tol.push(t + eps(d) * yr[j].abs() + tiny(d));
+                    tol.push(t + eps(d) * yj.abs() + tiny(d));
                 }
                 want.extend(yr);
                 wm.push(*mu);
