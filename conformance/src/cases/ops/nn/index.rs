@@ -7,10 +7,10 @@
 //! an index outside the table is a fault reported by `synchronize`, and nothing is written through
 //! it (no row outside the output, no row no valid index names).
 
-use super::{dense, gen, numel, put, Tensor, FLOATS};
+use super::{dense, gen, numel, put, same_bits, Tensor, FLOATS};
 use crate::case::{Case, CaseResult, Ctx, Failure, Need};
 use crate::cases::ops::elementwise::Layout;
-use crate::cases::ops::values::{encode, round_to};
+use crate::cases::ops::values::round_to;
 use crate::ensure;
 use std::sync::Arc;
 use unihal_hal::{DType, HalError, OpCall, OpId, Stream, TensorView};
@@ -89,28 +89,6 @@ fn index(
             Index { view, _tensor: t }
         }
     })
-}
-
-/// `got` equals `want` bit for bit (NaN matches any NaN).
-fn same_bits(what: &str, d: DType, got: &[f64], want: &[f64]) -> CaseResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} values, expected {}",
-        got.len(),
-        want.len()
-    );
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else {
-            encode(d, g) == encode(d, w)
-        };
-        ensure!(
-            ok,
-            "{what}: element {i}: got {g:e}, expected {w:e} (bit for bit)"
-        );
-    }
-    Ok(())
 }
 
 /// Table values with special values sprinkled in (a gather must move them unchanged).

@@ -4,8 +4,8 @@
 //! in `c` (not read, as in BLAS).
 
 use super::reference::matmul;
-use super::{acc_eps, check, gen, numel, put, tiny, FLOATS};
-use crate::case::{Case, CaseResult, Ctx, Need};
+use super::{acc_eps, check, gen, numel, per_dtype, put, tiny, FLOATS};
+use crate::case::{Case, CaseResult, Ctx};
 use crate::cases::ops::elementwise::Layout;
 use crate::cases::ops::values::eps;
 use unihal_hal::{DType, OpCall, OpId};
@@ -163,11 +163,5 @@ fn run(ctx: &Ctx, d: DType) -> CaseResult {
 
 /// One case per dtype.
 pub fn cases() -> Vec<Case> {
-    FLOATS
-        .into_iter()
-        .map(|d| {
-            Case::new(format!("ops.matmul.{}", d.name()), move |ctx| run(ctx, d))
-                .needs(&[Need::Op(OpId::Matmul, d)])
-        })
-        .collect()
+    per_dtype(&[OpId::Matmul], &FLOATS, |ctx, _, d| run(ctx, d))
 }

@@ -18,9 +18,10 @@ mod softmax;
 
 use super::elementwise::{place, Layout, Placed};
 use super::values::{decode, encode, eps};
-use crate::case::{Case, CaseResult, Ctx, Failure};
+use crate::case::{Case, CaseResult, Ctx, Failure, Need};
+use crate::ensure;
 use std::sync::Arc;
-use unihal_hal::{DType, Result as HalResult, Stream, TensorView};
+use unihal_hal::{DType, OpId, Result as HalResult, Stream, TensorView};
 
 /// The float dtypes of reductions, softmax, norms and matmul.
 pub(super) const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::Bf16];
@@ -154,6 +155,48 @@ pub(super) fn check(what: &str, got: &[f64], want: &[f64], tol: &[f64]) -> CaseR
         }
     }
     Ok(())
+}
+
+/// `got` equals `want` bit for bit in `d` (NaN matches any NaN).
+pub(super) fn same_bits(what: &str, d: DType, got: &[f64], want: &[f64]) -> CaseResult {
+    ensure!(
+        got.len() == want.len(),
+        "{what}: {} values, expected {}",
+        got.len(),
+        want.len()
+    );
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else {
+            encode(d, g) == encode(d, w)
+        };
+        ensure!(
+            ok,
+            "{what}: element {i}: got {g:e}, expected {w:e} (bit for bit)"
+        );
+    }
+    Ok(())
+}
+
+/// One case `ops.<op>.<dtype>` per op and dtype, needing the op in that dtype.
+pub(super) fn per_dtype(
+    ops: &[OpId],
+    dtypes: &[DType],
+    body: fn(&Ctx, OpId, DType) -> CaseResult,
+) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &op in ops {
+        for &d in dtypes {
+            v.push(
+                Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| {
+                    body(ctx, op, d)
+                })
+                .needs(&[Need::Op(op, d)]),
+            );
+        }
+    }
+    v
 }
 
 /// Row-major element count of a shape.

@@ -11,9 +11,9 @@
 //! gradient dtype); the loss-scale update is exact; clipping checks the norm against the
 //! accumulation error bound and the scaled gradients against the factor from the reported norm.
 
-use super::{acc_eps, dense, gen, numel, tiny, Tensor, HALVES};
+use super::{acc_eps, dense, gen, numel, same_bits, tiny, Tensor, HALVES};
 use crate::case::{expect_invalid, Case, CaseResult, Ctx, Failure, Need};
-use crate::cases::ops::values::{encode, eps, round_to};
+use crate::cases::ops::values::{eps, round_to};
 use crate::ensure;
 use std::sync::Arc;
 use unihal_hal::{
@@ -44,28 +44,6 @@ fn group_shapes() -> Vec<Vec<u64>> {
     ];
     v.extend((0..30).map(|k| vec![k % 7 + 1]));
     v
-}
-
-/// `got` equals `want` bit for bit in `d` (NaN matches any NaN).
-fn same_bits(what: &str, d: DType, got: &[f64], want: &[f64]) -> CaseResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} values, expected {}",
-        got.len(),
-        want.len()
-    );
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else {
-            encode(d, g) == encode(d, w)
-        };
-        ensure!(
-            ok,
-            "{what}: element {i}: got {g:e}, expected {w:e} (bit for bit)"
-        );
-    }
-    Ok(())
 }
 
 /// `got` within `tol` of `want`, element by element.

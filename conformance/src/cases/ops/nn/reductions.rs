@@ -3,8 +3,8 @@
 //! NaN and infinities, and rows whose sum cancels to near zero.
 
 use super::reference::{arg, extreme, sum};
-use super::{acc_eps, check, gen, numel, put, tiny, FLOATS};
-use crate::case::{Case, CaseResult, Ctx, Need};
+use super::{acc_eps, check, gen, numel, per_dtype, put, tiny, FLOATS};
+use crate::case::{Case, CaseResult, Ctx};
 use crate::cases::ops::elementwise::Layout;
 use crate::cases::ops::values::eps;
 use unihal_hal::{DType, OpCall, OpId};
@@ -129,16 +129,5 @@ fn reduce(ctx: &Ctx, op: OpId, d: DType) -> CaseResult {
 
 /// One case per reduction and dtype.
 pub fn cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for op in OPS {
-        for d in FLOATS {
-            v.push(
-                Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| {
-                    reduce(ctx, op, d)
-                })
-                .needs(&[Need::Op(op, d)]),
-            );
-        }
-    }
-    v
+    per_dtype(&OPS, &FLOATS, reduce)
 }

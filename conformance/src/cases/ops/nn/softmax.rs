@@ -3,8 +3,8 @@
 //! (NaN, as PyTorch), NaN inputs, and masks broadcast over rows, per row, or given in full.
 
 use super::reference::{extreme, logsumexp, softmax, softmax_backward, sum};
-use super::{acc_eps, check, gen, numel, put, tiny, FLOATS};
-use crate::case::{Case, CaseResult, Ctx, Need};
+use super::{acc_eps, check, gen, numel, per_dtype, put, tiny, FLOATS};
+use crate::case::{Case, CaseResult, Ctx};
 use crate::cases::ops::elementwise::Layout;
 use crate::cases::ops::values::eps;
 use unihal_hal::{DType, OpCall, OpId};
@@ -158,16 +158,5 @@ pub fn cases() -> Vec<Case> {
         OpId::SoftmaxBackward,
         OpId::LogSoftmaxBackward,
     ];
-    let mut v = Vec::new();
-    for op in ops {
-        for d in FLOATS {
-            v.push(
-                Case::new(format!("ops.{}.{}", op.name(), d.name()), move |ctx| {
-                    run(ctx, op, d)
-                })
-                .needs(&[Need::Op(op, d)]),
-            );
-        }
-    }
-    v
+    per_dtype(&ops, &FLOATS, run)
 }
