@@ -36,6 +36,14 @@
 //!   norm of all gradients (written to `total_norm`) and multiplies them by
 //!   `min(1, max_norm / (total_norm + 1e-6))`, as `torch.nn.utils.clip_grad_norm_`.
 //!
+//! ## Layout
+//!
+//! Leading dims take any strides. The normalised axis of softmax, cross-entropy and the norms must
+//! be dense (stride 1; a softmax mask may also broadcast along it), as must the `[D]` weight and
+//! bias vectors; `index_select`/`index_add` tables and rows and every optimizer/AMP tensor are dense
+//! row-major. Reductions and matmul take any strides (a transposed matmul operand is a view with
+//! swapped strides). Anything else is [`Invalid::Value`] naming the operand.
+//!
 //! ## Aliasing
 //!
 //! Outputs of these ops never alias inputs (any overlap is [`Invalid::Overlap`]). The optimizer and
