@@ -1,5 +1,6 @@
 //! `ops.reduce_{sum,mean,max,min}.<dtype>`, `ops.arg{max,min}.<dtype>`: reductions along each axis
-//! of dense, transposed and padded tensors, long rows (block-cooperative on GPUs), empty axes,
+//! of dense, transposed and padded tensors, long rows (block-cooperative on GPUs), empty axes (sum
+//! 0, mean NaN), no rows,
 //! NaN and infinities, and rows whose sum cancels to near zero.
 
 use super::reference::{arg, extreme, sum};
@@ -28,6 +29,7 @@ fn families() -> Vec<(Vec<u64>, i64, Layout, bool)> {
         (vec![4099], 0, Layout::Reversed, false),
         (vec![6, 33], 1, Layout::Dense, true),
         (vec![0, 5], 1, Layout::Dense, false),
+        (vec![2, 0, 3], 1, Layout::Dense, false),
         (vec![2, 1, 3], 1, Layout::Dense, false),
     ]
 }
