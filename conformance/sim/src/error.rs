@@ -1,0 +1,66 @@
+//! The simulator's errors: vendor-neutral kinds that each face maps to its API's codes (a CUDA
+//! face to `CUresult`, a HIP face to `hipError_t`, an ACL face to `aclError`).
+
+use std::fmt;
+
+/// What went wrong, in terms every vendor API has a code for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimError {
+    /// A malformed argument (a null or zero-length where not allowed, a range outside its
+    /// allocation at enqueue time).
+    InvalidValue(String),
+    /// The device's capacity would be exceeded.
+    OutOfMemory { requested: u64, free: u64 },
+    /// A stream, event or allocation handle that does not exist (or no longer exists).
+    InvalidHandle(String),
+    /// Freeing an address that was already freed.
+    DoubleFree(u64),
+    /// Freeing an allocation that queued work still uses.
+    FreeInFlight(u64),
+    /// Queued work touched memory outside every live allocation (sticky).
+    IllegalAddress { addr: u64, len: u64 },
+    /// A kernel failed (sticky).
+    LaunchFailed(String),
+    /// Work not finished (a query in deferred mode before a synchronisation point).
+    NotReady,
+    /// Streams waiting on each other's events in a cycle: they would never finish.
+    WaitCycle,
+}
+
+impl SimError {
+    /// True for the errors that poison the context, as a fault in device work does on hardware.
+    pub fn is_sticky(&self) -> bool {
+        matches!(
+            self,
+            SimError::IllegalAddress { .. } | SimError::LaunchFailed(_)
+        )
+    }
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::InvalidValue(m) => write!(f, "invalid value: {m}"),
+            SimError::OutOfMemory { requested, free } => {
+                write!(f, "out of memory: {requested} bytes requested, {free} free")
+            }
+            SimError::InvalidHandle(m) => write!(f, "invalid handle: {m}"),
+            SimError::DoubleFree(a) => write!(f, "double free of {a:#x}"),
+            SimError::FreeInFlight(a) => write!(f, "free of {a:#x} while queued work uses it"),
+            SimError::IllegalAddress { addr, len } => {
+                write!(
+                    f,
+                    "illegal address: {len} bytes at {addr:#x} outside every allocation"
+                )
+            }
+            SimError::LaunchFailed(m) => write!(f, "launch failed: {m}"),
+            SimError::NotReady => write!(f, "not ready"),
+            SimError::WaitCycle => write!(f, "streams wait on each other in a cycle"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// Results of the simulator.
+pub type SimResult<T> = Result<T, SimError>;

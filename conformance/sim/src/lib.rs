@@ -1,0 +1,443 @@
+//! # unihal-sim: the core of unihal's simulated vendor runtimes
+//!
+//! Test infrastructure, never a product path. A simulated runtime is this core plus a *face*: a
+//! shared library exporting a vendor's C API (the CUDA driver, NCCL; later HIP/RCCL and
+//! ACL/HCCL) that a backend loads through its library override exactly like the real one. The
+//! core is vendor-neutral:
+//!
+//! * **memory** ([`memory`]): host allocations tracked in a table; every copy and fill is checked
+//!   against a live allocation; double frees, frees of memory that queued work still uses, and a
+//!   configurable capacity (out-of-memory) are detected;
+//! * **streams** ([`Device::enqueue`]): FIFO queues of work. In [`Mode::Deferred`] work runs only
+//!   at a synchronisation point (stream, event or device synchronise), so a missing cross-stream
+//!   wait gives wrong results instead of passing by luck; [`Mode::Eager`] runs work as it is
+//!   enqueued;
+//! * **events**: markers in a stream, timestamped when the stream executes them; a stream waiting
+//!   on an event first runs the recording stream up to it (so dependencies, and only they, order
+//!   work across streams);
+//! * **sticky errors**: a fault in device work (an illegal address, a failed kernel) poisons the
+//!   device: every later call returns it, as on hardware.
+//!
+//! A [`Device`] is thread-safe: one lock orders API calls and the execution of device work.
+
+pub mod error;
+pub mod memory;
+
+pub use error::{SimError, SimResult};
+pub use memory::Memory;
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+/// When queued work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// At enqueue (after the waits it depends on).
+    Eager,
+    /// Only at synchronisation points: stream, event and device synchronise.
+    Deferred,
+}
+
+/// A stream handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(pub u64);
+
+/// An event handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId(pub u64);
+
+/// The body of device work: runs once, on the device's memory.
+pub type WorkFn = Box<dyn FnOnce(&mut Memory) -> SimResult<()> + Send>;
+
+/// Device work: a closure over device memory, with the ranges it touches (checked when it is
+/// enqueued, again when it runs, and against frees while it is queued).
+pub struct Work {
+    /// `(address, length)` of every range the work reads or writes.
+    pub touches: Vec<(u64, u64)>,
+    pub run: WorkFn,
+}
+
+enum Op {
+    Work(Work),
+    Record { event: EventId, generation: u64 },
+    Wait { stream: StreamId, position: u64 },
+}
+
+#[derive(Default)]
+struct StreamState {
+    queue: VecDeque<Op>,
+    /// Operations enqueued and executed so far.
+    enqueued: u64,
+    executed: u64,
+}
+
+#[derive(Default)]
+struct EventState {
+    /// Stream and position of the latest record (None: never recorded).
+    record: Option<(StreamId, u64)>,
+    generation: u64,
+    time: Option<Instant>,
+}
+
+struct State {
+    memory: Memory,
+    streams: HashMap<StreamId, StreamState>,
+    events: HashMap<EventId, EventState>,
+    next_id: u64,
+    sticky: Option<SimError>,
+}
+
+/// One simulated device.
+pub struct Device {
+    mode: Mode,
+    state: Mutex<State>,
+}
+
+impl Device {
+    /// A device with `capacity` bytes of memory running work in `mode`.
+    pub fn new(capacity: u64, mode: Mode) -> Device {
+        Device {
+            mode,
+            state: Mutex::new(State {
+                memory: Memory::new(capacity),
+                streams: HashMap::new(),
+                events: HashMap::new(),
+                next_id: 1,
+                sticky: None,
+            }),
+        }
+    }
+
+    /// The execution mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The device's sticky error, if a fault poisoned it.
+    pub fn sticky(&self) -> Option<SimError> {
+        self.state.lock().sticky.clone()
+    }
+
+    /// (free, total) bytes.
+    pub fn memory_info(&self) -> (u64, u64) {
+        self.state.lock().memory.info()
+    }
+
+    /// Allocates `len` bytes of device memory.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::OutOfMemory`].
+    pub fn alloc(&self, len: u64) -> SimResult<u64> {
+        let mut s = self.live()?;
+        s.memory.alloc(len)
+    }
+
+    /// Frees an allocation now (`cuMemFree` semantics: the caller must have synchronised).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::FreeInFlight`] when queued work still touches it;
+    /// [`SimError::DoubleFree`]; [`SimError::InvalidValue`].
+    pub fn free(&self, addr: u64) -> SimResult<()> {
+        let mut s = self.live()?;
+        if let Ok(start) = s.memory.check(addr, 0) {
+            if start == addr && s.touched_by_queued_work(addr) {
+                return Err(SimError::FreeInFlight(addr));
+            }
+        }
+        s.memory.free(addr)
+    }
+
+    /// Writes host bytes to device memory synchronously (after all queued work, as a blocking
+    /// copy on the legacy default stream would).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::IllegalAddress`].
+    pub fn write(&self, addr: u64, src: &[u8]) -> SimResult<()> {
+        self.synchronize()?;
+        self.live()?.memory.write(addr, src)
+    }
+
+    /// Reads device memory synchronously (after all queued work).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::IllegalAddress`].
+    pub fn read(&self, addr: u64, dst: &mut [u8]) -> SimResult<()> {
+        self.synchronize()?;
+        self.live()?.memory.read(addr, dst)
+    }
+
+    /// Creates a stream.
+    ///
+    /// # Errors
+    /// The sticky error.
+    pub fn create_stream(&self) -> SimResult<StreamId> {
+        let mut s = self.live()?;
+        let id = StreamId(s.fresh());
+        s.streams.insert(id, StreamState::default());
+        Ok(id)
+    }
+
+    /// Destroys a stream after its queued work has run (`cuStreamDestroy` semantics).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`]; errors of the work it runs.
+    pub fn destroy_stream(&self, stream: StreamId) -> SimResult<()> {
+        self.stream_synchronize(stream)?;
+        self.state.lock().streams.remove(&stream);
+        Ok(())
+    }
+
+    /// Queues device work on `stream`; in eager mode it runs now.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::InvalidValue`] when a touched
+    /// range is outside every live allocation at enqueue time.
+    pub fn enqueue(&self, stream: StreamId, work: Work) -> SimResult<()> {
+        let mut s = self.live()?;
+        for &(addr, len) in &work.touches {
+            s.memory
+                .check(addr, len)
+                .map_err(|e| SimError::InvalidValue(e.to_string()))?;
+        }
+        s.push(stream, Op::Work(work))?;
+        self.after_enqueue(&mut s, stream)
+    }
+
+    /// Creates an event.
+    ///
+    /// # Errors
+    /// The sticky error.
+    pub fn create_event(&self) -> SimResult<EventId> {
+        let mut s = self.live()?;
+        let id = EventId(s.fresh());
+        s.events.insert(id, EventState::default());
+        Ok(id)
+    }
+
+    /// Destroys an event.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`].
+    pub fn destroy_event(&self, event: EventId) -> SimResult<()> {
+        let mut s = self.state.lock();
+        s.events
+            .remove(&event)
+            .map(|_| ())
+            .ok_or_else(|| SimError::InvalidHandle(format!("event {}", event.0)))
+    }
+
+    /// Records `event` at the end of `stream` (replacing an earlier record).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`].
+    pub fn record(&self, event: EventId, stream: StreamId) -> SimResult<()> {
+        let mut s = self.live()?;
+        let position = s.stream(stream)?.enqueued + 1;
+        let ev = s.event(event)?;
+        ev.generation += 1;
+        ev.record = Some((stream, position));
+        ev.time = None;
+        let generation = ev.generation;
+        s.push(stream, Op::Record { event, generation })?;
+        self.after_enqueue(&mut s, stream)
+    }
+
+    /// Makes later work on `stream` wait for the event's latest record (no-op if never recorded).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`].
+    pub fn wait(&self, stream: StreamId, event: EventId) -> SimResult<()> {
+        let mut s = self.live()?;
+        s.stream(stream)?;
+        let Some((on, position)) = s.event(event)?.record else {
+            return Ok(());
+        };
+        s.push(
+            stream,
+            Op::Wait {
+                stream: on,
+                position,
+            },
+        )?;
+        self.after_enqueue(&mut s, stream)
+    }
+
+    /// Whether the event's work has run (never executes work itself).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`].
+    pub fn query(&self, event: EventId) -> SimResult<()> {
+        let mut s = self.live()?;
+        let record = s.event(event)?.record;
+        match record {
+            Some((stream, position)) if !s.reached(stream, position) => Err(SimError::NotReady),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs the recording stream up to the event (a synchronisation point).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; errors of the work it runs.
+    pub fn event_synchronize(&self, event: EventId) -> SimResult<()> {
+        let mut s = self.live()?;
+        if let Some((stream, position)) = s.event(event)?.record {
+            s.run_until(stream, position, &mut HashSet::new())?;
+        }
+        s.sticky.clone().map_or(Ok(()), Err)
+    }
+
+    /// Milliseconds between two completed events.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`]; [`SimError::NotReady`] when either has not completed.
+    pub fn elapsed_ms(&self, start: EventId, end: EventId) -> SimResult<f32> {
+        let mut s = self.live()?;
+        let a = s.event(start)?.time.ok_or(SimError::NotReady)?;
+        let b = s.event(end)?.time.ok_or(SimError::NotReady)?;
+        Ok(if b >= a {
+            (b - a).as_secs_f32() * 1e3
+        } else {
+            -((a - b).as_secs_f32() * 1e3)
+        })
+    }
+
+    /// Runs all of `stream`'s queued work (a synchronisation point).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; errors of the work it runs.
+    pub fn stream_synchronize(&self, stream: StreamId) -> SimResult<()> {
+        let mut s = self.live()?;
+        let end = s.stream(stream)?.enqueued;
+        s.run_until(stream, end, &mut HashSet::new())?;
+        s.sticky.clone().map_or(Ok(()), Err)
+    }
+
+    /// Runs every stream's queued work (device synchronise).
+    ///
+    /// # Errors
+    /// The sticky error; errors of the work it runs.
+    pub fn synchronize(&self) -> SimResult<()> {
+        let mut s = self.live()?;
+        let mut ids: Vec<StreamId> = s.streams.keys().copied().collect();
+        ids.sort_by_key(|i| i.0);
+        for id in ids {
+            let end = s.stream(id)?.enqueued;
+            s.run_until(id, end, &mut HashSet::new())?;
+        }
+        s.sticky.clone().map_or(Ok(()), Err)
+    }
+
+    fn live(&self) -> SimResult<parking_lot::MutexGuard<'_, State>> {
+        let s = self.state.lock();
+        match &s.sticky {
+            Some(e) => Err(e.clone()),
+            None => Ok(s),
+        }
+    }
+
+    fn after_enqueue(&self, s: &mut State, stream: StreamId) -> SimResult<()> {
+        if self.mode == Mode::Eager {
+            let end = s.stream(stream)?.enqueued;
+            s.run_until(stream, end, &mut HashSet::new())?;
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    fn fresh(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn stream(&mut self, id: StreamId) -> SimResult<&mut StreamState> {
+        self.streams
+            .get_mut(&id)
+            .ok_or_else(|| SimError::InvalidHandle(format!("stream {}", id.0)))
+    }
+
+    fn event(&mut self, id: EventId) -> SimResult<&mut EventState> {
+        self.events
+            .get_mut(&id)
+            .ok_or_else(|| SimError::InvalidHandle(format!("event {}", id.0)))
+    }
+
+    fn push(&mut self, stream: StreamId, op: Op) -> SimResult<()> {
+        let st = self.stream(stream)?;
+        st.queue.push_back(op);
+        st.enqueued += 1;
+        Ok(())
+    }
+
+    /// True when `stream` has executed its first `position` operations (or no longer exists).
+    fn reached(&self, stream: StreamId, position: u64) -> bool {
+        self.streams
+            .get(&stream)
+            .is_none_or(|st| st.executed >= position)
+    }
+
+    fn touched_by_queued_work(&self, start: u64) -> bool {
+        self.streams.values().any(|st| {
+            st.queue.iter().any(|op| match op {
+                Op::Work(w) => w
+                    .touches
+                    .iter()
+                    .any(|&(a, l)| self.memory.check(a, l).ok() == Some(start)),
+                _ => false,
+            })
+        })
+    }
+
+    /// Executes `stream`'s operations up to `position`, first running the streams its waits
+    /// depend on. `active` holds the streams being run up the call chain (a cycle is an error).
+    fn run_until(
+        &mut self,
+        stream: StreamId,
+        position: u64,
+        active: &mut HashSet<StreamId>,
+    ) -> SimResult<()> {
+        if !active.insert(stream) {
+            return Err(SimError::WaitCycle);
+        }
+        while !self.reached(stream, position) && self.sticky.is_none() {
+            let op = self
+                .stream(stream)?
+                .queue
+                .pop_front()
+                .expect("positions count queued operations");
+            match op {
+                Op::Work(w) => {
+                    let checked = w
+                        .touches
+                        .iter()
+                        .try_for_each(|&(a, l)| self.memory.check(a, l).map(|_| ()));
+                    if let Err(e) = checked.and_then(|()| (w.run)(&mut self.memory)) {
+                        self.sticky = Some(if e.is_sticky() {
+                            e
+                        } else {
+                            SimError::LaunchFailed(e.to_string())
+                        });
+                    }
+                }
+                Op::Record { event, generation } => {
+                    if let Some(ev) = self.events.get_mut(&event) {
+                        if ev.generation == generation {
+                            ev.time = Some(Instant::now());
+                        }
+                    }
+                }
+                // A wait on this stream's own earlier record is already satisfied by order.
+                Op::Wait {
+                    stream: on,
+                    position: p,
+                } if on != stream => self.run_until(on, p, active)?,
+                Op::Wait { .. } => {}
+            }
+            self.stream(stream)?.executed += 1;
+        }
+        active.remove(&stream);
+        Ok(())
+    }
+}

@@ -1,0 +1,178 @@
+//! Strictness of the simulator core, independent of any face or backend: each misuse gives its
+//! documented error, faults are sticky, and deferred mode exposes a planted missing cross-stream
+//! wait that eager mode lets pass by luck.
+
+use std::sync::Arc;
+use unihal_sim::{Device, Mode, SimError, Work};
+
+const MB: u64 = 1 << 20;
+
+/// Device work that fills `len` bytes at `addr` with `byte`.
+fn fill(addr: u64, len: u64, byte: u8) -> Work {
+    Work {
+        touches: vec![(addr, len)],
+        run: Box::new(move |m| m.fill(addr, byte as u32, 1, len)),
+    }
+}
+
+/// Device work that copies `len` bytes from `src` to `dst`.
+fn copy(dst: u64, src: u64, len: u64) -> Work {
+    Work {
+        touches: vec![(dst, len), (src, len)],
+        run: Box::new(move |m| m.copy(dst, src, len)),
+    }
+}
+
+fn read(d: &Device, addr: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    d.read(addr, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn memory_misuse_gives_the_documented_errors() {
+    let d = Device::new(4 * MB, Mode::Deferred);
+    let a = d.alloc(1000).unwrap();
+    assert_eq!(a % 256, 0, "allocations are 256-byte aligned");
+    // Out of memory, with the numbers.
+    assert_eq!(
+        d.alloc(4 * MB),
+        Err(SimError::OutOfMemory {
+            requested: 4 * MB,
+            free: 4 * MB - 1000
+        })
+    );
+    assert_eq!(d.memory_info(), (4 * MB - 1000, 4 * MB));
+    // Out-of-bounds accesses: at enqueue (invalid value) and in synchronous copies.
+    let s = d.create_stream().unwrap();
+    assert!(matches!(
+        d.enqueue(s, fill(a + 990, 20, 1)),
+        Err(SimError::InvalidValue(_))
+    ));
+    assert_eq!(
+        d.write(a + 1, &[0u8; 1000]),
+        Err(SimError::IllegalAddress {
+            addr: a + 1,
+            len: 1000
+        })
+    );
+    // Frees: not the start of an allocation, double free, free while queued work uses it.
+    assert!(matches!(d.free(a + 8), Err(SimError::InvalidValue(_))));
+    d.enqueue(s, fill(a, 1000, 3)).unwrap();
+    assert_eq!(d.free(a), Err(SimError::FreeInFlight(a)));
+    d.stream_synchronize(s).unwrap();
+    assert_eq!(read(&d, a, 4), vec![3; 4]);
+    d.free(a).unwrap();
+    assert_eq!(d.free(a), Err(SimError::DoubleFree(a)));
+    assert_eq!(d.memory_info(), (4 * MB, 4 * MB));
+    // Unknown handles.
+    assert!(matches!(
+        d.stream_synchronize(unihal_sim::StreamId(999)),
+        Err(SimError::InvalidHandle(_))
+    ));
+    assert!(matches!(
+        d.query(unihal_sim::EventId(999)),
+        Err(SimError::InvalidHandle(_))
+    ));
+}
+
+#[test]
+fn a_fault_in_device_work_is_sticky() {
+    let d = Device::new(MB, Mode::Deferred);
+    let a = d.alloc(64).unwrap();
+    let s = d.create_stream().unwrap();
+    // Work that passes the enqueue check but whose memory is gone when it runs cannot be queued
+    // (free refuses); a kernel that fails does the same as on hardware.
+    d.enqueue(
+        s,
+        Work {
+            touches: vec![(a, 64)],
+            run: Box::new(|_| Err(SimError::LaunchFailed("planted".into()))),
+        },
+    )
+    .unwrap();
+    let e = d.stream_synchronize(s).unwrap_err();
+    assert_eq!(e, SimError::LaunchFailed("planted".into()));
+    // Every later call returns it.
+    assert_eq!(d.alloc(8), Err(e.clone()));
+    assert_eq!(d.create_stream(), Err(e.clone()));
+    assert_eq!(d.synchronize(), Err(e.clone()));
+    assert_eq!(d.sticky(), Some(e));
+}
+
+/// Producer fills `src` on stream 1; consumer copies `src` to `dst` on stream 2, with or without
+/// waiting on an event recorded after the fill. Returns what `dst` holds.
+fn producer_consumer(mode: Mode, with_wait: bool) -> Vec<u8> {
+    let d = Device::new(MB, mode);
+    let (src, dst) = (d.alloc(256).unwrap(), d.alloc(256).unwrap());
+    let (s1, s2) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let ev = d.create_event().unwrap();
+    d.enqueue(s1, fill(src, 256, 7)).unwrap();
+    d.record(ev, s1).unwrap();
+    if with_wait {
+        d.wait(s2, ev).unwrap();
+    }
+    d.enqueue(s2, copy(dst, src, 256)).unwrap();
+    d.stream_synchronize(s2).unwrap();
+    // The copy has run; whatever runs later (the read synchronises the device) cannot change dst.
+    read(&d, dst, 256)
+}
+
+#[test]
+fn deferred_mode_exposes_a_missing_cross_stream_wait() {
+    // Correct program: the consumer sees the producer's bytes in both modes.
+    assert_eq!(producer_consumer(Mode::Deferred, true), vec![7; 256]);
+    assert_eq!(producer_consumer(Mode::Eager, true), vec![7; 256]);
+    // The planted bug (no wait): eager mode passes by luck, deferred mode gives wrong results.
+    assert_eq!(producer_consumer(Mode::Eager, false), vec![7; 256]);
+    assert_eq!(producer_consumer(Mode::Deferred, false), vec![0; 256]);
+}
+
+#[test]
+fn events_complete_only_when_their_stream_runs_and_time_it() {
+    let d = Device::new(MB, Mode::Deferred);
+    let a = d.alloc(1 << 16).unwrap();
+    let s = d.create_stream().unwrap();
+    let (e0, e1) = (d.create_event().unwrap(), d.create_event().unwrap());
+    d.record(e0, s).unwrap();
+    d.enqueue(s, fill(a, 1 << 16, 1)).unwrap();
+    d.record(e1, s).unwrap();
+    assert_eq!(d.query(e1), Err(SimError::NotReady));
+    assert_eq!(d.elapsed_ms(e0, e1), Err(SimError::NotReady));
+    d.event_synchronize(e1).unwrap();
+    assert_eq!(d.query(e1), Ok(()));
+    let ms = d.elapsed_ms(e0, e1).unwrap();
+    assert!(ms >= 0.0, "{ms}");
+    // A new record makes the event pending again.
+    d.record(e1, s).unwrap();
+    assert_eq!(d.query(e1), Err(SimError::NotReady));
+    d.destroy_event(e0).unwrap();
+    assert!(matches!(
+        d.destroy_event(e0),
+        Err(SimError::InvalidHandle(_))
+    ));
+}
+
+#[test]
+fn streams_are_fifo_and_the_device_is_thread_safe() {
+    let d = Arc::new(Device::new(64 * MB, Mode::Deferred));
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let s = d.create_stream().unwrap();
+                let a = d.alloc(4096).unwrap();
+                for k in 0..50u8 {
+                    d.enqueue(s, fill(a, 4096, t.wrapping_mul(31).wrapping_add(k)))
+                        .unwrap();
+                }
+                d.stream_synchronize(s).unwrap();
+                (a, t.wrapping_mul(31).wrapping_add(49))
+            })
+        })
+        .collect();
+    for h in threads {
+        let (a, last) = h.join().unwrap();
+        assert_eq!(read(&d, a, 4096), vec![last; 4096], "the last fill wins");
+    }
+}
