@@ -25,6 +25,12 @@ pub enum SimError {
     NotReady,
     /// Streams waiting on each other's events in a cycle: they would never finish.
     WaitCycle,
+    /// A module image the simulator cannot load (a cubin, a fatbin, not PTX).
+    InvalidImage(String),
+    /// A name (kernel entry) that the module does not have.
+    NotFound(String),
+    /// Something the simulator does not run (a kernel without a host function): never faked.
+    Unsupported(String),
 }
 
 impl SimError {
@@ -56,6 +62,9 @@ impl fmt::Display for SimError {
             SimError::LaunchFailed(m) => write!(f, "launch failed: {m}"),
             SimError::NotReady => write!(f, "not ready"),
             SimError::WaitCycle => write!(f, "streams wait on each other in a cycle"),
+            SimError::InvalidImage(m) => write!(f, "invalid image: {m}"),
+            SimError::NotFound(m) => write!(f, "not found: {m}"),
+            SimError::Unsupported(m) => write!(f, "unsupported by the simulator: {m}"),
         }
     }
 }

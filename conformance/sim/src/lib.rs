@@ -16,15 +16,22 @@
 //!   on an event first runs the recording stream up to it (so dependencies, and only they, order
 //!   work across streams);
 //! * **sticky errors**: a fault in device work (an illegal address, a failed kernel) poisons the
-//!   device: every later call returns it, as on hardware.
+//!   device: every later call returns it, as on hardware;
+//! * **kernels** ([`module`]): modules are PTX text; each `.entry` runs the host function
+//!   registered under its name (unihal's portable library has one per kernel), with argument values
+//!   copied at launch (CUDA's `kernelParams` convention) and grid/block/shared-memory limits
+//!   checked. Kernels run natively on host memory: their own loads and stores are not checked
+//!   against the allocation table (a wild pointer in a kernel is a crash, not an error code).
 //!
 //! A [`Device`] is thread-safe: one lock orders API calls and the execution of device work.
 
 pub mod error;
 pub mod memory;
+pub mod module;
 
 pub use error::{SimError, SimResult};
 pub use memory::Memory;
+pub use module::{Entry, Kernels, Limits};
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -46,6 +53,14 @@ pub struct StreamId(pub u64);
 /// An event handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventId(pub u64);
+
+/// A module handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModuleId(pub u64);
+
+/// A kernel (function) handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FunctionId(pub u64);
 
 /// The body of device work: runs once, on the device's memory.
 pub type WorkFn = Box<dyn FnOnce(&mut Memory) -> SimResult<()> + Send>;
@@ -84,6 +99,8 @@ struct State {
     memory: Memory,
     streams: HashMap<StreamId, StreamState>,
     events: HashMap<EventId, EventState>,
+    modules: HashMap<ModuleId, Vec<Entry>>,
+    functions: HashMap<FunctionId, (ModuleId, Entry)>,
     next_id: u64,
     sticky: Option<SimError>,
 }
@@ -91,22 +108,176 @@ struct State {
 /// One simulated device.
 pub struct Device {
     mode: Mode,
+    kernels: Kernels,
+    limits: Limits,
     state: Mutex<State>,
 }
 
 impl Device {
-    /// A device with `capacity` bytes of memory running work in `mode`.
+    /// A device with `capacity` bytes of memory running work in `mode`, without kernels.
     pub fn new(capacity: u64, mode: Mode) -> Device {
+        Device::with_kernels(capacity, mode, Kernels::new(), Limits::default())
+    }
+
+    /// A device that runs `kernels` under `limits`.
+    pub fn with_kernels(capacity: u64, mode: Mode, kernels: Kernels, limits: Limits) -> Device {
         Device {
             mode,
+            kernels,
+            limits,
             state: Mutex::new(State {
                 memory: Memory::new(capacity),
                 streams: HashMap::new(),
                 events: HashMap::new(),
+                modules: HashMap::new(),
+                functions: HashMap::new(),
                 next_id: 1,
                 sticky: None,
             }),
         }
+    }
+
+    /// The launch limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Loads a PTX module.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidImage`] for cubin/fatbin or non-PTX images.
+    pub fn load_module(&self, image: &[u8]) -> SimResult<ModuleId> {
+        let entries = module::parse_ptx(image)?;
+        let mut s = self.live()?;
+        let id = ModuleId(s.fresh());
+        s.modules.insert(id, entries);
+        Ok(id)
+    }
+
+    /// Unloads a module; its functions become invalid handles.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`].
+    pub fn unload_module(&self, module: ModuleId) -> SimResult<()> {
+        let mut s = self.state.lock();
+        s.modules
+            .remove(&module)
+            .ok_or_else(|| SimError::InvalidHandle(format!("module {}", module.0)))?;
+        s.functions.retain(|_, (m, _)| *m != module);
+        Ok(())
+    }
+
+    /// The kernel `name` of a module.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`]; [`SimError::NotFound`] when the module has no such entry.
+    pub fn function(&self, module: ModuleId, name: &str) -> SimResult<FunctionId> {
+        let mut s = self.live()?;
+        let entry = s
+            .modules
+            .get(&module)
+            .ok_or_else(|| SimError::InvalidHandle(format!("module {}", module.0)))?
+            .iter()
+            .find(|e| e.name == name)
+            .cloned()
+            .ok_or_else(|| SimError::NotFound(format!("kernel {name}")))?;
+        let id = FunctionId(s.fresh());
+        s.functions.insert(id, (module, entry));
+        Ok(id)
+    }
+
+    /// The PTX entry of a function (name and parameter sizes).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`].
+    pub fn entry(&self, function: FunctionId) -> SimResult<Entry> {
+        let s = self.state.lock();
+        s.functions
+            .get(&function)
+            .map(|(_, e)| e.clone())
+            .ok_or_else(|| SimError::InvalidHandle(format!("function {}", function.0)))
+    }
+
+    /// Queues a launch of `function` on `stream` with the argument values `args` (copied now, one
+    /// per parameter, each exactly the parameter's size).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::InvalidValue`] for a launch
+    /// beyond the limits or arguments that do not match the parameters;
+    /// [`SimError::Unsupported`] when no host function runs the entry.
+    pub fn launch(
+        &self,
+        stream: StreamId,
+        function: FunctionId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        args: &[&[u8]],
+    ) -> SimResult<()> {
+        let entry = self.entry(function)?;
+        self.limits.check(grid, block, shared_bytes)?;
+        let sizes: Vec<usize> = args.iter().map(|a| a.len()).collect();
+        if sizes != entry.param_sizes {
+            return Err(SimError::InvalidValue(format!(
+                "kernel {}: argument sizes {sizes:?}, parameters {:?}",
+                entry.name, entry.param_sizes
+            )));
+        }
+        let f = self.kernels.get(&entry.name).ok_or_else(|| {
+            SimError::Unsupported(format!("kernel {} has no host function", entry.name))
+        })?;
+        // Argument copies, 16-byte aligned as parameter space is.
+        let owned: Vec<Vec<u128>> = args
+            .iter()
+            .map(|a| {
+                let mut v = vec![0u128; a.len().div_ceil(16).max(1)];
+                // SAFETY: `v` holds at least `a.len()` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(a.as_ptr(), v.as_mut_ptr() as *mut u8, a.len())
+                };
+                v
+            })
+            .collect();
+        let name = entry.name;
+        let run: WorkFn = Box::new(move |_memory| {
+            let mut owned = owned;
+            let params: Vec<*mut std::ffi::c_void> =
+                owned.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
+            let mut shared = vec![0u8; shared_bytes as usize];
+            for z in 0..grid[2] {
+                for y in 0..grid[1] {
+                    for x in 0..grid[0] {
+                        shared.fill(0);
+                        let ctx = unihal_hal::HostLaunchCtx {
+                            grid,
+                            block,
+                            block_idx: [x, y, z],
+                            shared: shared.as_mut_ptr(),
+                            shared_bytes: shared_bytes as u64,
+                        };
+                        // SAFETY: `f` follows the host-kernel ABI; `params` holds one pointer per
+                        // parameter to a copy of the right size; ctx and shared outlive the call.
+                        // The kernel's own memory accesses are its caller's contract, as on a GPU.
+                        let status = unsafe { f(&ctx, params.as_ptr()) };
+                        if status != 0 {
+                            return Err(SimError::LaunchFailed(format!(
+                                "kernel {name} block ({x}, {y}, {z}) returned {status}"
+                            )));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+        let mut s = self.live()?;
+        s.push(
+            stream,
+            Op::Work(Work {
+                touches: Vec::new(),
+                run,
+            }),
+        )?;
+        self.after_enqueue(&mut s, stream)
     }
 
     /// The execution mode.
