@@ -338,6 +338,24 @@ impl Device {
         self.live()?.memory.read(addr, dst)
     }
 
+    /// Reads device memory once `stream`'s queued work has run (and what it waits on), without
+    /// synchronising other streams: a blocking copy to pageable host memory.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::IllegalAddress`].
+    pub fn read_on(&self, stream: StreamId, addr: u64, dst: &mut [u8]) -> SimResult<()> {
+        self.stream_synchronize(stream)?;
+        self.live()?.memory.read(addr, dst)
+    }
+
+    /// Whether `stream` exists.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`].
+    pub fn query_stream(&self, stream: StreamId) -> SimResult<()> {
+        self.live()?.stream(stream).map(|_| ())
+    }
+
     /// Creates a stream.
     ///
     /// # Errors

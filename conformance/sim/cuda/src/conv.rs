@@ -1,0 +1,92 @@
+//! Conversions of the simulated CUDA driver: simulator errors to `CUresult` codes (the values of
+//! CUDA's `cuda.h`), their names and strings, and the device attributes it reports.
+
+use std::ffi::CStr;
+use unihal_sim::{Limits, SimError};
+
+pub const CUDA_SUCCESS: i32 = 0;
+pub const CUDA_ERROR_INVALID_VALUE: i32 = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: i32 = 3;
+pub const CUDA_ERROR_INVALID_DEVICE: i32 = 101;
+pub const CUDA_ERROR_INVALID_IMAGE: i32 = 200;
+pub const CUDA_ERROR_INVALID_CONTEXT: i32 = 201;
+pub const CUDA_ERROR_INVALID_HANDLE: i32 = 400;
+pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
+pub const CUDA_ERROR_NOT_READY: i32 = 600;
+pub const CUDA_ERROR_ILLEGAL_ADDRESS: i32 = 700;
+pub const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
+pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
+pub const CUDA_ERROR_UNKNOWN: i32 = 999;
+
+/// The `CUresult` of a simulator error.
+pub fn code(e: &SimError) -> i32 {
+    match e {
+        SimError::InvalidValue(_) | SimError::DoubleFree(_) | SimError::FreeInFlight(_) => {
+            CUDA_ERROR_INVALID_VALUE
+        }
+        SimError::OutOfMemory { .. } => CUDA_ERROR_OUT_OF_MEMORY,
+        SimError::InvalidHandle(_) => CUDA_ERROR_INVALID_HANDLE,
+        SimError::IllegalAddress { .. } => CUDA_ERROR_ILLEGAL_ADDRESS,
+        SimError::LaunchFailed(_) => CUDA_ERROR_LAUNCH_FAILED,
+        SimError::NotReady => CUDA_ERROR_NOT_READY,
+        SimError::WaitCycle => CUDA_ERROR_UNKNOWN,
+        SimError::InvalidImage(_) => CUDA_ERROR_INVALID_IMAGE,
+        SimError::NotFound(_) => CUDA_ERROR_NOT_FOUND,
+        SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
+    }
+}
+
+/// `cuGetErrorName` and `cuGetErrorString` texts of a code (None for unknown codes).
+pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
+    Some(match code {
+        CUDA_SUCCESS => (c"CUDA_SUCCESS", c"no error"),
+        CUDA_ERROR_INVALID_VALUE => (c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+        CUDA_ERROR_OUT_OF_MEMORY => (c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
+        CUDA_ERROR_NOT_INITIALIZED => (c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
+        CUDA_ERROR_INVALID_DEVICE => (c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+        CUDA_ERROR_INVALID_IMAGE => (
+            c"CUDA_ERROR_INVALID_IMAGE",
+            c"device kernel image is invalid",
+        ),
+        CUDA_ERROR_INVALID_CONTEXT => (c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
+        CUDA_ERROR_INVALID_HANDLE => (c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
+        CUDA_ERROR_NOT_FOUND => (c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
+        CUDA_ERROR_NOT_READY => (c"CUDA_ERROR_NOT_READY", c"device not ready"),
+        CUDA_ERROR_ILLEGAL_ADDRESS => (
+            c"CUDA_ERROR_ILLEGAL_ADDRESS",
+            c"an illegal memory access was encountered",
+        ),
+        CUDA_ERROR_LAUNCH_FAILED => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
+        CUDA_ERROR_NOT_SUPPORTED => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+        CUDA_ERROR_UNKNOWN => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+        _ => return None,
+    })
+}
+
+/// Compute capability the simulated device reports (an sm_80-class part, the PTX it loads).
+pub const COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+/// Multiprocessors reported.
+pub const MULTIPROCESSORS: i32 = 4;
+
+/// The value of a `CUdevice_attribute` (None: not simulated, an invalid value).
+pub fn attribute(attr: i32, limits: &Limits) -> Option<i32> {
+    Some(match attr {
+        1 => limits.max_threads_per_block as i32,
+        2..=4 => limits.max_block[(attr - 2) as usize] as i32,
+        5..=7 => limits.max_grid[(attr - 5) as usize] as i32,
+        8 => limits.max_shared_bytes as i32,
+        10 => 32,        // warp size
+        13 => 1_000_000, // clock rate, kHz
+        16 => MULTIPROCESSORS,
+        18 => 0, // not integrated
+        19 => 1, // can map host memory
+        33 => 0, // PCI bus id
+        41 => 1, // unified addressing
+        75 => COMPUTE_CAPABILITY.0,
+        76 => COMPUTE_CAPABILITY.1,
+        97 => limits.max_shared_bytes as i32,
+        115 => 1, // memory pools (cuMemAllocAsync)
+        _ => return None,
+    })
+}

@@ -1,0 +1,205 @@
+//! The simulated CUDA driver through its C entry points (in process): device queries, memory,
+//! pageable copies, streams and events (a planted missing wait gives wrong results in the default
+//! deferred mode), PTX modules running a library kernel through `kernelParams`, a cubin rejected
+//! with CUDA_ERROR_INVALID_IMAGE, and CUDA's codes for misuse.
+
+use cuda::conv::*;
+use cuda::*;
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+use unihal_kernels::args::UhArgs;
+
+fn ok(r: i32) {
+    assert_eq!(r, CUDA_SUCCESS, "CUresult {r}");
+}
+
+fn init() {
+    ok(cuInit(0));
+}
+
+#[test]
+fn device_queries_name_a_simulated_device() {
+    init();
+    unsafe {
+        let mut n = 0;
+        ok(cuDeviceGetCount(&mut n));
+        assert_eq!(n, 1);
+        let mut name = [0 as std::ffi::c_char; 128];
+        ok(cuDeviceGetName(name.as_mut_ptr(), 128, 0));
+        let name = CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string();
+        assert!(name.contains("simulated"), "{name}");
+        let (mut major, mut warp) = (0, 0);
+        ok(cuDeviceGetAttribute(&mut major, 75, 0));
+        ok(cuDeviceGetAttribute(&mut warp, 10, 0));
+        assert_eq!((major, warp), (8, 32));
+        assert_eq!(
+            cuDeviceGetAttribute(&mut major, 9999, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuDeviceGet(&mut n, 1), CUDA_ERROR_INVALID_DEVICE);
+        let mut s: *const std::ffi::c_char = std::ptr::null();
+        ok(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &mut s));
+        assert_eq!(
+            CStr::from_ptr(s).to_str().unwrap(),
+            "CUDA_ERROR_ILLEGAL_ADDRESS"
+        );
+    }
+}
+
+#[test]
+fn memory_misuse_returns_cuda_codes() {
+    init();
+    unsafe {
+        let mut p = 0u64;
+        ok(cuMemAlloc_v2(&mut p, 1024));
+        assert_eq!(cuMemAlloc_v2(&mut p, 0), CUDA_ERROR_INVALID_VALUE);
+        let mut big = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut big, 1 << 60), CUDA_ERROR_OUT_OF_MEMORY);
+        // Out of bounds at enqueue.
+        assert_eq!(
+            cuMemsetD8Async(p + 1000, 1, 100, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        ok(cuMemFree_v2(p));
+        assert_eq!(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE, "double free");
+        assert_eq!(
+            cuStreamSynchronize(12345 as *mut c_void),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        let mut ms = 0f32;
+        assert_eq!(
+            cuEventElapsedTime(&mut ms, 777 as *mut c_void, 778 as *mut c_void),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+    }
+}
+
+/// Producer fills on s1 and records an event; consumer copies on s2, waiting or not.
+unsafe fn producer_consumer(wait: bool) -> Vec<u8> {
+    unsafe {
+        let (mut src, mut dst) = (0u64, 0u64);
+        ok(cuMemAlloc_v2(&mut src, 256));
+        ok(cuMemAlloc_v2(&mut dst, 256));
+        let (mut s1, mut s2, mut ev) = (null_mut(), null_mut(), null_mut());
+        ok(cuStreamCreate(&mut s1, 0));
+        ok(cuStreamCreate(&mut s2, 0));
+        ok(cuEventCreate(&mut ev, 0));
+        ok(cuMemsetD8Async(dst, 0, 256, s2));
+        ok(cuMemsetD8Async(src, 9, 256, s1));
+        ok(cuEventRecord(ev, s1));
+        if wait {
+            ok(cuStreamWaitEvent(s2, ev, 0));
+        }
+        ok(cuMemcpyDtoDAsync_v2(dst, src, 256, s2));
+        let mut host = vec![0u8; 256];
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            dst,
+            256,
+            s2,
+        ));
+        ok(cuCtxSynchronize());
+        for s in [s1, s2] {
+            ok(cuStreamDestroy_v2(s));
+        }
+        ok(cuEventDestroy_v2(ev));
+        ok(cuMemFree_v2(src));
+        ok(cuMemFree_v2(dst));
+        host
+    }
+}
+
+#[test]
+fn a_missing_cross_stream_wait_gives_wrong_results() {
+    init();
+    unsafe {
+        assert_eq!(producer_consumer(true), vec![9; 256]);
+        assert_eq!(
+            producer_consumer(false),
+            vec![0; 256],
+            "deferred mode exposes the bug"
+        );
+    }
+}
+
+#[test]
+fn a_library_kernel_runs_from_ptx_and_a_cubin_is_rejected() {
+    init();
+    unsafe {
+        let n = std::mem::size_of::<UhArgs>();
+        let ptx = format!(
+            ".version 8.8\n.target sm_80\n.address_size 64\n.visible .entry uh_fill_b4(\n\t.param .align 8 .b8 uh_fill_b4_param_0[{n}]\n)\n{{\n\tret;\n}}\n\0"
+        );
+        let mut m = null_mut();
+        ok(cuModuleLoadData(&mut m, ptx.as_ptr() as *const c_void));
+        let mut f = null_mut();
+        ok(cuModuleGetFunction(&mut f, m, c"uh_fill_b4".as_ptr()));
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"nope".as_ptr()),
+            CUDA_ERROR_NOT_FOUND
+        );
+        ok(cuModuleGetFunction(&mut f, m, c"uh_fill_b4".as_ptr()));
+        let mut p = 0u64;
+        ok(cuMemAlloc_v2(&mut p, 4 * 1000));
+        let mut a = UhArgs {
+            ndim: 1,
+            n: 1000,
+            contiguous: 1,
+            ..UhArgs::default()
+        };
+        a.size[0] = 1000;
+        a.ptr[0] = p;
+        a.stride[0][0] = 1;
+        a.u[0] = 0xdead_beef;
+        let mut params = [&mut a as *mut UhArgs as *mut c_void];
+        let mut s = null_mut();
+        ok(cuStreamCreate(&mut s, 0));
+        ok(cuLaunchKernel(
+            f,
+            8,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            null_mut(),
+        ));
+        assert_eq!(
+            cuLaunchKernel(
+                f,
+                1,
+                1,
+                1,
+                2048,
+                1,
+                1,
+                0,
+                s,
+                params.as_mut_ptr(),
+                null_mut()
+            ),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut host = vec![0u8; 4000];
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            p,
+            4000,
+            s,
+        ));
+        assert!(host
+            .chunks(4)
+            .all(|c| u32::from_le_bytes(c.try_into().unwrap()) == 0xdead_beef));
+        ok(cuStreamDestroy_v2(s));
+        ok(cuModuleUnload(m));
+        ok(cuMemFree_v2(p));
+        let cubin = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0";
+        assert_eq!(
+            cuModuleLoadData(&mut m, cubin.as_ptr() as *const c_void),
+            CUDA_ERROR_INVALID_IMAGE
+        );
+    }
+}
