@@ -480,11 +480,19 @@ impl Device {
     /// Milliseconds between two completed events.
     ///
     /// # Errors
-    /// [`SimError::InvalidHandle`]; [`SimError::NotReady`] when either has not completed.
+    /// [`SimError::InvalidHandle`] for unknown events and events never recorded (as CUDA);
+    /// [`SimError::NotReady`] when either has not completed.
     pub fn elapsed_ms(&self, start: EventId, end: EventId) -> SimResult<f32> {
         let mut s = self.live()?;
-        let a = s.event(start)?.time.ok_or(SimError::NotReady)?;
-        let b = s.event(end)?.time.ok_or(SimError::NotReady)?;
+        let mut time = |e: EventId| -> SimResult<Instant> {
+            let ev = s.event(e)?;
+            if ev.record.is_none() {
+                return Err(SimError::InvalidHandle(format!("event {} was never recorded", e.0)));
+            }
+            ev.time.ok_or(SimError::NotReady)
+        };
+        let a = time(start)?;
+        let b = time(end)?;
         Ok(if b >= a {
             (b - a).as_secs_f32() * 1e3
         } else {
