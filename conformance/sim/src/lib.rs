@@ -487,7 +487,10 @@ impl Device {
         let mut time = |e: EventId| -> SimResult<Instant> {
             let ev = s.event(e)?;
             if ev.record.is_none() {
-                return Err(SimError::InvalidHandle(format!("event {} was never recorded", e.0)));
+                return Err(SimError::InvalidHandle(format!(
+                    "event {} was never recorded",
+                    e.0
+                )));
             }
             ev.time.ok_or(SimError::NotReady)
         };

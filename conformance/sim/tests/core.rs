@@ -134,7 +134,10 @@ fn events_complete_only_when_their_stream_runs_and_time_it() {
     let a = d.alloc(1 << 16).unwrap();
     let s = d.create_stream().unwrap();
     let (e0, e1) = (d.create_event().unwrap(), d.create_event().unwrap());
-    assert!(matches!(d.elapsed_ms(e0, e1), Err(SimError::InvalidHandle(_))), "never recorded");
+    assert!(
+        matches!(d.elapsed_ms(e0, e1), Err(SimError::InvalidHandle(_))),
+        "never recorded"
+    );
     d.record(e0, s).unwrap();
     d.enqueue(s, fill(a, 1 << 16, 1)).unwrap();
     d.record(e1, s).unwrap();
