@@ -50,11 +50,15 @@ const SYMBOLS: &[&str] = &[
     "cuMemsetD32Async",
 ];
 
-/// `target/<profile>/libcuda.so`, next to this test's `deps/` directory.
+/// The built object: `target/<profile>/deps/libcuda.so` next to this test (`cargo test`), or
+/// `target/<profile>/libcuda.so` (`cargo build`).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    dir.join("libcuda.so")
+    let deps = exe.parent().unwrap();
+    [deps.join("libcuda.so"), deps.parent().unwrap().join("libcuda.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| deps.join("libcuda.so"))
 }
 
 #[test]
