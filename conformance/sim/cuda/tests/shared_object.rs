@@ -55,10 +55,13 @@ const SYMBOLS: &[&str] = &[
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    [deps.join("libcuda.so"), deps.parent().unwrap().join("libcuda.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| deps.join("libcuda.so"))
+    [
+        deps.join("libcuda.so"),
+        deps.parent().unwrap().join("libcuda.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| deps.join("libcuda.so"))
 }
 
 #[test]
