@@ -95,7 +95,8 @@ fn rows_args(rows: &[u64], strides: &[Vec<i64>], len: u64) -> Result<UhArgs> {
 }
 
 /// Leading strides of `t` (all dims but the last `keep`), broadcast to `target` (numpy rules).
-fn lead_strides(t: &TensorView, keep: usize, target: &[u64]) -> Vec<i64> {
+/// `t` must have been validated to broadcast.
+pub fn lead_strides(t: &TensorView, keep: usize, target: &[u64]) -> Vec<i64> {
     let nd = t.shape.len() - keep;
     let lead = TensorView {
         shape: t.shape[..nd].to_vec(),

@@ -5,6 +5,7 @@
 //! GEMM kernel instead, through the ordinary op path.)
 
 use unihal_hal::{DType, OpCall, Result, TensorView};
+use unihal_kernels::plan_nn::lead_strides;
 
 /// A validated matmul, reduced to addresses and element strides.
 pub(crate) struct MatmulJob {
@@ -45,17 +46,6 @@ fn offsets(shape: &[u64], strides: &[Vec<i64>; 3]) -> Vec<[i64; 3]> {
     out
 }
 
-fn lead(t: &TensorView, batch: &[u64]) -> Vec<i64> {
-    let nd = t.shape.len() - 2;
-    TensorView {
-        shape: t.shape[..nd].to_vec(),
-        strides: t.strides[..nd].to_vec(),
-        ..t.clone()
-    }
-    .broadcast_strides(batch)
-    .expect("validated")
-}
-
 impl MatmulJob {
     /// Prepares `call` (already validated by `OpCall::validate`).
     pub(crate) fn new(call: &OpCall) -> Result<MatmulJob> {
@@ -63,7 +53,11 @@ impl MatmulJob {
         let (a, b, c) = (&call.tensors[0], &call.tensors[1], &call.tensors[2]);
         let (na, nb, nc) = (a.shape.len(), b.shape.len(), c.shape.len());
         let batch = &c.shape[..nc - 2];
-        let strides = [lead(a, batch), lead(b, batch), c.strides[..nc - 2].to_vec()];
+        let strides = [
+            lead_strides(a, 2, batch),
+            lead_strides(b, 2, batch),
+            c.strides[..nc - 2].to_vec(),
+        ];
         let pair =
             |t: &TensorView, n: usize| [t.strides[n - 2] as isize, t.strides[n - 1] as isize];
         let addr = |t: &TensorView| (t.buffer.device_addr() + t.offset) as usize;
