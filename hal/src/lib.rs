@@ -58,6 +58,7 @@ pub mod dtype;
 pub mod error;
 pub mod event;
 pub mod host;
+pub mod host_reduce;
 pub mod launch;
 pub mod log;
 pub mod module;

@@ -31,6 +31,12 @@ pub enum SimError {
     NotFound(String),
     /// Something the simulator does not run (a kernel without a host function): never faked.
     Unsupported(String),
+    /// A call that is well-formed but not allowed now (two ranks of a communicator on one device,
+    /// a rank joining twice, communicator sizes that disagree).
+    InvalidUsage(String),
+    /// Device work waited longer than the watchdog allows (a collective whose peers never came):
+    /// sticky, as a kernel killed by a watchdog is.
+    Timeout(String),
 }
 
 impl SimError {
@@ -38,7 +44,7 @@ impl SimError {
     pub fn is_sticky(&self) -> bool {
         matches!(
             self,
-            SimError::IllegalAddress { .. } | SimError::LaunchFailed(_)
+            SimError::IllegalAddress { .. } | SimError::LaunchFailed(_) | SimError::Timeout(_)
         )
     }
 }
@@ -65,6 +71,8 @@ impl fmt::Display for SimError {
             SimError::InvalidImage(m) => write!(f, "invalid image: {m}"),
             SimError::NotFound(m) => write!(f, "not found: {m}"),
             SimError::Unsupported(m) => write!(f, "unsupported by the simulator: {m}"),
+            SimError::Timeout(m) => write!(f, "timed out: {m}"),
+            SimError::InvalidUsage(m) => write!(f, "invalid usage: {m}"),
         }
     }
 }

@@ -25,6 +25,7 @@
 //!
 //! A [`Device`] is thread-safe: one lock orders API calls and the execution of device work.
 
+pub mod ccl;
 pub mod error;
 pub mod memory;
 pub mod module;
@@ -35,7 +36,8 @@ pub use module::{Entry, Kernels, Limits};
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// When queued work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +75,49 @@ pub struct Work {
     pub run: WorkFn,
 }
 
+/// What a [`Gate`] reports when polled.
+pub enum GatePoll {
+    /// Finished (with the gate's result; an error poisons the device as a failed kernel does).
+    Done(SimResult<()>),
+    /// Waiting on something outside this device (the peers of a collective).
+    Blocked(Arc<dyn Blocker>),
+}
+
+/// Device work that may have to wait for something outside its device, such as the other ranks
+/// of a collective. Polled under the device lock each time its stream reaches it; it stays at the
+/// head of its stream (and its ranges stay in use) until it reports [`GatePoll::Done`].
+pub trait Gate: Send {
+    /// Makes what progress it can without blocking.
+    fn poll(&mut self, memory: &mut Memory) -> GatePoll;
+}
+
+/// What a blocked [`Gate`] waits for. Called with no device lock held.
+pub trait Blocker: Send + Sync {
+    /// Lets the awaited work progress (runs the peers' streams up to their part, which is
+    /// non-blocking) and then waits up to `timeout` for a change.
+    fn unblock(&self, timeout: Duration);
+    /// The watchdog expired while waiting: fail the awaited work everywhere, so no peer waits
+    /// for it either, and say what never came.
+    fn expire(&self) -> String;
+}
+
+/// Default time a synchronisation waits for a blocked gate before the watchdog fails it.
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
+
 enum Op {
     Work(Work),
-    Record { event: EventId, generation: u64 },
-    Wait { stream: StreamId, position: u64 },
+    Gate {
+        touches: Vec<(u64, u64)>,
+        gate: Box<dyn Gate>,
+    },
+    Record {
+        event: EventId,
+        generation: u64,
+    },
+    Wait {
+        stream: StreamId,
+        position: u64,
+    },
 }
 
 #[derive(Default)]
@@ -105,13 +146,24 @@ struct State {
     sticky: Option<SimError>,
 }
 
+/// How far [`State::run_until`] got.
+enum Progress {
+    Reached,
+    Blocked(Arc<dyn Blocker>),
+}
+
 /// One simulated device.
 pub struct Device {
     mode: Mode,
     kernels: Kernels,
     limits: Limits,
+    ordinal: u32,
+    watchdog: Duration,
     state: Mutex<State>,
 }
+
+/// Handles of a device are `ordinal << HANDLE_SHIFT | n`, so a face can tell a handle's device.
+pub const HANDLE_SHIFT: u32 = 40;
 
 impl Device {
     /// A device with `capacity` bytes of memory running work in `mode`, without kernels.
@@ -125,6 +177,8 @@ impl Device {
             mode,
             kernels,
             limits,
+            ordinal: 0,
+            watchdog: DEFAULT_WATCHDOG,
             state: Mutex::new(State {
                 memory: Memory::new(capacity),
                 streams: HashMap::new(),
@@ -135,6 +189,32 @@ impl Device {
                 sticky: None,
             }),
         }
+    }
+
+    /// The same device as device number `ordinal` of its face: its handles (streams, events,
+    /// modules, functions) become `ordinal << HANDLE_SHIFT | n` (see [`Device::ordinal_of`]).
+    /// Call before creating any handle.
+    pub fn with_ordinal(mut self, ordinal: u32) -> Device {
+        self.ordinal = ordinal;
+        self.state.get_mut().next_id = u64::from(ordinal) << HANDLE_SHIFT;
+        self
+    }
+
+    /// The same device with another watchdog: how long a synchronisation waits for a blocked
+    /// gate (a collective whose peers never come) before failing it with [`SimError::Timeout`].
+    pub fn with_watchdog(mut self, watchdog: Duration) -> Device {
+        self.watchdog = watchdog;
+        self
+    }
+
+    /// The device's ordinal (0 unless set by [`Device::with_ordinal`]).
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// The ordinal of the device that made handle `h`.
+    pub fn ordinal_of(h: u64) -> u32 {
+        (h >> HANDLE_SHIFT) as u32
     }
 
     /// The launch limits.
@@ -393,6 +473,40 @@ impl Device {
         self.after_enqueue(&mut s, stream)
     }
 
+    /// Queues a [`Gate`] on `stream`. `make` receives the gate's position in the stream (the
+    /// count of operations enqueued on it, this one included), which peers use to run the stream
+    /// up to it; it is called under the device lock, before the gate can run.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::InvalidValue`] when a touched
+    /// range is outside every live allocation.
+    pub fn enqueue_gate(
+        &self,
+        stream: StreamId,
+        touches: Vec<(u64, u64)>,
+        make: impl FnOnce(u64) -> Box<dyn Gate>,
+    ) -> SimResult<()> {
+        let mut s = self.live()?;
+        for &(addr, len) in &touches {
+            s.memory
+                .check(addr, len)
+                .map_err(|e| SimError::InvalidValue(e.to_string()))?;
+        }
+        let position = s.stream(stream)?.enqueued + 1;
+        let gate = make(position);
+        s.push(stream, Op::Gate { touches, gate })?;
+        self.after_enqueue(&mut s, stream)
+    }
+
+    /// Runs `stream` up to `position` as far as it goes without blocking (a peer's gate asks this
+    /// of the devices it waits for). Errors land in this device's sticky state.
+    pub fn advance(&self, stream: StreamId, position: u64) {
+        let mut s = self.state.lock();
+        if s.sticky.is_none() {
+            let _ = s.run_until(stream, position, &mut HashSet::new());
+        }
+    }
+
     /// Creates an event.
     ///
     /// # Errors
@@ -452,29 +566,47 @@ impl Device {
         self.after_enqueue(&mut s, stream)
     }
 
-    /// Whether the event's work has run (never executes work itself).
+    /// Whether the event's work has run. A query is an observation point: it runs the recording
+    /// stream up to the event as far as that goes without blocking (what a GPU does by itself),
+    /// so polling loops finish; unrelated streams stay queued.
     ///
     /// # Errors
-    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`].
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`]; errors of the work
+    /// it runs.
     pub fn query(&self, event: EventId) -> SimResult<()> {
-        let mut s = self.live()?;
-        let record = s.event(event)?.record;
-        match record {
-            Some((stream, position)) if !s.reached(stream, position) => Err(SimError::NotReady),
-            _ => Ok(()),
+        let Some((stream, position)) = self.live()?.event(event)?.record else {
+            return Ok(());
+        };
+        // Twice at most: a blocked gate first lets its peers catch up (without waiting).
+        for attempt in 0..2 {
+            let mut s = self.live()?;
+            let progress = s.run_until(stream, position, &mut HashSet::new())?;
+            if let Some(e) = s.sticky.clone() {
+                return Err(e);
+            }
+            match progress {
+                Progress::Reached => return Ok(()),
+                Progress::Blocked(b) if attempt == 0 => {
+                    drop(s);
+                    b.unblock(Duration::ZERO);
+                }
+                Progress::Blocked(_) => {}
+            }
         }
+        Err(SimError::NotReady)
     }
 
     /// Runs the recording stream up to the event (a synchronisation point).
     ///
     /// # Errors
-    /// The sticky error; [`SimError::InvalidHandle`]; errors of the work it runs.
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::Timeout`]; errors of the work
+    /// it runs.
     pub fn event_synchronize(&self, event: EventId) -> SimResult<()> {
-        let mut s = self.live()?;
-        if let Some((stream, position)) = s.event(event)?.record {
-            s.run_until(stream, position, &mut HashSet::new())?;
+        let record = self.live()?.event(event)?.record;
+        match record {
+            Some((stream, position)) => self.drive(stream, position),
+            None => Ok(()),
         }
-        s.sticky.clone().map_or(Ok(()), Err)
     }
 
     /// Milliseconds between two completed events.
@@ -508,25 +640,54 @@ impl Device {
     /// # Errors
     /// The sticky error; [`SimError::InvalidHandle`]; errors of the work it runs.
     pub fn stream_synchronize(&self, stream: StreamId) -> SimResult<()> {
-        let mut s = self.live()?;
-        let end = s.stream(stream)?.enqueued;
-        s.run_until(stream, end, &mut HashSet::new())?;
-        s.sticky.clone().map_or(Ok(()), Err)
+        let end = self.live()?.stream(stream)?.enqueued;
+        self.drive(stream, end)
     }
 
     /// Runs every stream's queued work (device synchronise).
     ///
     /// # Errors
-    /// The sticky error; errors of the work it runs.
+    /// The sticky error; [`SimError::Timeout`]; errors of the work it runs.
     pub fn synchronize(&self) -> SimResult<()> {
-        let mut s = self.live()?;
-        let mut ids: Vec<StreamId> = s.streams.keys().copied().collect();
-        ids.sort_by_key(|i| i.0);
-        for id in ids {
-            let end = s.stream(id)?.enqueued;
-            s.run_until(id, end, &mut HashSet::new())?;
+        let mut ends: Vec<(StreamId, u64)> = {
+            let s = self.live()?;
+            s.streams
+                .iter()
+                .map(|(id, st)| (*id, st.enqueued))
+                .collect()
+        };
+        ends.sort_by_key(|(id, _)| id.0);
+        for (id, end) in ends {
+            match self.drive(id, end) {
+                // Destroyed meanwhile by another thread: nothing left to run.
+                Err(SimError::InvalidHandle(_)) => {}
+                r => r?,
+            }
         }
-        s.sticky.clone().map_or(Ok(()), Err)
+        self.live().map(|_| ())
+    }
+
+    /// Runs `stream` up to `position`, waiting (without the device lock) for blocked gates, at
+    /// most the watchdog's time; then the device fails with [`SimError::Timeout`], as a hung
+    /// kernel killed by a watchdog does.
+    fn drive(&self, stream: StreamId, position: u64) -> SimResult<()> {
+        let deadline = Instant::now() + self.watchdog;
+        loop {
+            let mut s = self.live()?;
+            let blocker = match s.run_until(stream, position, &mut HashSet::new())? {
+                Progress::Reached => return s.sticky.clone().map_or(Ok(()), Err),
+                Progress::Blocked(b) => b,
+            };
+            drop(s);
+            let now = Instant::now();
+            if now >= deadline {
+                let why = blocker.expire();
+                let mut s = self.state.lock();
+                let e = s.sticky.get_or_insert(SimError::Timeout(why)).clone();
+                return Err(e);
+            }
+            blocker.unblock((deadline - now).min(Duration::from_millis(20)));
+        }
     }
 
     fn live(&self) -> SimResult<parking_lot::MutexGuard<'_, State>> {
@@ -539,6 +700,7 @@ impl Device {
 
     fn after_enqueue(&self, s: &mut State, stream: StreamId) -> SimResult<()> {
         if self.mode == Mode::Eager {
+            // As far as it goes: a blocked gate stays queued until a peer or a sync moves it.
             let end = s.stream(stream)?.enqueued;
             s.run_until(stream, end, &mut HashSet::new())?;
         }
@@ -580,45 +742,68 @@ impl State {
 
     fn touched_by_queued_work(&self, start: u64) -> bool {
         self.streams.values().any(|st| {
-            st.queue.iter().any(|op| match op {
-                Op::Work(w) => w
-                    .touches
+            st.queue.iter().any(|op| {
+                let touches = match op {
+                    Op::Work(w) => &w.touches,
+                    Op::Gate { touches, .. } => touches,
+                    _ => return false,
+                };
+                touches
                     .iter()
-                    .any(|&(a, l)| self.memory.check(a, l).ok() == Some(start)),
-                _ => false,
+                    .any(|&(a, l)| self.memory.check(a, l).ok() == Some(start))
             })
         })
     }
 
     /// Executes `stream`'s operations up to `position`, first running the streams its waits
-    /// depend on. `active` holds the streams being run up the call chain (a cycle is an error).
+    /// depend on, and stops early at a blocked gate. `active` holds the streams being run up the
+    /// call chain (a cycle is an error).
     fn run_until(
         &mut self,
         stream: StreamId,
         position: u64,
         active: &mut HashSet<StreamId>,
-    ) -> SimResult<()> {
+    ) -> SimResult<Progress> {
         if !active.insert(stream) {
             return Err(SimError::WaitCycle);
         }
+        let progress = self.run_ops(stream, position, active);
+        active.remove(&stream);
+        progress
+    }
+
+    fn run_ops(
+        &mut self,
+        stream: StreamId,
+        position: u64,
+        active: &mut HashSet<StreamId>,
+    ) -> SimResult<Progress> {
         while !self.reached(stream, position) && self.sticky.is_none() {
+            let st = self
+                .streams
+                .get_mut(&stream)
+                .ok_or_else(|| SimError::InvalidHandle(format!("stream {}", stream.0)))?;
+            if let Some(Op::Gate { gate, .. }) = st.queue.front_mut() {
+                match gate.poll(&mut self.memory) {
+                    GatePoll::Blocked(b) => return Ok(Progress::Blocked(b)),
+                    GatePoll::Done(Ok(())) => {}
+                    GatePoll::Done(Err(e)) => self.fail(e),
+                }
+            }
             let op = self
                 .stream(stream)?
                 .queue
                 .pop_front()
                 .expect("positions count queued operations");
             match op {
+                Op::Gate { .. } => {}
                 Op::Work(w) => {
                     let checked = w
                         .touches
                         .iter()
                         .try_for_each(|&(a, l)| self.memory.check(a, l).map(|_| ()));
                     if let Err(e) = checked.and_then(|()| (w.run)(&mut self.memory)) {
-                        self.sticky = Some(if e.is_sticky() {
-                            e
-                        } else {
-                            SimError::LaunchFailed(e.to_string())
-                        });
+                        self.fail(e);
                     }
                 }
                 Op::Record { event, generation } => {
@@ -632,12 +817,26 @@ impl State {
                 Op::Wait {
                     stream: on,
                     position: p,
-                } if on != stream => self.run_until(on, p, active)?,
+                } if on != stream => {
+                    if let Progress::Blocked(b) = self.run_until(on, p, active)? {
+                        // Not done waiting: the wait stays at the head of this stream.
+                        self.stream(stream)?.queue.push_front(op);
+                        return Ok(Progress::Blocked(b));
+                    }
+                }
                 Op::Wait { .. } => {}
             }
             self.stream(stream)?.executed += 1;
         }
-        active.remove(&stream);
-        Ok(())
+        Ok(Progress::Reached)
+    }
+
+    /// Poisons the device with `e` (a non-sticky kind becomes a failed launch).
+    fn fail(&mut self, e: SimError) {
+        self.sticky = Some(if e.is_sticky() {
+            e
+        } else {
+            SimError::LaunchFailed(e.to_string())
+        });
     }
 }

@@ -132,8 +132,13 @@ fn deferred_mode_exposes_a_missing_cross_stream_wait() {
 fn events_complete_only_when_their_stream_runs_and_time_it() {
     let d = Device::new(MB, Mode::Deferred);
     let a = d.alloc(1 << 16).unwrap();
-    let s = d.create_stream().unwrap();
-    let (e0, e1) = (d.create_event().unwrap(), d.create_event().unwrap());
+    let b = d.alloc(1 << 16).unwrap();
+    let (s, t) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let (e0, e1, other) = (
+        d.create_event().unwrap(),
+        d.create_event().unwrap(),
+        d.create_event().unwrap(),
+    );
     assert!(
         matches!(d.elapsed_ms(e0, e1), Err(SimError::InvalidHandle(_))),
         "never recorded"
@@ -141,15 +146,21 @@ fn events_complete_only_when_their_stream_runs_and_time_it() {
     d.record(e0, s).unwrap();
     d.enqueue(s, fill(a, 1 << 16, 1)).unwrap();
     d.record(e1, s).unwrap();
-    assert_eq!(d.query(e1), Err(SimError::NotReady));
+    d.enqueue(t, fill(b, 1 << 16, 2)).unwrap();
+    d.record(other, t).unwrap();
+    // Deferred: nothing ran yet, so nothing is timestamped.
     assert_eq!(d.elapsed_ms(e0, e1), Err(SimError::NotReady));
-    d.event_synchronize(e1).unwrap();
+    // A query is an observation point for its own stream only (polling loops finish)...
     assert_eq!(d.query(e1), Ok(()));
     let ms = d.elapsed_ms(e0, e1).unwrap();
     assert!(ms >= 0.0, "{ms}");
-    // A new record makes the event pending again.
+    // ...while the unrelated stream stays queued.
+    assert_eq!(d.elapsed_ms(other, other), Err(SimError::NotReady));
+    d.event_synchronize(other).unwrap();
+    assert_eq!(d.elapsed_ms(other, other), Ok(0.0));
+    // A new record makes the event pending again until its stream runs.
     d.record(e1, s).unwrap();
-    assert_eq!(d.query(e1), Err(SimError::NotReady));
+    assert_eq!(d.elapsed_ms(e0, e1), Err(SimError::NotReady));
     d.destroy_event(e0).unwrap();
     assert!(matches!(
         d.destroy_event(e0),

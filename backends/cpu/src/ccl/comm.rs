@@ -3,7 +3,6 @@
 //! reduces its own 1/n of the data from every rank's buffer and the others copy it (reduce-scatter
 //! then all-gather, all ranks working at once), so no rank gathers everything.
 
-use super::reduce::{reduce, reducible};
 use super::rendezvous::{Rendezvous, Signature};
 use super::{checked_stream, not_in_place, rank_arg};
 use crate::stream::{cpu_addr, CpuStream};
@@ -14,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use unihal_hal::ccl::P2pParts;
+use unihal_hal::host_reduce::{reduce, reducible};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, ReduceOp, Result, Stream,

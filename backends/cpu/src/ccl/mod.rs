@@ -8,7 +8,6 @@
 mod comm;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-mod reduce;
 mod rendezvous;
 
 pub use comm::CpuComm;

@@ -2,7 +2,6 @@
 //! the operations (validated at enqueue, run on the stream's worker).
 
 use super::{conv, ffi};
-use crate::ccl::reduce::divide;
 use crate::ccl::{checked_stream, not_in_place, rank_arg};
 use crate::stream::{cpu_addr, CpuStream};
 use parking_lot::Mutex;
@@ -13,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::ccl::P2pParts;
+use unihal_hal::host_reduce::divide;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, ReduceOp, Result, Stream,

@@ -1,9 +1,10 @@
-//! Element-wise reductions of the CPU collective engine, per dtype, in blocks so that every pass
-//! over one rank's data vectorises. f16 and bf16 accumulate in f32 and round once; integers wrap;
+//! Element-wise reductions on host memory, per dtype, shared by every engine that reduces with the
+//! host's CPU (the CPU backend's collective engines, the simulated vendor runtimes). Blocks keep
+//! every pass over one rank's data vectorised. f16 and bf16 accumulate in f32 and round once; integers wrap;
 //! min/max propagate NaN; avg divides the sum by the rank count (integers truncate toward zero).
 
+use crate::{DType, ReduceOp};
 use half::{bf16, f16};
-use unihal_hal::{DType, ReduceOp};
 
 /// A value type and the type it accumulates in.
 trait Acc: Copy {
@@ -124,7 +125,6 @@ unsafe fn reduce_typed<T: Acc>(op: ReduceOp, srcs: &[*const u8], dst: *mut u8, n
     }
 }
 
-#[cfg(feature = "mpi")]
 /// `data[i] = data[i] / nranks` for `n` elements (avg as sum then scale, for engines without avg).
 ///
 /// # Safety
@@ -163,7 +163,6 @@ pub unsafe fn reduce(dtype: DType, op: ReduceOp, srcs: &[*const u8], dst: *mut u
     }
 }
 
-#[cfg(feature = "mpi")]
 /// Divides `n` elements of `dtype` at `data` by `nranks` in place, as avg does.
 ///
 /// # Safety
