@@ -375,6 +375,11 @@ impl Device {
         self.state.lock().memory.info()
     }
 
+    /// True when `addr` lies inside one of this device's live allocations.
+    pub fn owns(&self, addr: u64) -> bool {
+        self.state.lock().memory.holds(addr)
+    }
+
     /// Allocates `len` bytes of device memory.
     ///
     /// # Errors

@@ -102,6 +102,14 @@ impl Memory {
         Ok(start)
     }
 
+    /// True when `addr` lies inside a live allocation (or is the start of an empty one).
+    pub fn holds(&self, addr: u64) -> bool {
+        self.live
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&start, a)| addr == start || addr < start + a.len)
+    }
+
     /// Copies host bytes into device memory.
     ///
     /// # Errors

@@ -15,6 +15,7 @@ pub const CUDA_ERROR_INVALID_HANDLE: i32 = 400;
 pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: i32 = 700;
+pub const CUDA_ERROR_LAUNCH_TIMEOUT: i32 = 702;
 pub const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
 pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 pub const CUDA_ERROR_UNKNOWN: i32 = 999;
@@ -34,6 +35,8 @@ pub fn code(e: &SimError) -> i32 {
         SimError::InvalidImage(_) => CUDA_ERROR_INVALID_IMAGE,
         SimError::NotFound(_) => CUDA_ERROR_NOT_FOUND,
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
+        SimError::Timeout(_) => CUDA_ERROR_LAUNCH_TIMEOUT,
+        SimError::InvalidUsage(_) => CUDA_ERROR_INVALID_VALUE,
     }
 }
 
@@ -57,6 +60,10 @@ pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
             c"CUDA_ERROR_ILLEGAL_ADDRESS",
             c"an illegal memory access was encountered",
         ),
+        CUDA_ERROR_LAUNCH_TIMEOUT => (
+            c"CUDA_ERROR_LAUNCH_TIMEOUT",
+            c"the launch timed out and was terminated",
+        ),
         CUDA_ERROR_LAUNCH_FAILED => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
         CUDA_ERROR_NOT_SUPPORTED => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
         CUDA_ERROR_UNKNOWN => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
@@ -70,7 +77,7 @@ pub const COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
 pub const MULTIPROCESSORS: i32 = 4;
 
 /// The value of a `CUdevice_attribute` (None: not simulated, an invalid value).
-pub fn attribute(attr: i32, limits: &Limits) -> Option<i32> {
+pub fn attribute(attr: i32, ordinal: i32, limits: &Limits) -> Option<i32> {
     Some(match attr {
         1 => limits.max_threads_per_block as i32,
         2..=4 => limits.max_block[(attr - 2) as usize] as i32,
@@ -81,7 +88,7 @@ pub fn attribute(attr: i32, limits: &Limits) -> Option<i32> {
         16 => MULTIPROCESSORS,
         18 => 0, // not integrated
         19 => 1, // can map host memory
-        33 => 0, // PCI bus id
+        33 => ordinal, // PCI bus id: one per device
         41 => 1, // unified addressing
         75 => COMPUTE_CAPABILITY.0,
         76 => COMPUTE_CAPABILITY.1,

@@ -4,7 +4,7 @@
 //! with CUDA_ERROR_INVALID_IMAGE, and CUDA's codes for misuse.
 
 use cuda::conv::*;
-use cuda::*;
+use cuda::driver::*;
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use unihal_kernels::args::UhArgs;
@@ -13,8 +13,16 @@ fn ok(r: i32) {
     assert_eq!(r, CUDA_SUCCESS, "CUresult {r}");
 }
 
+/// Initialises the driver and makes device 0's primary context current on this thread.
 fn init() {
     ok(cuInit(0));
+    set_device(0);
+}
+
+fn set_device(d: i32) {
+    let mut ctx = null_mut();
+    unsafe { ok(cuDevicePrimaryCtxRetain(&mut ctx, d)) };
+    ok(cuCtxSetCurrent(ctx));
 }
 
 #[test]
@@ -23,7 +31,7 @@ fn device_queries_name_a_simulated_device() {
     unsafe {
         let mut n = 0;
         ok(cuDeviceGetCount(&mut n));
-        assert_eq!(n, 1);
+        assert_eq!(n, 2, "two devices by default");
         let mut name = [0 as std::ffi::c_char; 128];
         ok(cuDeviceGetName(name.as_mut_ptr(), 128, 0));
         let name = CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string();
@@ -36,7 +44,11 @@ fn device_queries_name_a_simulated_device() {
             cuDeviceGetAttribute(&mut major, 9999, 0),
             CUDA_ERROR_INVALID_VALUE
         );
-        assert_eq!(cuDeviceGet(&mut n, 1), CUDA_ERROR_INVALID_DEVICE);
+        assert_eq!(cuDeviceGet(&mut n, 2), CUDA_ERROR_INVALID_DEVICE);
+        let mut other = [0 as std::ffi::c_char; 128];
+        ok(cuDeviceGetName(other.as_mut_ptr(), 128, 1));
+        let other = CStr::from_ptr(other.as_ptr()).to_str().unwrap();
+        assert!(other.contains("device 1") && other != name, "{other}");
         let mut s: *const std::ffi::c_char = std::ptr::null();
         ok(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &mut s));
         assert_eq!(
@@ -201,5 +213,75 @@ fn a_library_kernel_runs_from_ptx_and_a_cubin_is_rejected() {
             cuModuleLoadData(&mut m, cubin.as_ptr() as *const c_void),
             CUDA_ERROR_INVALID_IMAGE
         );
+    }
+}
+
+#[test]
+fn contexts_select_devices_and_handles_stay_on_theirs() {
+    ok(cuInit(0));
+    std::thread::spawn(|| unsafe {
+        let mut p = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut p, 64), CUDA_ERROR_INVALID_CONTEXT, "no context");
+        set_device(1);
+        let mut d = -1;
+        ok(cuCtxGetDevice(&mut d));
+        assert_eq!(d, 1);
+        ok(cuMemAlloc_v2(&mut p, 64));
+        let mut s1 = null_mut();
+        ok(cuStreamCreate(&mut s1, 0));
+        let mut ev = null_mut();
+        ok(cuEventCreate(&mut ev, 0));
+        set_device(0);
+        let mut s0 = null_mut();
+        ok(cuStreamCreate(&mut s0, 0));
+        // Device 1's memory and streams work from a thread whose context is device 0...
+        ok(cuMemsetD8Async(p, 3, 64, s1));
+        let mut host = [0u8; 64];
+        ok(cuMemcpyDtoHAsync_v2(host.as_mut_ptr() as *mut c_void, p, 64, s1));
+        assert_eq!(host, [3; 64]);
+        // ...but not mixed with device 0's.
+        assert_eq!(cuMemsetD8Async(p, 3, 64, s0), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuEventRecord(ev, s0), CUDA_ERROR_INVALID_HANDLE);
+        let mut can = 1;
+        ok(cuDeviceCanAccessPeer(&mut can, 0, 1));
+        assert_eq!(can, 0, "no peer access between simulated devices");
+        ok(cuMemFree_v2(p));
+        ok(cuStreamDestroy_v2(s0));
+        ok(cuStreamDestroy_v2(s1));
+        ok(cuEventDestroy_v2(ev));
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn pinned_copies_happen_when_the_stream_runs() {
+    init();
+    unsafe {
+        let mut pinned = null_mut();
+        ok(cuMemHostAlloc(&mut pinned, 256, 0));
+        let host = std::slice::from_raw_parts_mut(pinned as *mut u8, 256);
+        let mut p = 0u64;
+        ok(cuMemAlloc_v2(&mut p, 256));
+        let mut s = null_mut();
+        ok(cuStreamCreate(&mut s, 0));
+        host.fill(1);
+        ok(cuMemcpyHtoDAsync_v2(p, pinned, 256, s));
+        // Reusing the pinned buffer before the copy ran: the copy sees the new bytes (the bug a
+        // GPU's DMA would also expose), unlike a pageable copy, which captures at the call.
+        host.fill(2);
+        let mut back = [0u8; 256];
+        ok(cuMemcpyDtoHAsync_v2(back.as_mut_ptr() as *mut c_void, p, 256, s));
+        assert_eq!(back, [2; 256]);
+        // Device to pinned host: returns at once, lands when the stream runs.
+        ok(cuMemsetD8Async(p, 7, 256, s));
+        ok(cuMemcpyDtoHAsync_v2(pinned, p, 256, s));
+        assert_eq!(host[0], 2, "deferred: not copied before a synchronisation");
+        ok(cuStreamSynchronize(s));
+        assert!(host.iter().all(|&b| b == 7));
+        ok(cuMemFreeHost(pinned));
+        assert_eq!(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE, "double free");
+        ok(cuStreamDestroy_v2(s));
+        ok(cuMemFree_v2(p));
     }
 }

@@ -1,0 +1,613 @@
+//! The CUDA driver entry points (`cu*`): the subset cudarc's safe API calls, plus pinned host
+//! memory, error names and the cuda-13 `_v2` variants. Each maps onto the simulator core; the
+//! current context selects the device where the driver API does.
+
+use crate::conv::*;
+use crate::{api, out, sim, Sim, CURRENT, DRIVER_VERSION, PRIMARY_CTX, SIM};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use unihal_sim::{EventId, FunctionId, ModuleId, Work};
+
+fn c(e: unihal_sim::SimError) -> i32 {
+    code(&e)
+}
+
+/// The name of device `ordinal`, NUL-terminated.
+pub fn device_name(ordinal: usize) -> String {
+    format!("unihal simulated CUDA device {ordinal} (not a GPU)\0")
+}
+
+#[no_mangle]
+pub extern "C" fn cuInit(flags: c_uint) -> c_int {
+    api(|| {
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        SIM.get_or_init(crate::start)
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| *e)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
+    api(|| unsafe { out(v, DRIVER_VERSION) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(e: c_int, s: *mut *const c_char) -> c_int {
+    api(|| {
+        let (name, _) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { out(s, name.as_ptr()) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(e: c_int, s: *mut *const c_char) -> c_int {
+    api(|| {
+        let (_, text) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { out(s, text.as_ptr()) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
+    api(|| {
+        let s = sim()?;
+        unsafe { out(n, s.devices.len() as c_int) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
+    api(|| {
+        sim()?.device(ordinal)?;
+        unsafe { out(d, ordinal) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, d: c_int) -> c_int {
+    api(|| {
+        sim()?.device(d)?;
+        let full = device_name(d as usize);
+        let bytes = full.as_bytes();
+        if name.is_null() || len <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = bytes.len().min(len as usize);
+        // SAFETY: the caller provides `len` bytes; the copy is at most that and ends with NUL.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, name, n);
+            *name.add(n - 1) = 0;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], d: c_int) -> c_int {
+    api(|| {
+        sim()?.device(d)?;
+        let mut id = *b"unihal-sim-cuda0";
+        id[15] = b'0' + d as u8;
+        unsafe { out(uuid, id) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], d: c_int) -> c_int {
+    unsafe { cuDeviceGetUuid(uuid, d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, d: c_int) -> c_int {
+    api(|| {
+        let dev = sim()?.device(d)?;
+        let value = attribute(attr, d, &dev.limits()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { out(v, value) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, d: c_int) -> c_int {
+    api(|| {
+        let dev = sim()?.device(d)?;
+        unsafe { out(bytes, dev.memory_info().1 as usize) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, d: c_int) -> c_int {
+    api(|| {
+        sim()?.device(d)?;
+        unsafe { out(ctx, (PRIMARY_CTX + d as usize) as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(d: c_int) -> c_int {
+    api(|| sim()?.device(d).map(|_| ()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
+    api(|| {
+        sim()?;
+        unsafe { out(ctx, CURRENT.get() as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let valid = (PRIMARY_CTX..PRIMARY_CTX + s.devices.len()).contains(&(ctx as usize));
+        if !ctx.is_null() && !valid {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        CURRENT.set(ctx as usize);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> c_int {
+    api(|| sim()?.current_device()?.synchronize().map_err(c))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int {
+    api(|| {
+        let (f, t) = sim()?.current_device()?.memory_info();
+        unsafe {
+            out(free, f as usize)?;
+            out(total, t as usize)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
+    api(|| {
+        if bytes == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let a = sim()?.current_device()?.alloc(bytes as u64).map_err(c)?;
+        unsafe { out(p, a) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(p: u64) -> c_int {
+    api(|| {
+        let s = sim()?;
+        s.memory_owner(p)?.free(p).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut c_void) -> c_int {
+    // Allocated at once: memory that exists now is valid for work enqueued after this call.
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        if bytes == 0 || dev.query_stream(id).is_err() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let a = dev.alloc(bytes as u64).map_err(c)?;
+        unsafe { out(p, a) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(p: u64, stream: *mut c_void) -> c_int {
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        let work = Work {
+            touches: vec![(p, 0)],
+            run: Box::new(move |m| m.free(p)),
+        };
+        dev.enqueue(id, work).map_err(c)
+    })
+}
+
+fn fill(p: u64, value: u32, width: u64, count: usize, stream: *mut c_void) -> Result<(), i32> {
+    let (dev, id) = sim()?.stream(stream)?;
+    let len = width * count as u64;
+    let work = Work {
+        touches: vec![(p, len)],
+        run: Box::new(move |m| m.fill(p, value, width, count as u64)),
+    };
+    dev.enqueue(id, work).map_err(c)
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async(p: u64, v: u8, n: usize, stream: *mut c_void) -> c_int {
+    api(|| fill(p, v as u32, 1, n, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD16Async(p: u64, v: u16, n: usize, stream: *mut c_void) -> c_int {
+    api(|| fill(p, v as u32, 2, n, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32Async(p: u64, v: u32, n: usize, stream: *mut c_void) -> c_int {
+    api(|| fill(p, v, 4, n, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (dev, id) = s.stream(stream)?;
+        if src.is_null() && n > 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let run: unihal_sim::WorkFn = if s.pinned_range(src as u64, n as u64) {
+            // Pinned source: read when the stream executes the copy (DMA).
+            let from = src as usize;
+            Box::new(move |m| {
+                // SAFETY: a live pinned range (cuMemFreeHost synchronises every device first).
+                let data = unsafe { std::slice::from_raw_parts(from as *const u8, n) };
+                m.write(dst, data)
+            })
+        } else {
+            // Pageable source: captured now, as the driver stages it before returning.
+            // SAFETY: the caller provides `n` readable bytes at `src`.
+            let data = if n == 0 {
+                Vec::new()
+            } else {
+                unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec()
+            };
+            Box::new(move |m| m.write(dst, &data))
+        };
+        let work = Work {
+            touches: vec![(dst, n as u64)],
+            run,
+        };
+        dev.enqueue(id, work).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (dev, id) = s.stream(stream)?;
+        if dst.is_null() && n > 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if s.pinned_range(dst as u64, n as u64) {
+            // Pinned destination: written when the stream executes the copy; returns at once.
+            let to = dst as usize;
+            let work = Work {
+                touches: vec![(src, n as u64)],
+                run: Box::new(move |m| {
+                    // SAFETY: a live pinned range (cuMemFreeHost synchronises every device
+                    // first); the caller must not read it before synchronising, as with a GPU.
+                    let buf = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, n) };
+                    m.read(src, buf)
+                }),
+            };
+            return dev.enqueue(id, work).map_err(c);
+        }
+        // Pageable destination: returns once the stream has produced the data.
+        // SAFETY: the caller provides `n` writable bytes at `dst`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
+        dev.read_on(id, src, buf).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mut c_void) -> c_int {
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        let len = n as u64;
+        let work = Work {
+            touches: vec![(dst, len), (src, len)],
+            run: Box::new(move |m| m.copy(dst, src, len)),
+        };
+        dev.enqueue(id, work).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint) -> c_int {
+    api(|| {
+        let id = sim()?.current_device()?.create_stream().map_err(c)?;
+        unsafe { out(stream, id.0 as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> c_int {
+    api(|| {
+        if stream.is_null() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (dev, id) = sim()?.stream(stream)?;
+        dev.destroy_stream(id).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        dev.stream_synchronize(id).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(
+    stream: *mut c_void,
+    event: *mut c_void,
+    _flags: c_uint,
+) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (dev, id) = s.stream(stream)?;
+        if !std::ptr::eq(s.owner(event as u64)?.as_ref(), dev.as_ref()) {
+            // Events of another device: the simulator orders streams of one device only.
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        dev.wait(id, EventId(event as u64)).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> c_int {
+    api(|| {
+        let id = sim()?.current_device()?.create_event().map_err(c)?;
+        unsafe { out(event, id.0 as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> c_int {
+    api(|| {
+        let h = event as u64;
+        sim()?.owner(h)?.destroy_event(EventId(h)).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (dev, id) = s.stream(stream)?;
+        if !std::ptr::eq(s.owner(event as u64)?.as_ref(), dev.as_ref()) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        dev.record(EventId(event as u64), id).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> c_int {
+    api(|| {
+        let h = event as u64;
+        sim()?.owner(h)?.event_synchronize(EventId(h)).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(event: *mut c_void) -> c_int {
+    api(|| {
+        let h = event as u64;
+        sim()?.owner(h)?.query(EventId(h)).map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> c_int {
+    api(|| {
+        let v = sim()?
+            .owner(start as u64)?
+            .elapsed_ms(EventId(start as u64), EventId(end as u64))
+            .map_err(c)?;
+        unsafe { out(ms, v) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> c_int {
+    unsafe { cuEventElapsedTime(ms, start, end) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
+    api(|| {
+        let dev = sim()?.current_device()?;
+        if image.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // PTX is NUL-terminated text; a binary image (cubin/fatbin) starts with its magic, which
+        // the core rejects from the first bytes.
+        // SAFETY: the caller passes a NUL-terminated PTX string or a binary image (which starts with
+        // a 4-byte magic, so it is at least that long); one byte is readable either way.
+        let first = unsafe { *(image as *const u8) };
+        let bytes: &[u8] = if first == 0x7f || first == 0x50 {
+            // SAFETY: a binary image: at least its 4-byte magic.
+            unsafe { std::slice::from_raw_parts(image as *const u8, 4) }
+        } else {
+            // SAFETY: as above: NUL-terminated text.
+            unsafe { CStr::from_ptr(image as *const c_char) }.to_bytes()
+        };
+        let id = dev.load_module(bytes).map_err(c)?;
+        unsafe { out(module, id.0 as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut *mut c_void,
+    module: *mut c_void,
+    name: *const c_char,
+) -> c_int {
+    api(|| {
+        let dev = sim()?.owner(module as u64)?;
+        if name.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a NUL-terminated name (the caller's contract).
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_str()
+            .map_err(|_| CUDA_ERROR_NOT_FOUND)?;
+        let id = dev.function(ModuleId(module as u64), name).map_err(c)?;
+        unsafe { out(f, id.0 as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
+    api(|| {
+        let h = module as u64;
+        sim()?.owner(h)?.unload_module(ModuleId(h)).map_err(c)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> c_int {
+    api(|| {
+        let s = sim()?;
+        if !extra.is_null() {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let function = FunctionId(f as u64);
+        let dev = s.owner(f as u64)?;
+        let entry = dev.entry(function).map_err(c)?;
+        let (stream_dev, id) = s.stream(stream)?;
+        if !std::ptr::eq(stream_dev.as_ref(), dev.as_ref()) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        if params.is_null() && !entry.param_sizes.is_empty() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // kernelParams: one pointer per parameter to its value, sized by the PTX declaration.
+        let mut args = Vec::with_capacity(entry.param_sizes.len());
+        for (i, &size) in entry.param_sizes.iter().enumerate() {
+            // SAFETY: the caller passes one valid pointer per kernel parameter.
+            let p = unsafe { *params.add(i) };
+            if p.is_null() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: each parameter pointer addresses a value of the parameter's size.
+            args.push(unsafe { std::slice::from_raw_parts(p as *const u8, size) });
+        }
+        dev.launch(
+                id,
+                function,
+                [gx, gy, gz],
+                [bx, by, bz],
+                shared,
+                &args,
+            )
+            .map_err(c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice(d: *mut c_int) -> c_int {
+    api(|| {
+        let o = sim()?.current()?;
+        unsafe { out(d, o as c_int) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, d: c_int, peer: c_int) -> c_int {
+    api(|| {
+        let s = sim()?;
+        s.device(d)?;
+        s.device(peer)?;
+        // No peer access between simulated devices: backends stage through the host.
+        unsafe { out(can, 0) }
+    })
+}
+
+/// Allocates pinned host memory (page-aligned, zeroed), registered so that async copies from
+/// and to it happen when the stream executes them.
+fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
+    if bytes == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let layout =
+        std::alloc::Layout::from_size_align(bytes, 4096).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    // SAFETY: a non-zero size.
+    let a = unsafe { std::alloc::alloc_zeroed(layout) };
+    if a.is_null() {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    s.pinned.lock().insert(a as u64, (bytes as u64, layout));
+    // SAFETY: the out-pointer contract; on a null out-pointer the allocation is released.
+    unsafe { out(p, a as *mut c_void) }.inspect_err(|_| {
+        s.pinned.lock().remove(&(a as u64));
+        // SAFETY: allocated just above with this layout and never handed out.
+        unsafe { std::alloc::dealloc(a, layout) };
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(p: *mut *mut c_void, bytes: usize, _flags: c_uint) -> c_int {
+    api(|| host_alloc(sim()?, p, bytes))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) -> c_int {
+    api(|| host_alloc(sim()?, p, bytes))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+    api(|| {
+        let s = sim()?;
+        // Unregistered first: copies queued from now on treat the range as pageable.
+        let (_, layout) = s
+            .pinned
+            .lock()
+            .remove(&(p as u64))
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // Like the driver, freeing pinned memory synchronises: no queued copy can still use it.
+        let synced = s.devices.iter().try_for_each(|d| d.synchronize().map_err(c));
+        // SAFETY: allocated by host_alloc with this layout; removed from the table, so no new
+        // copy can target it, and every device has finished the queued ones.
+        unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+        synced
+    })
+}

@@ -1,0 +1,631 @@
+//! The NCCL entry points (`nccl*`): version, unique ids, communicator init (one rank per call,
+//! or all at once), the collectives, point-to-point calls, groups, asynchronous errors, abort and
+//! destroy. Ranks are threads of this process (or one thread driving several devices through a
+//! group), each on its own simulated device; collectives are queued on the simulated driver's
+//! streams (see `unihal_sim::ccl`). Nothing hangs: communicator init and synchronisation fail
+//! after `UNIHAL_SIM_WATCHDOG_MS` when peers never come.
+//!
+//! Errors come back as `ncclResult_t` codes ([`crate::nccl_conv`]) with a message for
+//! `ncclGetLastError`. Not simulated: `ncclCommSplit`, non-blocking communicators
+//! (`ncclCommInitRankConfig`), user-defined reductions and FP8 types.
+
+use crate::nccl_conv::*;
+use crate::{sim, Sim, SIM};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::{Arc, OnceLock};
+use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Registry};
+use unihal_sim::{SimError, StreamId};
+
+/// `ncclUniqueId`: 128 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ncclUniqueId {
+    pub internal: [c_char; 128],
+}
+
+/// Marks ids made by this simulator (the first 16 bytes).
+const ID_MAGIC: &[u8; 16] = b"unihal-sim-nccl\0";
+
+/// A communicator handle's target.
+struct NcclComm {
+    comm: Comm,
+    ordinal: usize,
+}
+
+struct Globals {
+    registry: Registry,
+    comms: Mutex<HashMap<usize, Arc<NcclComm>>>,
+    next: Mutex<usize>,
+}
+
+fn globals() -> &'static Globals {
+    static G: OnceLock<Globals> = OnceLock::new();
+    G.get_or_init(|| Globals {
+        registry: Registry::new(),
+        comms: Mutex::new(HashMap::new()),
+        next: Mutex::new(0x7c00_0000),
+    })
+}
+
+/// A failed call: its code and the message `ncclGetLastError` returns.
+struct Fail(i32, String);
+
+impl From<SimError> for Fail {
+    fn from(e: SimError) -> Fail {
+        Fail(code(&e), e.to_string())
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> Fail {
+    Fail(NCCL_INVALID_ARGUMENT, msg.into())
+}
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+    static GROUP: RefCell<Group> = RefCell::new(Group::default());
+}
+
+/// Runs an entry point: panics never cross the C boundary; failures record their message.
+fn nccl(f: impl FnOnce() -> Result<(), Fail>) -> c_int {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Fail(NCCL_INTERNAL_ERROR, "panic in the simulator".into())));
+    match r {
+        Ok(()) => NCCL_SUCCESS,
+        Err(Fail(code, msg)) => {
+            let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+            LAST.with(|l| *l.borrow_mut() = msg);
+            code
+        }
+    }
+}
+
+/// The simulator (NCCL initialises the CUDA driver itself).
+fn started() -> Result<&'static Sim, Fail> {
+    SIM.get_or_init(crate::start);
+    sim().map_err(|e| Fail(NCCL_UNHANDLED_CUDA_ERROR, format!("CUDA error {e}")))
+}
+
+/// The calling thread's device, as `cudaGetDevice` gives it (device 0 without a context).
+fn current_ordinal(s: &Sim) -> usize {
+    s.current().unwrap_or(0)
+}
+
+fn comm(h: *mut c_void) -> Result<Arc<NcclComm>, Fail> {
+    globals()
+        .comms
+        .lock()
+        .get(&(h as usize))
+        .cloned()
+        .ok_or_else(|| invalid(format!("communicator {h:?} is not a live communicator")))
+}
+
+/// Writes `v` through an out-pointer (a null one is an invalid argument).
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Result<(), Fail> {
+    if p.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: non-null; the caller's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
+    nccl(|| unsafe { put(version, NCCL_VERSION_CODE, "version") })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetUniqueId(id: *mut ncclUniqueId) -> c_int {
+    nccl(|| {
+        let mut v = ncclUniqueId {
+            internal: [0; 128],
+        };
+        let bytes: Vec<u8> = ID_MAGIC.iter().chain(&fresh_id()).copied().collect();
+        for (d, b) in v.internal.iter_mut().zip(bytes) {
+            *d = b as c_char;
+        }
+        unsafe { put(id, v, "uniqueId") }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclGetErrorString(result: c_int) -> *const c_char {
+    error_string(result).as_ptr()
+}
+
+#[no_mangle]
+pub extern "C" fn ncclGetLastError(_comm: *mut c_void) -> *const c_char {
+    // The pointer stays valid until this thread's next failing call.
+    LAST.with(|l| l.borrow().as_ptr())
+}
+
+/// One rank's init: join the communicator named by `id` from device `ordinal`.
+fn init_rank(s: &Sim, id: &[u8; 32], nranks: c_int, rank: c_int, ordinal: usize) -> Result<usize, Fail> {
+    let (Ok(n), Ok(r)) = (usize::try_from(nranks), usize::try_from(rank)) else {
+        return Err(invalid(format!("rank {rank} of {nranks}")));
+    };
+    let device = s.devices[ordinal].clone();
+    let comm = globals()
+        .registry
+        .init_rank(id, n, r, device, s.watchdog)?;
+    let g = globals();
+    let h = {
+        let mut next = g.next.lock();
+        *next += 16;
+        *next
+    };
+    g.comms.lock().insert(h, Arc::new(NcclComm { comm, ordinal }));
+    Ok(h)
+}
+
+fn id_bytes(id: &ncclUniqueId) -> Result<[u8; 32], Fail> {
+    let mut b = [0u8; 32];
+    for (d, s) in b.iter_mut().zip(id.internal) {
+        *d = s as u8;
+    }
+    if &b[..16] != ID_MAGIC {
+        return Err(invalid("uniqueId was not made by ncclGetUniqueId of this library"));
+    }
+    Ok(b)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRank(
+    out: *mut *mut c_void,
+    nranks: c_int,
+    id: ncclUniqueId,
+    rank: c_int,
+) -> c_int {
+    nccl(|| {
+        let s = started()?;
+        if out.is_null() {
+            return Err(invalid("comm is null"));
+        }
+        let key = id_bytes(&id)?;
+        let ordinal = current_ordinal(s);
+        let init = PendingInit {
+            out: out as usize,
+            key,
+            nranks,
+            rank,
+            ordinal,
+        };
+        if in_group() {
+            GROUP.with(|g| g.borrow_mut().inits.push(init));
+            return Ok(());
+        }
+        init.run(s)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comms: *mut *mut c_void,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> c_int {
+    nccl(|| {
+        let s = started()?;
+        if comms.is_null() || ndev <= 0 {
+            return Err(invalid(format!("comms {comms:?}, ndev {ndev}")));
+        }
+        let key: Vec<u8> = ID_MAGIC.iter().chain(&fresh_id()).copied().collect();
+        let key: [u8; 32] = key.try_into().expect("16 + 16 bytes");
+        let mut inits = Vec::with_capacity(ndev as usize);
+        for i in 0..ndev as usize {
+            let ordinal = if devlist.is_null() {
+                i as c_int
+            } else {
+                // SAFETY: the caller passes `ndev` device numbers.
+                unsafe { *devlist.add(i) }
+            };
+            let ordinal = usize::try_from(ordinal)
+                .ok()
+                .filter(|&o| o < s.devices.len())
+                .ok_or_else(|| invalid(format!("device {ordinal} does not exist")))?;
+            inits.push(PendingInit {
+                // SAFETY: the caller passes room for `ndev` communicators.
+                out: unsafe { comms.add(i) } as usize,
+                key,
+                nranks: ndev,
+                rank: i as c_int,
+                ordinal,
+            });
+        }
+        run_inits(s, inits)
+    })
+}
+
+/// Finalize flushes a communicator's work; in the simulator queued work completes through its
+/// streams, so it only checks the handle.
+#[no_mangle]
+pub extern "C" fn ncclCommFinalize(c: *mut c_void) -> c_int {
+    nccl(|| comm(c).map(|_| ()))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommDestroy(c: *mut c_void) -> c_int {
+    nccl(|| {
+        comm(c)?;
+        globals().comms.lock().remove(&(c as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommAbort(c: *mut c_void) -> c_int {
+    nccl(|| {
+        let k = comm(c)?;
+        k.comm.abort();
+        globals().comms.lock().remove(&(c as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommGetAsyncError(c: *mut c_void, err: *mut c_int) -> c_int {
+    nccl(|| {
+        let k = comm(c)?;
+        let code = k.comm.error().map_or(NCCL_SUCCESS, |e| async_code(&e));
+        unsafe { put(err, code, "asyncError") }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCount(c: *mut c_void, n: *mut c_int) -> c_int {
+    nccl(|| unsafe { put(n, comm(c)?.comm.nranks() as c_int, "count") })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCuDevice(c: *mut c_void, d: *mut c_int) -> c_int {
+    nccl(|| unsafe { put(d, comm(c)?.ordinal as c_int, "device") })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommUserRank(c: *mut c_void, r: *mut c_int) -> c_int {
+    nccl(|| unsafe { put(r, comm(c)?.comm.rank() as c_int, "rank") })
+}
+
+/// An init queued in a group (run at `ncclGroupEnd`, all ranks at once).
+struct PendingInit {
+    out: usize,
+    key: [u8; 32],
+    nranks: c_int,
+    rank: c_int,
+    ordinal: usize,
+}
+
+impl PendingInit {
+    fn run(&self, s: &Sim) -> Result<(), Fail> {
+        let h = init_rank(s, &self.key, self.nranks, self.rank, self.ordinal)?;
+        // SAFETY: checked non-null when the call was made; the caller keeps it valid.
+        unsafe { (self.out as *mut *mut c_void).write(h as *mut c_void) };
+        Ok(())
+    }
+}
+
+/// Runs several inits concurrently (one thread each), as a group does; the first error wins.
+fn run_inits(s: &'static Sim, inits: Vec<PendingInit>) -> Result<(), Fail> {
+    std::thread::scope(|scope| {
+        let joins: Vec<_> = inits
+            .iter()
+            .map(|i| scope.spawn(move || i.run(s)))
+            .collect();
+        joins
+            .into_iter()
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(Fail(NCCL_INTERNAL_ERROR, "init panicked".into())))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect()
+    })
+}
+
+/// Operations queued by the calling thread between `ncclGroupStart` and `ncclGroupEnd`.
+#[derive(Default)]
+struct Group {
+    depth: u32,
+    inits: Vec<PendingInit>,
+    ops: Vec<(Arc<NcclComm>, StreamId, Op)>,
+}
+
+enum Op {
+    Coll(Collective),
+    P2p(P2p),
+}
+
+fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+#[no_mangle]
+pub extern "C" fn ncclGroupStart() -> c_int {
+    nccl(|| {
+        GROUP.with(|g| g.borrow_mut().depth += 1);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclGroupEnd() -> c_int {
+    nccl(|| {
+        let (inits, ops) = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.depth == 0 {
+                return Err(Fail(NCCL_INVALID_USAGE, "ncclGroupEnd without ncclGroupStart".into()));
+            }
+            g.depth -= 1;
+            Ok(if g.depth == 0 {
+                (std::mem::take(&mut g.inits), std::mem::take(&mut g.ops))
+            } else {
+                (Vec::new(), Vec::new())
+            })
+        })?;
+        if !inits.is_empty() {
+            run_inits(started()?, inits)?;
+        }
+        // Collectives in call order; the sends and receives of each (communicator, stream) as
+        // one operation, so they may pair up in any order without deadlock.
+        let mut p2p: Vec<(Arc<NcclComm>, StreamId, Vec<P2p>)> = Vec::new();
+        let mut first: Result<(), Fail> = Ok(());
+        for (k, stream, op) in ops {
+            match op {
+                Op::Coll(call) => {
+                    if let Err(e) = k.comm.collective(stream, call) {
+                        first = first.and(Err(e.into()));
+                    }
+                }
+                Op::P2p(call) => {
+                    match p2p
+                        .iter_mut()
+                        .find(|(c, s, _)| Arc::ptr_eq(c, &k) && *s == stream)
+                    {
+                        Some((_, _, calls)) => calls.push(call),
+                        None => p2p.push((k, stream, vec![call])),
+                    }
+                }
+            }
+        }
+        for (k, stream, calls) in p2p {
+            if let Err(e) = k.comm.group(stream, &calls) {
+                first = first.and(Err(e.into()));
+            }
+        }
+        first
+    })
+}
+
+/// The stream a communicator's operation runs on: the comm's device must own it; the null
+/// stream is that device's default stream.
+fn comm_stream(s: &Sim, k: &NcclComm, stream: *mut c_void) -> Result<StreamId, Fail> {
+    if stream.is_null() {
+        return Ok(s.default_streams[k.ordinal]);
+    }
+    let dev = s
+        .owner(stream as u64)
+        .map_err(|_| invalid(format!("stream {stream:?} is not a stream")))?;
+    if dev.ordinal() as usize != k.ordinal {
+        return Err(invalid(format!(
+            "stream {stream:?} belongs to device {}, the communicator to device {}",
+            dev.ordinal(),
+            k.ordinal
+        )));
+    }
+    Ok(StreamId(stream as u64))
+}
+
+/// Queues (or, in a group, collects) one operation.
+fn submit(c: *mut c_void, stream: *mut c_void, op: Op) -> Result<(), Fail> {
+    let s = started()?;
+    let k = comm(c)?;
+    let stream = comm_stream(s, &k, stream)?;
+    if in_group() {
+        GROUP.with(|g| g.borrow_mut().ops.push((k, stream, op)));
+        return Ok(());
+    }
+    match op {
+        Op::Coll(call) => k.comm.collective(stream, call)?,
+        Op::P2p(call) => k.comm.group(stream, &[call])?,
+    }
+    Ok(())
+}
+
+fn collective(
+    kind: Kind,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> Result<(), Fail> {
+    let dtype = crate::nccl_conv::dtype(dtype)
+        .ok_or_else(|| invalid(format!("datatype {dtype} is not supported")))?;
+    // Null or foreign buffers fail the range check of the ranks that use them.
+    let call = Collective {
+        kind,
+        dtype,
+        count: count as u64,
+        send: send as u64,
+        recv: recv as u64,
+    };
+    submit(c, stream, Op::Coll(call))
+}
+
+fn op(v: c_int) -> Result<unihal_hal::ReduceOp, Fail> {
+    reduce_op(v).ok_or_else(|| invalid(format!("reduction {v} is not supported")))
+}
+
+fn root(v: c_int) -> Result<usize, Fail> {
+    usize::try_from(v).map_err(|_| invalid(format!("root {v}")))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclAllReduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    red: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| collective(Kind::AllReduce(op(red)?), send, recv, count, dtype, c, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclBroadcast(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    r: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| {
+        let kind = Kind::Broadcast { root: root(r)? };
+        collective(kind, send, recv, count, dtype, c, stream)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    r: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    ncclBroadcast(buff, buff, count, dtype, r, c, stream)
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn ncclReduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    red: c_int,
+    r: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| {
+        let kind = Kind::Reduce {
+            op: op(red)?,
+            root: root(r)?,
+        };
+        // Only the root's receive buffer is written (others may pass null).
+        collective(kind, send, recv, count, dtype, c, stream)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclAllGather(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| collective(Kind::AllGather, send, recv, count, dtype, c, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclReduceScatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    red: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| {
+        let kind = Kind::ReduceScatter(op(red)?);
+        collective(kind, send, recv, count, dtype, c, stream)
+    })
+}
+
+/// NVIDIA's all-to-all (NCCL >= 2.28.3 spells it `ncclAlltoAll`).
+#[no_mangle]
+pub extern "C" fn ncclAlltoAll(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| collective(Kind::AllToAll, send, recv, count, dtype, c, stream))
+}
+
+fn p2p(
+    send: bool,
+    buf: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> Result<(), Fail> {
+    let dtype = crate::nccl_conv::dtype(dtype)
+        .ok_or_else(|| invalid(format!("datatype {dtype} is not supported")))?;
+    let peer = usize::try_from(peer).map_err(|_| invalid(format!("peer {peer}")))?;
+    if count > 0 && buf.is_null() {
+        return Err(invalid("buffer is null"));
+    }
+    let (addr, count) = (buf as u64, count as u64);
+    let call = if send {
+        P2p::Send {
+            peer,
+            addr,
+            count,
+            dtype,
+        }
+    } else {
+        P2p::Recv {
+            peer,
+            addr,
+            count,
+            dtype,
+        }
+    };
+    submit(c, stream, Op::P2p(call))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclSend(
+    send: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| p2p(true, send as *mut c_void, count, dtype, peer, c, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn ncclRecv(
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl(|| p2p(false, recv, count, dtype, peer, c, stream))
+}
