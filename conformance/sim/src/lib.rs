@@ -123,6 +123,8 @@ enum Op {
 #[derive(Default)]
 struct StreamState {
     queue: VecDeque<Op>,
+    /// Synchronises with the legacy default stream (CUDA's blocking streams).
+    blocking: bool,
     /// Operations enqueued and executed so far.
     enqueued: u64,
     executed: u64,
@@ -144,6 +146,7 @@ struct State {
     functions: HashMap<FunctionId, (ModuleId, Entry)>,
     next_id: u64,
     sticky: Option<SimError>,
+    legacy: Option<StreamId>,
 }
 
 /// How far [`State::run_until`] got.
@@ -187,6 +190,7 @@ impl Device {
                 functions: HashMap::new(),
                 next_id: 1,
                 sticky: None,
+                legacy: None,
             }),
         }
     }
@@ -446,9 +450,42 @@ impl Device {
     /// # Errors
     /// The sticky error.
     pub fn create_stream(&self) -> SimResult<StreamId> {
+        self.create_stream_with(false)
+    }
+
+    /// Creates a stream; a `blocking` one is ordered with the legacy default stream (see
+    /// [`Device::create_legacy_stream`]) as CUDA's streams created without
+    /// `CU_STREAM_NON_BLOCKING` are.
+    ///
+    /// # Errors
+    /// The sticky error.
+    pub fn create_stream_with(&self, blocking: bool) -> SimResult<StreamId> {
         let mut s = self.live()?;
         let id = StreamId(s.fresh());
-        s.streams.insert(id, StreamState::default());
+        s.streams.insert(
+            id,
+            StreamState {
+                blocking,
+                ..StreamState::default()
+            },
+        );
+        Ok(id)
+    }
+
+    /// Creates the device's legacy default stream: work queued on it first waits for all work
+    /// queued before on blocking streams, and work queued later on a blocking stream waits for
+    /// it (CUDA's implicit synchronisation of the null stream). One per device.
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidUsage`] for a second one.
+    pub fn create_legacy_stream(&self) -> SimResult<StreamId> {
+        let id = self.create_stream_with(false)?;
+        let mut s = self.state.lock();
+        if s.legacy.is_some() {
+            s.streams.remove(&id);
+            return Err(SimError::InvalidUsage("a second legacy stream".into()));
+        }
+        s.legacy = Some(id);
         Ok(id)
     }
 
@@ -497,6 +534,7 @@ impl Device {
                 .check(addr, len)
                 .map_err(|e| SimError::InvalidValue(e.to_string()))?;
         }
+        s.implicit_waits(stream)?;
         let position = s.stream(stream)?.enqueued + 1;
         let gate = make(position);
         s.push(stream, Op::Gate { touches, gate })?;
@@ -541,6 +579,8 @@ impl Device {
     /// The sticky error; [`SimError::InvalidHandle`].
     pub fn record(&self, event: EventId, stream: StreamId) -> SimResult<()> {
         let mut s = self.live()?;
+        s.event(event)?;
+        s.implicit_waits(stream)?;
         let position = s.stream(stream)?.enqueued + 1;
         let ev = s.event(event)?;
         ev.generation += 1;
@@ -731,7 +771,42 @@ impl State {
             .ok_or_else(|| SimError::InvalidHandle(format!("event {}", id.0)))
     }
 
+    /// Queues the waits CUDA's legacy default stream implies before an operation on `stream`.
+    fn implicit_waits(&mut self, stream: StreamId) -> SimResult<()> {
+        let Some(legacy) = self.legacy else {
+            return Ok(());
+        };
+        let ends: Vec<(StreamId, u64)> = if stream == legacy {
+            self.streams
+                .iter()
+                .filter(|(id, st)| **id != legacy && st.blocking && st.enqueued > st.executed)
+                .map(|(id, st)| (*id, st.enqueued))
+                .collect()
+        } else if self.stream(stream)?.blocking {
+            let st = self.stream(legacy)?;
+            if st.enqueued > st.executed {
+                vec![(legacy, st.enqueued)]
+            } else {
+                Vec::new()
+            }
+        } else {
+            Vec::new()
+        };
+        for (on, position) in ends {
+            let st = self.stream(stream)?;
+            st.queue.push_back(Op::Wait {
+                stream: on,
+                position,
+            });
+            st.enqueued += 1;
+        }
+        Ok(())
+    }
+
     fn push(&mut self, stream: StreamId, op: Op) -> SimResult<()> {
+        if !matches!(op, Op::Gate { .. } | Op::Record { .. }) {
+            self.implicit_waits(stream)?;
+        }
         let st = self.stream(stream)?;
         st.queue.push_back(op);
         st.enqueued += 1;

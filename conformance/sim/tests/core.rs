@@ -191,3 +191,36 @@ fn streams_are_fifo_and_the_device_is_thread_safe() {
         assert_eq!(read(&d, a, 4096), vec![last; 4096], "the last fill wins");
     }
 }
+
+#[test]
+fn the_legacy_stream_orders_blocking_streams_only() {
+    let d = Device::new(MB, Mode::Deferred);
+    let legacy = d.create_legacy_stream().unwrap();
+    assert!(matches!(
+        d.create_legacy_stream(),
+        Err(SimError::InvalidUsage(_))
+    ));
+    let blocking = d.create_stream_with(true).unwrap();
+    let free = d.create_stream_with(false).unwrap();
+    let (a, b, x, y) = (
+        d.alloc(64).unwrap(),
+        d.alloc(64).unwrap(),
+        d.alloc(64).unwrap(),
+        d.alloc(64).unwrap(),
+    );
+    // Blocking stream then legacy: ordered without an event.
+    d.enqueue(blocking, fill(a, 64, 5)).unwrap();
+    d.enqueue(legacy, copy(b, a, 64)).unwrap();
+    // Legacy then blocking: ordered too.
+    d.enqueue(legacy, fill(x, 64, 6)).unwrap();
+    d.enqueue(blocking, copy(y, x, 64)).unwrap();
+    d.stream_synchronize(legacy).unwrap();
+    d.stream_synchronize(blocking).unwrap();
+    assert_eq!(read(&d, b, 64), vec![5; 64]);
+    assert_eq!(read(&d, y, 64), vec![6; 64]);
+    // A non-blocking stream is not ordered with the legacy stream (deferred: the bug shows).
+    d.enqueue(free, fill(a, 64, 9)).unwrap();
+    d.enqueue(legacy, copy(b, a, 64)).unwrap();
+    d.stream_synchronize(legacy).unwrap();
+    assert_eq!(read(&d, b, 64), vec![5; 64]);
+}

@@ -86,10 +86,10 @@ pub fn attribute(attr: i32, ordinal: i32, limits: &Limits) -> Option<i32> {
         10 => 32,        // warp size
         13 => 1_000_000, // clock rate, kHz
         16 => MULTIPROCESSORS,
-        18 => 0, // not integrated
-        19 => 1, // can map host memory
+        18 => 0,       // not integrated
+        19 => 1,       // can map host memory
         33 => ordinal, // PCI bus id: one per device
-        41 => 1, // unified addressing
+        41 => 1,       // unified addressing
         75 => COMPUTE_CAPABILITY.0,
         76 => COMPUTE_CAPABILITY.1,
         97 => limits.max_shared_bytes as i32,

@@ -326,9 +326,17 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mu
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint) -> c_int {
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint) -> c_int {
     api(|| {
-        let id = sim()?.current_device()?.create_stream().map_err(c)?;
+        if flags > 1 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // Without CU_STREAM_NON_BLOCKING (1) the stream is ordered with the null stream.
+        let blocking = flags & 1 == 0;
+        let id = sim()?
+            .current_device()?
+            .create_stream_with(blocking)
+            .map_err(c)?;
         unsafe { out(stream, id.0 as *mut c_void) }
     })
 }
@@ -530,14 +538,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             // SAFETY: each parameter pointer addresses a value of the parameter's size.
             args.push(unsafe { std::slice::from_raw_parts(p as *const u8, size) });
         }
-        dev.launch(
-                id,
-                function,
-                [gx, gy, gz],
-                [bx, by, bz],
-                shared,
-                &args,
-            )
+        dev.launch(id, function, [gx, gy, gz], [bx, by, bz], shared, &args)
             .map_err(c)
     })
 }
@@ -584,7 +585,11 @@ fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(p: *mut *mut c_void, bytes: usize, _flags: c_uint) -> c_int {
+pub unsafe extern "C" fn cuMemHostAlloc(
+    p: *mut *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> c_int {
     api(|| host_alloc(sim()?, p, bytes))
 }
 
@@ -604,7 +609,10 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
             .remove(&(p as u64))
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // Like the driver, freeing pinned memory synchronises: no queued copy can still use it.
-        let synced = s.devices.iter().try_for_each(|d| d.synchronize().map_err(c));
+        let synced = s
+            .devices
+            .iter()
+            .try_for_each(|d| d.synchronize().map_err(c));
         // SAFETY: allocated by host_alloc with this layout; removed from the table, so no new
         // copy can target it, and every device has finished the queued ones.
         unsafe { std::alloc::dealloc(p as *mut u8, layout) };

@@ -27,7 +27,9 @@
 //! `ncclCommInitRank`; stream, event, module and function handles carry their device's ordinal.
 //! Modules must be PTX; each entry runs the host function of unihal's portable library with that
 //! name. Copies from and to pageable host memory follow CUDA (host-to-device copies capture the
-//! source when called, device-to-host copies return once the stream produced the data); copies
+//! source when called, device-to-host copies return once the stream produced the data); the null
+//! stream is CUDA's legacy default stream, implicitly ordered with streams created without
+//! `CU_STREAM_NON_BLOCKING`; copies
 //! from and to pinned host memory (`cuMemHostAlloc`) happen when the stream executes them, so a
 //! host buffer reused before synchronising shows up as wrong data. There is no peer access
 //! between simulated devices (`cuDeviceCanAccessPeer` reports 0).
@@ -75,7 +77,10 @@ thread_local! {
 
 fn env_number(name: &str, default: u64) -> Result<u64, i32> {
     match std::env::var(name) {
-        Ok(v) => v.trim().parse::<u64>().map_err(|_| CUDA_ERROR_INVALID_VALUE),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| CUDA_ERROR_INVALID_VALUE),
         Err(_) => Ok(default),
     }
 }
@@ -105,7 +110,7 @@ fn start() -> Result<Sim, i32> {
         let dev = Device::with_kernels(memory, mode, kernels, Limits::default())
             .with_ordinal(ordinal as u32)
             .with_watchdog(watchdog);
-        default_streams.push(dev.create_stream().map_err(|e| code(&e))?);
+        default_streams.push(dev.create_legacy_stream().map_err(|e| code(&e))?);
         devices.push(Arc::new(dev));
     }
     Ok(Sim {

@@ -123,9 +123,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(id: *mut ncclUniqueId) -> c_int {
     nccl(|| {
-        let mut v = ncclUniqueId {
-            internal: [0; 128],
-        };
+        let mut v = ncclUniqueId { internal: [0; 128] };
         let bytes: Vec<u8> = ID_MAGIC.iter().chain(&fresh_id()).copied().collect();
         for (d, b) in v.internal.iter_mut().zip(bytes) {
             *d = b as c_char;
@@ -146,21 +144,27 @@ pub extern "C" fn ncclGetLastError(_comm: *mut c_void) -> *const c_char {
 }
 
 /// One rank's init: join the communicator named by `id` from device `ordinal`.
-fn init_rank(s: &Sim, id: &[u8; 32], nranks: c_int, rank: c_int, ordinal: usize) -> Result<usize, Fail> {
+fn init_rank(
+    s: &Sim,
+    id: &[u8; 32],
+    nranks: c_int,
+    rank: c_int,
+    ordinal: usize,
+) -> Result<usize, Fail> {
     let (Ok(n), Ok(r)) = (usize::try_from(nranks), usize::try_from(rank)) else {
         return Err(invalid(format!("rank {rank} of {nranks}")));
     };
     let device = s.devices[ordinal].clone();
-    let comm = globals()
-        .registry
-        .init_rank(id, n, r, device, s.watchdog)?;
+    let comm = globals().registry.init_rank(id, n, r, device, s.watchdog)?;
     let g = globals();
     let h = {
         let mut next = g.next.lock();
         *next += 16;
         *next
     };
-    g.comms.lock().insert(h, Arc::new(NcclComm { comm, ordinal }));
+    g.comms
+        .lock()
+        .insert(h, Arc::new(NcclComm { comm, ordinal }));
     Ok(h)
 }
 
@@ -170,7 +174,9 @@ fn id_bytes(id: &ncclUniqueId) -> Result<[u8; 32], Fail> {
         *d = s as u8;
     }
     if &b[..16] != ID_MAGIC {
-        return Err(invalid("uniqueId was not made by ncclGetUniqueId of this library"));
+        return Err(invalid(
+            "uniqueId was not made by ncclGetUniqueId of this library",
+        ));
     }
     Ok(b)
 }
@@ -360,7 +366,10 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
         let (inits, ops) = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.depth == 0 {
-                return Err(Fail(NCCL_INVALID_USAGE, "ncclGroupEnd without ncclGroupStart".into()));
+                return Err(Fail(
+                    NCCL_INVALID_USAGE,
+                    "ncclGroupEnd without ncclGroupStart".into(),
+                ));
             }
             g.depth -= 1;
             Ok(if g.depth == 0 {
@@ -478,7 +487,17 @@ pub extern "C" fn ncclAllReduce(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| collective(Kind::AllReduce(op(red)?), send, recv, count, dtype, c, stream))
+    nccl(|| {
+        collective(
+            Kind::AllReduce(op(red)?),
+            send,
+            recv,
+            count,
+            dtype,
+            c,
+            stream,
+        )
+    })
 }
 
 #[no_mangle]

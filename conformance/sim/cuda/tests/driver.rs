@@ -221,7 +221,11 @@ fn contexts_select_devices_and_handles_stay_on_theirs() {
     ok(cuInit(0));
     std::thread::spawn(|| unsafe {
         let mut p = 0u64;
-        assert_eq!(cuMemAlloc_v2(&mut p, 64), CUDA_ERROR_INVALID_CONTEXT, "no context");
+        assert_eq!(
+            cuMemAlloc_v2(&mut p, 64),
+            CUDA_ERROR_INVALID_CONTEXT,
+            "no context"
+        );
         set_device(1);
         let mut d = -1;
         ok(cuCtxGetDevice(&mut d));
@@ -237,7 +241,12 @@ fn contexts_select_devices_and_handles_stay_on_theirs() {
         // Device 1's memory and streams work from a thread whose context is device 0...
         ok(cuMemsetD8Async(p, 3, 64, s1));
         let mut host = [0u8; 64];
-        ok(cuMemcpyDtoHAsync_v2(host.as_mut_ptr() as *mut c_void, p, 64, s1));
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            p,
+            64,
+            s1,
+        ));
         assert_eq!(host, [3; 64]);
         // ...but not mixed with device 0's.
         assert_eq!(cuMemsetD8Async(p, 3, 64, s0), CUDA_ERROR_INVALID_VALUE);
@@ -271,7 +280,12 @@ fn pinned_copies_happen_when_the_stream_runs() {
         // GPU's DMA would also expose), unlike a pageable copy, which captures at the call.
         host.fill(2);
         let mut back = [0u8; 256];
-        ok(cuMemcpyDtoHAsync_v2(back.as_mut_ptr() as *mut c_void, p, 256, s));
+        ok(cuMemcpyDtoHAsync_v2(
+            back.as_mut_ptr() as *mut c_void,
+            p,
+            256,
+            s,
+        ));
         assert_eq!(back, [2; 256]);
         // Device to pinned host: returns at once, lands when the stream runs.
         ok(cuMemsetD8Async(p, 7, 256, s));
@@ -280,7 +294,11 @@ fn pinned_copies_happen_when_the_stream_runs() {
         ok(cuStreamSynchronize(s));
         assert!(host.iter().all(|&b| b == 7));
         ok(cuMemFreeHost(pinned));
-        assert_eq!(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE, "double free");
+        assert_eq!(
+            cuMemFreeHost(pinned),
+            CUDA_ERROR_INVALID_VALUE,
+            "double free"
+        );
         ok(cuStreamDestroy_v2(s));
         ok(cuMemFree_v2(p));
     }

@@ -1,5 +1,6 @@
 //! The built shared object is what a backend will load: its SONAME is `libcuda.so` (the first name
-//! cudarc opens) and it exports every driver symbol of the path cudarc's safe API takes.
+//! cudarc opens) and it exports every driver symbol of the path cudarc's safe API takes, and the
+//! NCCL subset.
 
 use std::path::PathBuf;
 
@@ -48,6 +49,39 @@ const SYMBOLS: &[&str] = &[
     "cuDriverGetVersion",
     "cuMemsetD16Async",
     "cuMemsetD32Async",
+    "cuCtxGetDevice",
+    "cuDeviceCanAccessPeer",
+    "cuMemHostAlloc",
+    "cuMemAllocHost_v2",
+    "cuMemFreeHost",
+];
+
+/// The NCCL subset (same object: its collectives run on the simulated driver's streams).
+const NCCL_SYMBOLS: &[&str] = &[
+    "ncclGetVersion",
+    "ncclGetUniqueId",
+    "ncclGetErrorString",
+    "ncclGetLastError",
+    "ncclCommInitRank",
+    "ncclCommInitAll",
+    "ncclCommFinalize",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclCommGetAsyncError",
+    "ncclCommCount",
+    "ncclCommCuDevice",
+    "ncclCommUserRank",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+    "ncclAllReduce",
+    "ncclBroadcast",
+    "ncclBcast",
+    "ncclReduce",
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclAlltoAll",
+    "ncclSend",
+    "ncclRecv",
 ];
 
 /// The built object: `target/<profile>/deps/libcuda.so` next to this test (`cargo test`), or
@@ -65,7 +99,7 @@ fn library() -> PathBuf {
 }
 
 #[test]
-fn the_shared_object_is_libcuda_and_exports_the_driver_symbols() {
+fn the_shared_object_is_libcuda_and_exports_the_driver_and_nccl_symbols() {
     let path = library();
     assert!(path.exists(), "{} not built", path.display());
     let bytes = std::fs::read(&path).unwrap();
@@ -78,7 +112,7 @@ fn the_shared_object_is_libcuda_and_exports_the_driver_symbols() {
     // resolved, and cuInit(0) called with the driver API's signature.
     unsafe {
         let lib = libloading::Library::new(&path).unwrap();
-        for s in SYMBOLS {
+        for s in SYMBOLS.iter().chain(NCCL_SYMBOLS) {
             lib.get::<*const ()>(s.as_bytes())
                 .unwrap_or_else(|e| panic!("{s} not exported: {e}"));
         }
@@ -86,5 +120,10 @@ fn the_shared_object_is_libcuda_and_exports_the_driver_symbols() {
             lib.get(b"cuInit").unwrap();
         assert_eq!(init(0), 0);
         assert_eq!(init(1), 1, "flags must be 0: CUDA_ERROR_INVALID_VALUE");
+        let version: libloading::Symbol<unsafe extern "C" fn(*mut i32) -> i32> =
+            lib.get(b"ncclGetVersion").unwrap();
+        let mut v = 0;
+        assert_eq!(version(&mut v), 0);
+        assert_eq!(v, 23007);
     }
 }

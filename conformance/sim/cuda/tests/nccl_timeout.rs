@@ -1,0 +1,33 @@
+//! A rank that never calls its collective: the peer's synchronisation fails after the watchdog
+//! (CUDA_ERROR_LAUNCH_TIMEOUT, sticky: the device is poisoned, hence this test's own process)
+//! and the communicator reports ncclTimeout, instead of hanging as real NCCL would.
+
+mod support;
+
+use cuda::conv::CUDA_ERROR_LAUNCH_TIMEOUT;
+use cuda::driver::*;
+use cuda::nccl::*;
+use cuda::nccl_conv::*;
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use support::*;
+
+#[test]
+fn a_missing_rank_times_out_instead_of_hanging() {
+    let codes = on_ranks(2, |r, comm| {
+        let b = upload(&[1f32; 4]) as *mut c_void;
+        let mut s = null_mut();
+        unsafe { assert_eq!(cuStreamCreate(&mut s, 0), 0) };
+        if r == 0 {
+            ok(ncclAllReduce(b, b, 4, F32, SUM, comm, s));
+            let sync = cuStreamSynchronize(s);
+            let mut err = -1;
+            unsafe { ok(ncclCommGetAsyncError(comm, &mut err)) };
+            (sync, err)
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            (0, 0)
+        }
+    });
+    assert_eq!(codes[0], (CUDA_ERROR_LAUNCH_TIMEOUT, NCCL_TIMEOUT));
+}

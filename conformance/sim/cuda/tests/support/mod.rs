@@ -1,0 +1,107 @@
+//! Helpers of the simulated-NCCL tests: device setup, buffers, and ranks as threads.
+#![allow(dead_code)]
+
+use cuda::driver::*;
+use cuda::nccl::*;
+use cuda::nccl_conv::*;
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::Once;
+
+pub const F32: i32 = 7;
+pub const I32: i32 = 2;
+pub const SUM: i32 = 0;
+pub const AVG: i32 = 4;
+
+/// Two devices, and a watchdog short enough for the timeout test yet long enough for peers
+/// that are merely slow on a loaded 2-core machine.
+pub fn init() {
+    static ENV: Once = Once::new();
+    ENV.call_once(|| {
+        std::env::set_var("UNIHAL_SIM_DEVICES", "2");
+        std::env::set_var("UNIHAL_SIM_WATCHDOG_MS", "3000");
+    });
+    assert_eq!(cuInit(0), 0);
+}
+
+pub fn set_device(d: i32) {
+    let mut ctx = null_mut();
+    unsafe { assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, d), 0) };
+    assert_eq!(cuCtxSetCurrent(ctx), 0);
+}
+
+pub fn ok(r: i32) {
+    assert_eq!(r, NCCL_SUCCESS, "ncclResult {r}: {}", last());
+}
+
+pub fn last() -> String {
+    unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub fn unique_id() -> ncclUniqueId {
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    unsafe { ok(ncclGetUniqueId(&mut id)) };
+    id
+}
+
+/// A device buffer on the current device holding `data`.
+pub fn upload<T: Copy>(data: &[T]) -> u64 {
+    let bytes = std::mem::size_of_val(data);
+    let mut p = 0u64;
+    unsafe {
+        assert_eq!(cuMemAlloc_v2(&mut p, bytes.max(1)), 0);
+        assert_eq!(
+            cuMemcpyHtoDAsync_v2(p, data.as_ptr() as *const c_void, bytes, null_mut()),
+            0
+        );
+    }
+    p
+}
+
+pub fn download<T: Copy + Default>(p: u64, n: usize) -> Vec<T> {
+    let mut v = vec![T::default(); n];
+    let bytes = std::mem::size_of_val(&v[..]);
+    unsafe {
+        assert_eq!(
+            cuMemcpyDtoHAsync_v2(v.as_mut_ptr() as *mut c_void, p, bytes, null_mut()),
+            0
+        )
+    };
+    v
+}
+
+/// Runs `f(rank, comm)` on one thread per rank, each with its device current and its rank of
+/// a fresh communicator, which is destroyed afterwards.
+pub fn on_ranks<R: Send + 'static>(
+    n: i32,
+    f: impl Fn(i32, *mut c_void) -> R + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    ranks_then(n, true, f)
+}
+
+/// As [`on_ranks`]; `destroy: false` leaves the communicator to `f` (which aborts it).
+pub fn ranks_then<R: Send + 'static>(
+    n: i32,
+    destroy: bool,
+    f: impl Fn(i32, *mut c_void) -> R + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    init();
+    let id = unique_id();
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            std::thread::spawn(move || {
+                set_device(r);
+                let mut comm = null_mut();
+                unsafe { ok(ncclCommInitRank(&mut comm, n, id, r)) };
+                let out = f(r, comm);
+                if destroy {
+                    ok(ncclCommDestroy(comm));
+                }
+                out
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
