@@ -2,8 +2,10 @@
 //!
 //! Every kernel has a stable entry name ([`names`]) and a parameter list that is the same in every
 //! module format, so a case is written once. [`module_for`] returns the module in the first format a
-//! device accepts for which this crate has an implementation. Today that is the host symbol table
-//! (the CPU backend and simulated runtimes); device-code formats join as their backends arrive.
+//! device accepts for which this crate has an implementation: the host symbol table (the CPU
+//! backend) or PTX (NVIDIA GPUs, and the simulated CUDA driver, which runs the host kernels of the
+//! same names). The PTX is NVRTC's output for `device/uh_testing.cu`, committed so that no compiler
+//! is needed to run the suite; a CI gate (`tests/rtc_gates.rs`) keeps it in step with the source.
 //!
 //! Host kernels run one block per call (see [`unihal_hal::HostLaunchCtx`]) and loop over the block's
 //! threads themselves. They read parameters through CUDA's `kernelParams` convention.
@@ -219,13 +221,17 @@ pub fn host_symbols() -> HostSymbolTable {
     t
 }
 
+/// The test kernels as PTX for sm_80 and later (NVRTC 13.0's output for `device/uh_testing.cu`).
+pub const PTX: &str = include_str!("../device/uh_testing.ptx");
+
 /// Module formats this crate has the test kernels in.
-pub const FORMATS: [ModuleFormat; 1] = [ModuleFormat::HostSymbols];
+pub const FORMATS: [ModuleFormat; 2] = [ModuleFormat::HostSymbols, ModuleFormat::Ptx];
 
 /// The test kernels in the first of `accepted` formats available here, or `None`.
 pub fn module_for(accepted: &[ModuleFormat]) -> Option<ModuleSource> {
     accepted.iter().find_map(|f| match f {
         ModuleFormat::HostSymbols => Some(ModuleSource::HostSymbols(Arc::new(host_symbols()))),
+        ModuleFormat::Ptx => Some(ModuleSource::Ptx(PTX.to_string())),
         _ => None,
     })
 }

@@ -76,3 +76,30 @@ fn hiprtc_compiles_every_kernel_for_gfx906_gfx908_gfx90a() {
     let e = hiprtc.compile(&src, "x", "gfx942").unwrap_err();
     assert!(e.to_string().contains("aborts the process"), "{e}");
 }
+
+/// The committed PTX of the conformance test kernels is NVRTC's output for their CUDA source
+/// (`UNIHAL_BLESS=1` rewrites it), and it has every test entry.
+#[test]
+fn test_kernels_ptx_is_nvrtc_output_of_their_source() {
+    let nvrtc =
+        Nvrtc::load().unwrap_or_else(|e| panic!("NVRTC must be installed for this gate: {e}"));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("device");
+    let src = std::fs::read_to_string(dir.join("uh_testing.cu")).unwrap();
+    let out = nvrtc
+        .compile(&src, "uh_testing.cu", "sm_80")
+        .unwrap_or_else(|e| panic!("NVRTC: {e}"));
+    let committed = dir.join("uh_testing.ptx");
+    if std::env::var_os("UNIHAL_BLESS").is_some() {
+        std::fs::write(&committed, &out.ptx).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&committed).unwrap(),
+        out.ptx,
+        "kernels/device/uh_testing.ptx is stale: rerun this test with UNIHAL_BLESS=1"
+    );
+    let entries = ptx_entries(&out.ptx);
+    for n in unihal_kernels::testing::names::ALL {
+        assert!(entries.iter().any(|e| e == n), "{n} missing from the PTX");
+    }
+    assert_eq!(entries.len(), unihal_kernels::testing::names::ALL.len());
+}

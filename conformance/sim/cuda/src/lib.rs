@@ -25,8 +25,8 @@
 //! Contexts follow the driver: each device has one primary context; the calling thread's current
 //! context selects the device for allocations, stream/event/module creation and NCCL's
 //! `ncclCommInitRank`; stream, event, module and function handles carry their device's ordinal.
-//! Modules must be PTX; each entry runs the host function of unihal's portable library with that
-//! name. Copies from and to pageable host memory follow CUDA (host-to-device copies capture the
+//! Modules must be PTX; each entry runs the host function of unihal's portable library (or of the
+//! conformance test kernels) with that name. Copies from and to pageable host memory follow CUDA (host-to-device copies capture the
 //! source when called, device-to-host copies return once the stream produced the data); the null
 //! stream is CUDA's legacy default stream, implicitly ordered with streams created without
 //! `CU_STREAM_NON_BLOCKING`; copies
@@ -97,14 +97,20 @@ fn start() -> Result<Sim, i32> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let watchdog = Duration::from_millis(env_number("UNIHAL_SIM_WATCHDOG_MS", 60_000)?);
-    let table = unihal_kernels::cpu::host_symbols();
+    // The portable library and the conformance test kernels, by entry name.
+    let tables = [
+        unihal_kernels::cpu::host_symbols(),
+        std::sync::Arc::new(unihal_kernels::testing::host_symbols()),
+    ];
     let mut devices = Vec::with_capacity(count);
     let mut default_streams = Vec::with_capacity(count);
     for ordinal in 0..count {
         let mut kernels = Kernels::new();
-        for name in table.names() {
-            if let Some(k) = table.get(name) {
-                kernels.insert(name.to_string(), k.func);
+        for table in &tables {
+            for name in table.names() {
+                if let Some(k) = table.get(name) {
+                    kernels.insert(name.to_string(), k.func);
+                }
             }
         }
         let dev = Device::with_kernels(memory, mode, kernels, Limits::default())

@@ -303,3 +303,56 @@ fn pinned_copies_happen_when_the_stream_runs() {
         ok(cuMemFree_v2(p));
     }
 }
+
+#[test]
+fn the_test_kernels_ptx_runs_their_host_functions_with_matching_parameters() {
+    init();
+    let host = unihal_kernels::testing::host_symbols();
+    for e in unihal_sim::module::parse_ptx(unihal_kernels::testing::PTX.as_bytes()).unwrap() {
+        let k = host
+            .get(&e.name)
+            .unwrap_or_else(|| panic!("{} has no host kernel", e.name));
+        assert_eq!(k.param_sizes, &e.param_sizes[..], "{}", e.name);
+    }
+    unsafe {
+        let ptx = format!("{}\0", unihal_kernels::testing::PTX);
+        let mut m = null_mut();
+        ok(cuModuleLoadData(&mut m, ptx.as_ptr() as *const c_void));
+        let mut f = null_mut();
+        ok(cuModuleGetFunction(
+            &mut f,
+            m,
+            c"unihal_test_iota_u32".as_ptr(),
+        ));
+        let mut p = 0u64;
+        ok(cuMemAlloc_v2(&mut p, 4 * 1000));
+        let mut n = 1000u32;
+        let mut params = [
+            &mut p as *mut u64 as *mut c_void,
+            &mut n as *mut u32 as *mut c_void,
+        ];
+        ok(cuLaunchKernel(
+            f,
+            4,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            null_mut(),
+            params.as_mut_ptr(),
+            null_mut(),
+        ));
+        let mut host = vec![0u32; 1000];
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            p,
+            4000,
+            null_mut(),
+        ));
+        assert!(host.iter().enumerate().all(|(i, &v)| v == i as u32));
+        ok(cuModuleUnload(m));
+        ok(cuMemFree_v2(p));
+    }
+}
