@@ -16,8 +16,9 @@
 //! # Ok::<(), unihal::HalError>(())
 //! ```
 //!
-//! Backends in this build: `cpu` (always available). Vendor backends register here as they arrive;
-//! each opens its vendor libraries at run time, so one binary runs wherever it lands.
+//! Backends in this build: `cpu` (always available) and `cuda` (NVIDIA GPUs; the driver is opened at
+//! run time, `UNIHAL_CUDA_LIB` chooses one). More vendor backends register here as they arrive; each
+//! opens its vendor libraries at run time, so one binary runs wherever it lands.
 
 pub mod bench;
 pub mod bootstrap;
@@ -47,6 +48,10 @@ pub fn registry() -> &'static Registry {
         let r = Registry::new();
         r.register(unihal_cpu::NAME, || {
             std::sync::Arc::new(unihal_cpu::CpuBackend::new())
+        })
+        .expect("built-in backend names are unique");
+        r.register(unihal_cuda::NAME, || {
+            std::sync::Arc::new(unihal_cuda::CudaBackend::new())
         })
         .expect("built-in backend names are unique");
         r

@@ -622,7 +622,22 @@ impl Device {
         let Some((stream, position)) = self.live()?.event(event)?.record else {
             return Ok(());
         };
-        // Twice at most: a blocked gate first lets its peers catch up (without waiting).
+        self.poll(stream, position)
+    }
+
+    /// Whether all of `stream`'s queued work has run; an observation point like [`Device::query`].
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`]; errors of the work
+    /// it runs.
+    pub fn query_stream_done(&self, stream: StreamId) -> SimResult<()> {
+        let end = self.live()?.stream(stream)?.enqueued;
+        self.poll(stream, end)
+    }
+
+    /// Runs `stream` up to `position` without waiting: twice at most, a blocked gate first
+    /// letting its peers catch up.
+    fn poll(&self, stream: StreamId, position: u64) -> SimResult<()> {
         for attempt in 0..2 {
             let mut s = self.live()?;
             let progress = s.run_until(stream, position, &mut HashSet::new())?;

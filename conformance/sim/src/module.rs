@@ -16,31 +16,11 @@ pub struct Entry {
     pub param_sizes: Vec<usize>,
 }
 
-/// Size of one PTX parameter declaration such as `.param .u64 p` or `.param .align 8 .b8 p[2008]`.
-fn param_size(decl: &str) -> SimResult<usize> {
-    let bad = || SimError::InvalidValue(format!("PTX parameter `{decl}`"));
-    let width = decl
-        .split_whitespace()
-        .find_map(|t| match t {
-            ".u8" | ".s8" | ".b8" => Some(1),
-            ".u16" | ".s16" | ".b16" | ".f16" => Some(2),
-            ".u32" | ".s32" | ".b32" | ".f32" => Some(4),
-            ".u64" | ".s64" | ".b64" | ".f64" => Some(8),
-            _ => None,
-        })
-        .ok_or_else(bad)?;
-    let count = match (decl.find('['), decl.rfind(']')) {
-        (Some(a), Some(b)) if a < b => decl[a + 1..b].trim().parse::<usize>().map_err(|_| bad())?,
-        _ => 1,
-    };
-    Ok(width * count)
-}
-
 /// The entries of a PTX module.
 ///
 /// # Errors
-/// [`SimError::InvalidImage`] for ELF (cubin) or fatbin images and for text that is not PTX;
-/// [`SimError::InvalidValue`] for an entry whose parameters cannot be read.
+/// [`SimError::InvalidImage`] for ELF (cubin) or fatbin images, for text that is not PTX
+/// and for an entry whose parameters cannot be read.
 pub fn parse_ptx(image: &[u8]) -> SimResult<Vec<Entry>> {
     if image.starts_with(b"\x7fELF") || image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
         return Err(SimError::InvalidImage(
@@ -54,28 +34,14 @@ pub fn parse_ptx(image: &[u8]) -> SimResult<Vec<Entry>> {
             "not PTX text (no .version/.target)".into(),
         ));
     }
-    let mut entries = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find(".entry") {
-        rest = &rest[i + ".entry".len()..];
-        let open = rest
-            .find('(')
-            .ok_or_else(|| SimError::InvalidImage("`.entry` without parameters".into()))?;
-        let name = rest[..open].trim().to_string();
-        let close = rest[open..].find(')').ok_or_else(|| {
-            SimError::InvalidImage(format!("entry {name}: unterminated parameters"))
-        })?;
-        let params = &rest[open + 1..open + close];
-        let param_sizes = params
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(param_size)
-            .collect::<SimResult<Vec<_>>>()?;
-        entries.push(Entry { name, param_sizes });
-        rest = &rest[open + close..];
-    }
-    Ok(entries)
+    let entries = unihal_kernels::rtc::ptx_signatures(text).map_err(SimError::InvalidImage)?;
+    Ok(entries
+        .into_iter()
+        .map(|e| Entry {
+            name: e.name,
+            param_sizes: e.param_sizes,
+        })
+        .collect())
 }
 
 /// Host functions by kernel name: what the simulator can run.

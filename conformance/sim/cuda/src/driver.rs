@@ -361,6 +361,14 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
+pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> c_int {
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        dev.query_stream_done(id).map_err(c)
+    })
+}
+
+#[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(
     stream: *mut c_void,
     event: *mut c_void,

@@ -54,6 +54,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemHostAlloc",
     "cuMemAllocHost_v2",
     "cuMemFreeHost",
+    "cuStreamQuery",
 ];
 
 /// The NCCL subset (same object: its collectives run on the simulated driver's streams).

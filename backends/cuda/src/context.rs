@@ -1,0 +1,48 @@
+//! A device's primary context, bound to the calling thread before every driver call.
+
+use crate::conv::vendor;
+use cudarc::driver::{result, sys};
+use unihal_hal::{DeviceId, Result};
+
+/// The primary context of one device. Retained for the process's life (released on drop).
+pub struct Context {
+    pub(crate) id: DeviceId,
+    pub(crate) dev: sys::CUdevice,
+    pub(crate) raw: sys::CUcontext,
+}
+
+// SAFETY: a CUcontext may be made current on any thread; the driver is thread-safe.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Retains device `ordinal`'s primary context.
+    ///
+    /// # Errors
+    /// Vendor errors of cuDeviceGet / cuDevicePrimaryCtxRetain.
+    pub(crate) fn retain(id: DeviceId) -> Result<Context> {
+        let dev = result::device::get(id.ordinal as i32).map_err(|e| vendor("cuDeviceGet", e))?;
+        // SAFETY: a valid device from cuDeviceGet.
+        let raw = unsafe { result::primary_ctx::retain(dev) }
+            .map_err(|e| vendor("cuDevicePrimaryCtxRetain", e))?;
+        Ok(Context { id, dev, raw })
+    }
+
+    /// Makes this context current on the calling thread (cheap: a thread-local store in the
+    /// driver; not cached here, since other code on the thread may switch contexts).
+    ///
+    /// # Errors
+    /// Vendor errors of cuCtxSetCurrent.
+    pub(crate) fn bind(&self) -> Result<()> {
+        // SAFETY: a retained primary context.
+        unsafe { result::ctx::set_current(self.raw) }.map_err(|e| vendor("cuCtxSetCurrent", e))
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: retained in `retain`, released once.
+        let _ = unsafe { result::primary_ctx::release(self.dev) };
+    }
+}

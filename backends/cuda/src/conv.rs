@@ -1,0 +1,60 @@
+//! Conversions of the CUDA backend: driver errors to [`HalError`] (the CUDA name and number are
+//! kept), and the device attributes it reads.
+
+use cudarc::driver::sys::{CUdevice_attribute, CUresult};
+use cudarc::driver::DriverError;
+use unihal_hal::HalError;
+
+/// A failed driver call as a vendor error: `CUDA driver: <call> failed with CUDA_ERROR_X (n): text`.
+pub(crate) fn vendor(call: &str, e: DriverError) -> HalError {
+    let code = e.0 as i64;
+    // The names come from the driver itself (cuGetErrorName/String); a driver without them still
+    // gives the number.
+    let name = std::panic::catch_unwind(|| e.error_name().map(|s| s.to_string_lossy().into_owned()))
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_else(|| format!("CUresult {code}"));
+    let message =
+        std::panic::catch_unwind(|| e.error_string().map(|s| s.to_string_lossy().into_owned()))
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+    HalError::Vendor {
+        library: "CUDA driver".into(),
+        call: call.into(),
+        code,
+        name,
+        message,
+    }
+}
+
+/// True for `CUDA_ERROR_NOT_READY` (work still running: not an error for queries).
+pub(crate) fn not_ready(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_NOT_READY
+}
+
+/// True for `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) fn out_of_memory(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// The attributes the backend reads into its capabilities.
+pub(crate) mod attr {
+    use super::CUdevice_attribute as A;
+    pub const MAX_THREADS_PER_BLOCK: A = A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+    pub const MAX_BLOCK: [A; 3] = [
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+    ];
+    pub const MAX_GRID: [A; 3] = [
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+    ];
+    pub const SHARED_PER_BLOCK: A = A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK;
+    pub const WARP_SIZE: A = A::CU_DEVICE_ATTRIBUTE_WARP_SIZE;
+    pub const SM_COUNT: A = A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+    pub const CC_MAJOR: A = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
+    pub const CC_MINOR: A = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
+}

@@ -1,0 +1,213 @@
+//! A CUDA device: its primary context, capabilities from the driver's attributes, memory, and the
+//! factories for streams, events and modules.
+
+use crate::context::Context;
+use crate::conv::{attr, out_of_memory, vendor};
+use crate::event::CudaEvent;
+use crate::loader::guard;
+use crate::memory::{CudaAllocation, PinnedHost};
+use crate::module::CudaModule;
+use crate::stream::CudaStream;
+use cudarc::driver::{result, sys};
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use unihal_hal::{
+    Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
+    MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle, OptionalCaps,
+    Result, Stream,
+};
+
+/// One CUDA device. Thread-safe: every call binds the device's primary context first.
+pub struct CudaDevice {
+    me: Weak<CudaDevice>,
+    pub(crate) ctx: Arc<Context>,
+    info: DeviceInfo,
+    caps: Capabilities,
+}
+
+fn attribute(ctx: &Context, a: sys::CUdevice_attribute) -> Result<i32> {
+    // SAFETY: a valid device and attribute.
+    unsafe { result::device::get_attribute(ctx.dev, a) }
+        .map_err(|e| vendor("cuDeviceGetAttribute", e))
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal` (its primary context, name and capabilities).
+    ///
+    /// # Errors
+    /// Vendor errors of the driver queries; [`HalError::Unavailable`] if a symbol is missing.
+    pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
+        guard("open device", || {
+            let ctx = Arc::new(Context::retain(id)?);
+            ctx.bind()?;
+            let name =
+                result::device::get_name(ctx.dev).map_err(|e| vendor("cuDeviceGetName", e))?;
+            // SAFETY: a valid device.
+            let total = unsafe { result::device::total_mem(ctx.dev) }
+                .map_err(|e| vendor("cuDeviceTotalMem", e))? as u64;
+            let a = |x| attribute(&ctx, x);
+            let dims = |xs: [sys::CUdevice_attribute; 3]| -> Result<[u32; 3]> {
+                Ok([a(xs[0])? as u32, a(xs[1])? as u32, a(xs[2])? as u32])
+            };
+            let (major, minor) = (a(attr::CC_MAJOR)?, a(attr::CC_MINOR)?);
+            let caps = Capabilities {
+                mandatory: MandatoryCaps {
+                    memory_bytes: total,
+                    alloc_alignment: 256,
+                    compute_units: a(attr::SM_COUNT)? as u32,
+                    warp_size: a(attr::WARP_SIZE)? as u32,
+                    max_grid: dims(attr::MAX_GRID)?,
+                    max_block: dims(attr::MAX_BLOCK)?,
+                    max_threads_per_block: a(attr::MAX_THREADS_PER_BLOCK)? as u32,
+                    max_shared_mem_per_block: a(attr::SHARED_PER_BLOCK)? as u32,
+                    // A cubin for the exact architecture first; PTX (JIT-compiled by the driver)
+                    // otherwise.
+                    module_formats: vec![ModuleFormat::Cubin, ModuleFormat::Ptx],
+                },
+                optional: OptionalCaps {
+                    arch: Some(format!("sm_{major}{minor}")),
+                    event_timing: true,
+                    pinned_host_memory: true,
+                    wide_fill: true,
+                    host_callbacks: false,
+                    stream_ordered_alloc: false,
+                    peer_devices: Vec::new(),
+                    fault_poisons_device: true,
+                    timer_resolution_ns: Some(500),
+                    ops: BTreeMap::new(),
+                },
+            };
+            let info = DeviceInfo {
+                id,
+                name,
+                vendor: "NVIDIA".into(),
+            };
+            Ok(Arc::new_cyclic(|me| CudaDevice {
+                me: me.clone(),
+                ctx,
+                info,
+                caps,
+            }))
+        })
+    }
+
+    /// This device as an `Arc`.
+    pub(crate) fn arc(&self) -> Result<Arc<CudaDevice>> {
+        self.me
+            .upgrade()
+            .ok_or_else(|| HalError::Internal("CUDA device used while being dropped".into()))
+    }
+
+    /// Runs a driver call with this device's context current, panics turned into errors.
+    pub(crate) fn call<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        guard(what, || {
+            self.ctx.bind()?;
+            f()
+        })
+    }
+
+    fn oom(&self, requested: u64) -> HalError {
+        let free = result::mem_get_info().map(|(f, _)| f as u64).unwrap_or(0);
+        HalError::OutOfMemory { requested, free }
+    }
+}
+
+impl Device for CudaDevice {
+    fn id(&self) -> DeviceId {
+        self.info.id
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.call("cuMemGetInfo", || {
+            let (free, total) = result::mem_get_info().map_err(|e| vendor("cuMemGetInfo", e))?;
+            Ok(MemoryInfo {
+                total: total as u64,
+                free: free as u64,
+            })
+        })
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer> {
+        let ptr = if len == 0 {
+            0
+        } else {
+            self.call("cuMemAlloc", || {
+                // SAFETY: a non-zero size in the current context.
+                unsafe { result::malloc_sync(len) }.map_err(|e| {
+                    if out_of_memory(&e) {
+                        self.oom(len as u64)
+                    } else {
+                        vendor("cuMemAlloc", e)
+                    }
+                })
+            })?
+        };
+        Ok(Buffer::from_allocation(Box::new(CudaAllocation {
+            ctx: self.ctx.clone(),
+            ptr,
+            len: len as u64,
+        })))
+    }
+
+    fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            self.call("cuMemHostAlloc", || {
+                // SAFETY: a non-zero size; flags 0 = page-locked, portable to this context.
+                unsafe { result::malloc_host(len, 0) }
+                    .map(|p| p as *mut u8)
+                    .map_err(|e| {
+                        if out_of_memory(&e) {
+                            HalError::OutOfMemory {
+                                requested: len as u64,
+                                free: 0,
+                            }
+                        } else {
+                            vendor("cuMemHostAlloc", e)
+                        }
+                    })
+            })?
+        };
+        Ok(HostBuffer::from_allocation(Box::new(PinnedHost {
+            ctx: self.ctx.clone(),
+            ptr,
+            len,
+        })))
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        Ok(CudaStream::new(self.arc()?)?)
+    }
+
+    fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
+        Ok(CudaEvent::new(self.arc()?, flags)?)
+    }
+
+    fn load_module(&self, source: &ModuleSource) -> Result<Arc<dyn Module>> {
+        Ok(CudaModule::load(self.arc()?, source)?)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.call("cuCtxSynchronize", || {
+            result::ctx::synchronize().map_err(|e| vendor("cuCtxSynchronize", e))
+        })
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        NativeHandle::Ptr(self.ctx.raw as *mut std::ffi::c_void)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,119 @@
+//! # unihal-cuda: the CUDA backend
+//!
+//! NVIDIA GPUs through the CUDA driver API, bound with cudarc's thin `result`/`sys` layer and
+//! opened at run time, so one unihal binary builds with no CUDA toolkit and runs wherever it lands.
+//!
+//! * **Loading** ([`loader`]): `UNIHAL_CUDA_LIB=/path/to/libcuda.so*` chooses the driver (unihal's
+//!   simulated driver in CI, `conformance/sim/cuda`); otherwise the system loader finds
+//!   `libcuda.so`. cudarc panics on a missing library or symbol, so the backend probes the library
+//!   first (`is_culib_present`) and runs every driver call under a guard that turns a panic into
+//!   [`unihal_hal::HalError::Unavailable`]. No driver, or no device, is `Unavailable` with the
+//!   names tried and the driver's code; never a panic, never "0 devices".
+//! * **Devices** ([`device`]) use each GPU's primary context ([`context`]), bound to the calling
+//!   thread before every driver call, so any host thread may use any device. Capabilities come from
+//!   the driver's attributes (compute capability, SM count, warp size, limits, memory). A kernel
+//!   fault poisons a CUDA context: `fault_poisons_device` says so, and such errors are sticky on
+//!   every stream.
+//! * **Memory** ([`memory`]): `cuMemAlloc` device memory and `cuMemHostAlloc` pinned host memory.
+//! * **Streams** ([`stream`]) are non-blocking `CUstream`s. What queued work uses (buffers, host
+//!   buffers, functions, events) is kept until an event recorded after the work completes, so
+//!   dropping a buffer that queued work still uses is safe.
+//! * **Events** ([`event`]) with timing unless disabled; cross-device waits are the driver's.
+//! * **Modules** ([`module`]): PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
+//!   so launches are size-checked) and cubin.
+//!
+//! Not yet: the portable kernel library through NVRTC (`run_op`), cuBLAS matmul, NCCL
+//! collectives, peer copies, host callbacks and stream-ordered allocation (the capabilities report
+//! each honestly).
+
+pub mod context;
+pub mod conv;
+pub mod device;
+pub mod event;
+pub mod loader;
+pub mod memory;
+pub mod module;
+pub mod stream;
+
+pub use device::CudaDevice;
+
+use parking_lot::Mutex;
+use std::any::Any;
+use std::sync::Arc;
+use unihal_hal::{Backend, BackendInfo, Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
+
+/// Registry name of this backend.
+pub const NAME: &str = "cuda";
+
+/// The CUDA backend. Devices are opened on first use and live as long as the backend.
+#[derive(Default)]
+pub struct CudaBackend {
+    devices: Mutex<Vec<Option<Arc<CudaDevice>>>>,
+}
+
+impl CudaBackend {
+    /// A backend that opens the driver on first probe.
+    pub fn new() -> CudaBackend {
+        CudaBackend::default()
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn info(&self) -> BackendInfo {
+        let (libraries, simulated) = match loader::driver() {
+            Ok(d) => (
+                vec![LibraryInfo {
+                    name: "CUDA driver".into(),
+                    path: Some(d.path.clone()),
+                    version: Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
+                }],
+                d.simulated,
+            ),
+            Err(_) => (Vec::new(), false),
+        };
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            libraries,
+            simulated,
+        }
+    }
+
+    fn probe(&self) -> Result<usize> {
+        Ok(loader::driver()?.devices)
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let n = self.probe()?;
+        if ordinal >= n {
+            return Err(HalError::invalid(
+                "ordinal",
+                Invalid::Value {
+                    value: ordinal.to_string(),
+                    accepted: format!("0..{n}"),
+                },
+            ));
+        }
+        let mut devices = self.devices.lock();
+        if devices.len() < n {
+            devices.resize(n, None);
+        }
+        if let Some(d) = &devices[ordinal] {
+            return Ok(d.clone());
+        }
+        let d = CudaDevice::open(DeviceId {
+            backend: NAME,
+            ordinal: ordinal as u32,
+        })?;
+        devices[ordinal] = Some(d.clone());
+        Ok(d)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,107 @@
+//! Opening the CUDA driver at run time, without ever letting cudarc panic across unihal.
+//!
+//! cudarc (with `dynamic-loading`) opens `libcuda.so` on its first call and *panics* when no
+//! candidate name opens, or lazily when a symbol is missing. So: an optional override
+//! (`UNIHAL_CUDA_LIB=/path/to/libcuda.so*`) is `dlopen`ed first and kept open, which makes the
+//! system loader hand that copy to cudarc (its SONAME matches a name cudarc asks for); then
+//! `is_culib_present()` probes without panicking; then `cuInit`. Every later driver call runs under
+//! [`guard`], which turns a panic (a symbol missing from an old driver) into
+//! [`HalError::Unavailable`].
+
+use crate::conv::vendor;
+use std::sync::OnceLock;
+use unihal_hal::{HalError, Result};
+
+/// The opened driver.
+pub(crate) struct Driver {
+    /// Where it came from: the override path, or the loader's search.
+    pub path: String,
+    /// `cuDriverGetVersion` (e.g. 13000).
+    pub version: i32,
+    /// Devices reported by `cuDeviceGetCount`.
+    pub devices: usize,
+    /// True when the driver names its devices as simulated (unihal's test driver).
+    pub simulated: bool,
+}
+
+/// Runs a cudarc call, turning a panic into `Unavailable` (cudarc panics on missing symbols).
+pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        Err(HalError::Unavailable {
+            what: format!("CUDA driver ({what})"),
+            reason: msg,
+        })
+    })
+}
+
+fn unavailable(reason: String) -> HalError {
+    HalError::Unavailable {
+        what: "CUDA driver".into(),
+        reason,
+    }
+}
+
+fn open() -> Result<Driver> {
+    let path = match std::env::var("UNIHAL_CUDA_LIB") {
+        Ok(p) if !p.trim().is_empty() => {
+            let p = p.trim().to_string();
+            // SAFETY: loading a shared library runs its initialisers; the override names a CUDA
+            // driver (or unihal's simulated one), whose initialisers are benign.
+            let lib = unsafe { libloading::Library::new(&p) }
+                .map_err(|e| unavailable(format!("UNIHAL_CUDA_LIB={p}: {e}")))?;
+            // Kept open for the process: cudarc resolves `libcuda.so` to this copy.
+            std::mem::forget(lib);
+            p
+        }
+        _ => "libcuda.so (system loader)".to_string(),
+    };
+    // SAFETY: probes the library names with dlopen/dlclose; no symbol is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(unavailable(format!(
+            "no CUDA driver library found (tried {:?} through the system loader; set \
+             UNIHAL_CUDA_LIB to a libcuda.so to choose one)",
+            cudarc::get_lib_name_candidates("cuda")
+        )));
+    }
+    guard("cuInit", || {
+        cudarc::driver::result::init().map_err(|e| match vendor("cuInit", e) {
+            HalError::Vendor { name, code, .. } => {
+                unavailable(format!("cuInit failed with {name} ({code}): no usable GPU"))
+            }
+            other => other,
+        })?;
+        let mut version = 0;
+        // SAFETY: an out-pointer to a local.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+            .result()
+            .map_err(|e| vendor("cuDriverGetVersion", e))?;
+        let count = cudarc::driver::result::device::get_count()
+            .map_err(|e| vendor("cuDeviceGetCount", e))?;
+        if count <= 0 {
+            return Err(unavailable("the driver reports no CUDA device".into()));
+        }
+        let name = cudarc::driver::result::device::get(0)
+            .and_then(cudarc::driver::result::device::get_name)
+            .map_err(|e| vendor("cuDeviceGetName", e))?;
+        Ok(Driver {
+            path,
+            version,
+            devices: count as usize,
+            simulated: name.contains("simulated"),
+        })
+    })
+}
+
+/// The driver, opened once per process.
+///
+/// # Errors
+/// [`HalError::Unavailable`] with what was tried and why it failed (also on later calls).
+pub(crate) fn driver() -> Result<&'static Driver> {
+    static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
+    DRIVER.get_or_init(open).as_ref().map_err(Clone::clone)
+}

@@ -1,0 +1,484 @@
+//! CUDA streams: the HAL's `Stream` over a `CUstream`, holding what queued work uses until the
+//! driver says it ran.
+//!
+//! Every enqueue that uses HAL objects (buffers, host buffers, functions, events) records a
+//! timing-free event after the work and keeps the objects with it; entries are released, oldest
+//! first, once their event completes (checked at each enqueue, query and synchronize). So dropping
+//! a buffer that queued work still reads is safe: its memory is freed after the work.
+
+use crate::conv::{not_ready, vendor};
+use crate::device::CudaDevice;
+use crate::event::CudaEvent;
+use crate::memory::CudaAllocation;
+use crate::module::CudaFunction;
+use cudarc::driver::{result, sys, DriverError};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use unihal_hal::{
+    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
+    KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
+};
+
+/// Something queued work uses, kept until the work ran.
+type Keep = Box<dyn Any + Send + Sync>;
+
+struct Inner {
+    /// (event recorded after the work, what it uses), oldest first.
+    pending: VecDeque<(sys::CUevent, Vec<Keep>)>,
+    /// Completed events for reuse.
+    spare: Vec<sys::CUevent>,
+    /// The first error that poisons the context.
+    sticky: Option<HalError>,
+}
+
+/// A stream of a CUDA device. Thread-safe: enqueues are serialised by a lock.
+pub struct CudaStream {
+    dev: Arc<CudaDevice>,
+    dyn_dev: Arc<dyn Device>,
+    raw: sys::CUstream,
+    inner: Mutex<Inner>,
+}
+
+// SAFETY: CUstream handles may be used from any thread; the kept objects are Send + Sync.
+unsafe impl Send for CudaStream {}
+// SAFETY: as above; mutable state is behind the mutex.
+unsafe impl Sync for CudaStream {}
+
+/// CUDA errors after which the context is unusable (a kernel fault, a killed kernel).
+fn poisons(e: &HalError) -> bool {
+    matches!(e, HalError::Vendor { code, .. } if matches!(*code, 700 | 702 | 714..=719))
+}
+
+/// Device address of `[offset, offset+len)` of a CUDA buffer on `device`, after every check.
+fn cuda_addr(buf: &Buffer, arg: &'static str, device: DeviceId, offset: u64, len: u64) -> Result<u64> {
+    buf.downcast_allocation::<CudaAllocation>(arg)?;
+    buf.check_use(arg, device, offset, len)
+}
+
+impl CudaStream {
+    pub(crate) fn new(dev: Arc<CudaDevice>) -> Result<Arc<CudaStream>> {
+        let raw = dev.call("cuStreamCreate", || {
+            result::stream::create(result::stream::StreamKind::NonBlocking)
+                .map_err(|e| vendor("cuStreamCreate", e))
+        })?;
+        let dyn_dev: Arc<dyn Device> = dev.clone();
+        Ok(Arc::new(CudaStream {
+            dev,
+            dyn_dev,
+            raw,
+            inner: Mutex::new(Inner {
+                pending: VecDeque::new(),
+                spare: Vec::new(),
+                sticky: None,
+            }),
+        }))
+    }
+
+    fn id(&self) -> DeviceId {
+        self.dev.ctx.id
+    }
+
+    /// Enqueues `f` (a driver call on this stream) and keeps `keep` until it has run.
+    fn submit(
+        &self,
+        call: &str,
+        keep: Vec<Keep>,
+        f: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
+    ) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some(e) = &inner.sticky {
+            return Err(e.clone());
+        }
+        self.dev.call(call, || {
+            self.retire(&mut inner, false);
+            if let Err(e) = f(self.raw) {
+                let e = vendor(call, e);
+                if poisons(&e) {
+                    inner.sticky = Some(e.clone());
+                }
+                return Err(e);
+            }
+            if keep.is_empty() {
+                return Ok(());
+            }
+            let ev = match inner.spare.pop() {
+                Some(ev) => ev,
+                None => result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                    .map_err(|e| vendor("cuEventCreate", e))?,
+            };
+            // SAFETY: a live event and stream of the current context.
+            if let Err(e) = unsafe { result::event::record(ev, self.raw) } {
+                // The work is queued but cannot be tracked: wait for it before releasing.
+                inner.spare.push(ev);
+                // SAFETY: a live stream.
+                let _ = unsafe { result::stream::synchronize(self.raw) };
+                return Err(vendor("cuEventRecord", e));
+            }
+            inner.pending.push_back((ev, keep));
+            Ok(())
+        })
+    }
+
+    /// Releases what completed work kept (all of it when `all`, after a synchronisation).
+    fn retire(&self, inner: &mut Inner, all: bool) {
+        while let Some((ev, _)) = inner.pending.front() {
+            // SAFETY: a live event recorded on this stream.
+            let done = all || unsafe { result::event::query(*ev) }.is_ok();
+            if !done {
+                break;
+            }
+            let (ev, keep) = inner.pending.pop_front().expect("front exists");
+            drop(keep);
+            inner.spare.push(ev);
+        }
+    }
+
+    /// Enqueues a copy between a host range and a device address.
+    fn host_copy(
+        &self,
+        call: &str,
+        host: &HostBuffer,
+        host_arg: &'static str,
+        host_offset: u64,
+        device_addr: u64,
+        keep: Buffer,
+        len: u64,
+        to_device: bool,
+    ) -> Result<()> {
+        let range = host.begin_use(host_arg, host_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let raw_ok = range.with_ptr(|p, n| {
+            self.submit(call, Vec::new(), |s| {
+                // SAFETY: the host range was checked by begin_use and stays in use (kept below)
+                // until the copy ran; the device range was checked and `keep` holds it.
+                unsafe {
+                    if to_device {
+                        sys::cuMemcpyHtoDAsync_v2(device_addr, p as *const _, n, s).result()
+                    } else {
+                        sys::cuMemcpyDtoHAsync_v2(p as *mut _, device_addr, n, s).result()
+                    }
+                }
+            })
+        });
+        raw_ok?;
+        self.keep(vec![Box::new(range), Box::new(keep)])
+    }
+
+    /// Keeps objects until the work queued so far has run.
+    fn keep(&self, keep: Vec<Keep>) -> Result<()> {
+        self.submit("cuEventRecord", keep, |_| Ok(()))
+    }
+}
+
+impl Stream for CudaStream {
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.dyn_dev
+    }
+
+    fn copy_h2d(
+        &self,
+        src: &HostBuffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        self.host_copy("cuMemcpyHtoDAsync", src, "src", src_offset, d, dst.clone(), len, true)
+    }
+
+    fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
+        let len = src.len() as u64;
+        cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        let staging = self.dev.alloc_host(src.len())?;
+        staging.map()?.copy_from_slice(src);
+        self.copy_h2d(&staging, 0, dst, dst_offset, len)
+    }
+
+    fn copy_d2h(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &HostBuffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
+        self.host_copy("cuMemcpyDtoHAsync", dst, "dst", dst_offset, s, src.clone(), len, false)
+    }
+
+    fn copy_d2d(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
+        let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        if len > 0 && s < d + len && d < s + len {
+            return Err(HalError::invalid(
+                "dst",
+                Invalid::Overlap { src: s, dst: d, len },
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
+        self.submit("cuMemcpyDtoDAsync", keep, |st| {
+            // SAFETY: both ranges were checked against live allocations held by `keep`, and are
+            // disjoint.
+            unsafe { result::memcpy_dtod_async(d, s, len as usize, st) }
+        })
+    }
+
+    fn copy_peer(
+        &self,
+        src: &Buffer,
+        _src_offset: u64,
+        dst: &Buffer,
+        _dst_offset: u64,
+        _len: u64,
+    ) -> Result<()> {
+        Err(HalError::unsupported(format!(
+            "peer copy between {} and {}: peer access is not enabled by this backend yet",
+            src.device(),
+            dst.device()
+        )))
+    }
+
+    fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
+        let d = cuda_addr(dst, "dst", self.id(), offset, len)?;
+        let w = value.width();
+        if d % w != 0 || len % w != 0 {
+            return Err(HalError::invalid(
+                "dst",
+                Invalid::Value {
+                    value: format!("address {d:#x}, length {len}"),
+                    accepted: format!("multiples of the {w}-byte pattern width"),
+                },
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let n = (len / w) as usize;
+        self.submit("cuMemsetD*Async", vec![Box::new(dst.clone())], |s| {
+            // SAFETY: the range was checked (and its alignment) and the buffer is kept.
+            unsafe {
+                match value {
+                    FillValue::U8(v) => sys::cuMemsetD8Async(d, v, n, s).result(),
+                    FillValue::U16(v) => sys::cuMemsetD16Async(d, v, n, s).result(),
+                    FillValue::U32(v) => sys::cuMemsetD32Async(d, v, n, s).result(),
+                }
+            }
+        })
+    }
+
+    unsafe fn launch(
+        &self,
+        function: &Arc<dyn Function>,
+        config: &LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        let f = function
+            .as_any()
+            .downcast_ref::<CudaFunction>()
+            .ok_or_else(|| {
+                HalError::invalid(
+                    "function",
+                    Invalid::ForeignHandle {
+                        expected: "CUDA function".into(),
+                        found: format!(
+                            "function {:?} of {}",
+                            function.name(),
+                            function.device_id()
+                        ),
+                    },
+                )
+            })?;
+        if f.device_id() != self.id() {
+            return Err(HalError::invalid(
+                "function",
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: f.device_id(),
+                },
+            ));
+        }
+        config.validate(&self.dev.capabilities().mandatory)?;
+        if let Some(sizes) = f.param_sizes() {
+            args.check_against(sizes)?;
+        }
+        if let Some(b) = args.buffers().iter().find(|b| b.is_free_enqueued()) {
+            return Err(HalError::invalid(
+                "args",
+                Invalid::FreeEnqueued {
+                    addr: b.device_addr() - b.offset(),
+                    len: b.len(),
+                },
+            ));
+        }
+        let mut params = args.param_ptrs();
+        let mut keep: Vec<Keep> = args
+            .buffers()
+            .iter()
+            .map(|b| Box::new(b.clone()) as Keep)
+            .collect();
+        keep.push(Box::new(function.clone()));
+        let (g, b) = (config.grid, config.block);
+        self.submit("cuLaunchKernel", keep, |s| {
+            // SAFETY: the caller vouches for the arguments' meaning (this fn is unsafe); their
+            // sizes match the kernel's parameters where known; the driver copies the values
+            // during the call; the buffers they name are kept until the kernel ran.
+            unsafe {
+                sys::cuLaunchKernel(
+                    f.raw,
+                    g.x,
+                    g.y,
+                    g.z,
+                    b.x,
+                    b.y,
+                    b.z,
+                    config.shared_mem_bytes,
+                    s,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+                .result()
+            }
+        })
+    }
+
+    fn host_callback(&self, _f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        Err(HalError::unsupported(
+            "host callbacks on the CUDA backend (not yet implemented)",
+        ))
+    }
+
+    fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let e = CudaEvent::of(event.as_ref(), "event")?;
+        if e.device_id() != self.id() {
+            return Err(HalError::invalid(
+                "event",
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: e.device_id(),
+                },
+            ));
+        }
+        self.submit("cuEventRecord", vec![Box::new(event.clone())], |s| {
+            // SAFETY: a live event and stream of the same context.
+            unsafe { result::event::record(e.raw, s) }
+        })?;
+        e.recorded.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let e = CudaEvent::of(event.as_ref(), "event")?;
+        self.submit("cuStreamWaitEvent", vec![Box::new(event.clone())], |s| {
+            // SAFETY: a live event (of any context of this process) and a live stream.
+            unsafe { result::stream::wait_event(s, e.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+        })
+    }
+
+    fn alloc_async(&self, len: usize) -> Result<Buffer> {
+        // Not stream-ordered yet (capabilities say so): memory that exists now is valid for work
+        // enqueued after this call.
+        self.dev.alloc(len)
+    }
+
+    fn free_async(&self, buffer: &Buffer) -> Result<()> {
+        cuda_addr(buffer, "buffer", self.id(), 0, 0)?;
+        buffer.mark_free_enqueued("buffer")?;
+        // The memory returns when the last handle (queued work holds its own) is dropped.
+        self.keep(vec![Box::new(buffer.clone())])
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some(e) = &inner.sticky {
+            return Err(e.clone());
+        }
+        self.dev.call("cuStreamSynchronize", || {
+            // SAFETY: a live stream.
+            let r = unsafe { result::stream::synchronize(self.raw) };
+            self.retire(&mut inner, r.is_ok());
+            r.map_err(|e| {
+                let e = vendor("cuStreamSynchronize", e);
+                if poisons(&e) {
+                    inner.sticky = Some(e.clone());
+                }
+                e
+            })
+        })
+    }
+
+    fn query(&self) -> Result<bool> {
+        let mut inner = self.inner.lock();
+        if let Some(e) = &inner.sticky {
+            return Err(e.clone());
+        }
+        self.dev.call("cuStreamQuery", || {
+            // SAFETY: a live stream.
+            match unsafe { sys::cuStreamQuery(self.raw) }.result() {
+                Ok(()) => {
+                    self.retire(&mut inner, true);
+                    Ok(true)
+                }
+                Err(e) if not_ready(&e) => {
+                    self.retire(&mut inner, false);
+                    Ok(false)
+                }
+                Err(e) => {
+                    let e = vendor("cuStreamQuery", e);
+                    if poisons(&e) {
+                        inner.sticky = Some(e.clone());
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn async_error(&self) -> Option<HalError> {
+        self.inner.lock().sticky.clone()
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        NativeHandle::Ptr(self.raw as *mut std::ffi::c_void)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut();
+        let raw = self.raw;
+        let _ = self.dev.call("cuStreamDestroy", || {
+            // SAFETY: a live stream; queued work finishes before what it uses is released.
+            unsafe {
+                let _ = result::stream::synchronize(raw);
+                for (ev, keep) in inner.pending.drain(..) {
+                    drop(keep);
+                    let _ = result::event::destroy(ev);
+                }
+                for ev in inner.spare.drain(..) {
+                    let _ = result::event::destroy(ev);
+                }
+                result::stream::destroy(raw).map_err(|e| vendor("cuStreamDestroy", e))
+            }
+        });
+    }
+}
