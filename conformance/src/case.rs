@@ -83,6 +83,10 @@ pub enum Need {
     CclSplit,
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
+    /// A kernel runs while the host and the device's other streams go on (a [`crate::blocker::Blocker`]
+    /// holds a stream with a spinning kernel): true on hardware and the CPU backend, not on a
+    /// simulated vendor runtime, which runs device work only at synchronisation points.
+    ConcurrentKernels,
     /// `Stream::run_op` runs this op in this dtype.
     Op(unihal_hal::OpId, unihal_hal::DType),
     /// The backend's collective engine runs this operation in this dtype.
@@ -113,6 +117,7 @@ impl Need {
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
+            Need::ConcurrentKernels => !backend.info().simulated,
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
         };
@@ -131,6 +136,10 @@ impl Need {
             Need::CclSplit => "collective engine cannot split communicators".into(),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
+            Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \
+                 simulated runtime runs device work only at synchronisation points (hardware runs \
+                 this case)"
+                .into(),
             Need::TestKernels => format!(
                 "no conformance test kernels for module formats {:?} (available: {:?})",
                 caps.mandatory.module_formats,
@@ -154,6 +163,9 @@ pub struct Case {
     pub timeout: Option<Duration>,
     /// May run while other cases use the same device.
     pub concurrent: bool,
+    /// Provokes a device fault on purpose: on devices whose faults poison the context
+    /// (`fault_poisons_device`) it runs in its own process.
+    pub faults: bool,
     /// The body.
     pub run: CaseFn,
 }
@@ -169,6 +181,7 @@ impl Case {
             needs: Vec::new(),
             timeout: None,
             concurrent: false,
+            faults: false,
             run: Arc::new(run),
         }
     }
@@ -176,6 +189,12 @@ impl Case {
     /// The same case with needs.
     pub fn needs(mut self, needs: &[Need]) -> Case {
         self.needs = needs.to_vec();
+        self
+    }
+
+    /// The same case, marked as provoking a device fault (see [`Case::faults`]).
+    pub fn faulting(mut self) -> Case {
+        self.faults = true;
         self
     }
 }

@@ -427,7 +427,9 @@ pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
 }
 
 fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -> Outcome {
-    if opts.isolate {
+    // A deliberate fault would poison the context for every later case: contain it.
+    let contain = case.faults && target.device.capabilities().optional.fault_poisons_device;
+    if opts.isolate || contain {
         run_isolated(case, target, timeout)
     } else {
         run_with_watchdog(case, target, timeout)

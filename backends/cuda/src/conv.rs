@@ -10,10 +10,11 @@ pub(crate) fn vendor(call: &str, e: DriverError) -> HalError {
     let code = e.0 as i64;
     // The names come from the driver itself (cuGetErrorName/String); a driver without them still
     // gives the number.
-    let name = std::panic::catch_unwind(|| e.error_name().map(|s| s.to_string_lossy().into_owned()))
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_else(|| format!("CUresult {code}"));
+    let name =
+        std::panic::catch_unwind(|| e.error_name().map(|s| s.to_string_lossy().into_owned()))
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_else(|| format!("CUresult {code}"));
     let message =
         std::panic::catch_unwind(|| e.error_string().map(|s| s.to_string_lossy().into_owned()))
             .ok()

@@ -57,13 +57,7 @@ impl CudaEvent {
     }
 
     fn not_timing(&self, arg: &'static str, why: &str) -> HalError {
-        HalError::invalid(
-            arg,
-            Invalid::Value {
-                value: why.into(),
-                accepted: "a completed event recorded with timing".into(),
-            },
-        )
+        HalError::invalid(arg, Invalid::Other(why.into()))
     }
 }
 
@@ -93,15 +87,17 @@ impl Event for CudaEvent {
 
     fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {
         let end = CudaEvent::of(end, "end")?;
-        for (e, arg) in [(self, "self"), (end, "end")] {
+        for (e, arg) in [(self, "start"), (end, "end")] {
             if !e.timing {
-                return Err(e.not_timing(arg, "an event created with timing disabled"));
+                return Err(e.not_timing(arg, "event created with timing disabled"));
             }
             if !e.recorded.load(Ordering::Acquire) {
-                return Err(e.not_timing(arg, "an event never recorded"));
+                return Err(e.not_timing(arg, "event never recorded"));
             }
             if !e.query()? {
-                return Err(e.not_timing(arg, "an event not completed yet"));
+                return Err(
+                    e.not_timing(arg, "event not completed yet (query or synchronize first)")
+                );
             }
         }
         self.dev.call("cuEventElapsedTime", || {

@@ -101,8 +101,19 @@ impl Module for CudaModule {
         })?;
         let raw = self.dev.call("cuModuleGetFunction", || {
             // SAFETY: a loaded module and a NUL-terminated name.
-            unsafe { result::module::get_function(self.raw, cname) }
-                .map_err(|e| vendor("cuModuleGetFunction", e))
+            unsafe { result::module::get_function(self.raw, cname) }.map_err(|e| {
+                if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                    HalError::invalid(
+                        "name",
+                        Invalid::Value {
+                            value: format!("kernel {name:?}"),
+                            accepted: "an entry of the module".into(),
+                        },
+                    )
+                } else {
+                    vendor("cuModuleGetFunction", e)
+                }
+            })
         })?;
         let module = self
             .me

@@ -53,7 +53,13 @@ fn poisons(e: &HalError) -> bool {
 }
 
 /// Device address of `[offset, offset+len)` of a CUDA buffer on `device`, after every check.
-fn cuda_addr(buf: &Buffer, arg: &'static str, device: DeviceId, offset: u64, len: u64) -> Result<u64> {
+fn cuda_addr(
+    buf: &Buffer,
+    arg: &'static str,
+    device: DeviceId,
+    offset: u64,
+    len: u64,
+) -> Result<u64> {
     buf.downcast_allocation::<CudaAllocation>(arg)?;
     buf.check_use(arg, device, offset, len)
 }
@@ -136,18 +142,20 @@ impl CudaStream {
         }
     }
 
-    /// Enqueues a copy between a host range and a device address.
+    /// Enqueues a copy between a host range (buffer, argument name, offset) and a checked device
+    /// address of `keep`.
     fn host_copy(
         &self,
-        call: &str,
-        host: &HostBuffer,
-        host_arg: &'static str,
-        host_offset: u64,
-        device_addr: u64,
-        keep: Buffer,
-        len: u64,
         to_device: bool,
+        (host, host_arg, host_offset): (&HostBuffer, &'static str, u64),
+        (device_addr, keep): (u64, Buffer),
+        len: u64,
     ) -> Result<()> {
+        let call = if to_device {
+            "cuMemcpyHtoDAsync"
+        } else {
+            "cuMemcpyDtoHAsync"
+        };
         let range = host.begin_use(host_arg, host_offset, len)?;
         if len == 0 {
             return Ok(());
@@ -189,7 +197,16 @@ impl Stream for CudaStream {
         len: u64,
     ) -> Result<()> {
         let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
-        self.host_copy("cuMemcpyHtoDAsync", src, "src", src_offset, d, dst.clone(), len, true)
+        self.host_copy(
+            "cuMemcpyHtoDAsync",
+            src,
+            "src",
+            src_offset,
+            d,
+            dst.clone(),
+            len,
+            true,
+        )
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
@@ -209,7 +226,16 @@ impl Stream for CudaStream {
         len: u64,
     ) -> Result<()> {
         let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
-        self.host_copy("cuMemcpyDtoHAsync", dst, "dst", dst_offset, s, src.clone(), len, false)
+        self.host_copy(
+            "cuMemcpyDtoHAsync",
+            dst,
+            "dst",
+            dst_offset,
+            s,
+            src.clone(),
+            len,
+            false,
+        )
     }
 
     fn copy_d2d(
@@ -225,7 +251,11 @@ impl Stream for CudaStream {
         if len > 0 && s < d + len && d < s + len {
             return Err(HalError::invalid(
                 "dst",
-                Invalid::Overlap { src: s, dst: d, len },
+                Invalid::Overlap {
+                    src: s,
+                    dst: d,
+                    len,
+                },
             ));
         }
         if len == 0 {
@@ -386,7 +416,9 @@ impl Stream for CudaStream {
         let e = CudaEvent::of(event.as_ref(), "event")?;
         self.submit("cuStreamWaitEvent", vec![Box::new(event.clone())], |s| {
             // SAFETY: a live event (of any context of this process) and a live stream.
-            unsafe { result::stream::wait_event(s, e.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+            unsafe {
+                result::stream::wait_event(s, e.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            }
         })
     }
 

@@ -10,6 +10,8 @@ use unihal_kernels::testing::{names, Pair};
 
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
+    // Cases that hold a stream with a running kernel (a Blocker).
+    const KB: &[Need] = &[Need::TestKernels, Need::ConcurrentKernels];
     vec![
         Case::new("kernels.launch.iota_1d", iota).needs(K),
         Case::new("kernels.launch.grid_3d", grid_3d).needs(K),
@@ -17,8 +19,8 @@ pub fn cases() -> Vec<Case> {
         Case::new("kernels.launch.scalar_and_struct_args", scalar_args).needs(K),
         Case::new("kernels.launch.axpy_f32", axpy).needs(K),
         Case::new("kernels.launch.shared_memory", shared_memory).needs(K),
-        Case::new("kernels.launch.args_reusable_after_launch", args_reuse).needs(K),
-        Case::new("kernels.launch.buffer_kept_alive", kept_alive).needs(K),
+        Case::new("kernels.launch.args_reusable_after_launch", args_reuse).needs(KB),
+        Case::new("kernels.launch.buffer_kept_alive", kept_alive).needs(KB),
         Case::new("kernels.launch.invalid_config", invalid_config).needs(K),
         Case::new("kernels.launch.argument_mismatch", arg_mismatch).needs(K),
         Case::new("kernels.module.unknown_entry", unknown_entry).needs(K),

@@ -20,15 +20,21 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.fill.u8", fill_u8),
         Case::new("memory.fill.wide", fill_wide).needs(&[Need::WideFill]),
         Case::new("memory.host.pinned", pinned),
-        Case::new("memory.host.busy_while_queued", host_busy).needs(&[Need::TestKernels]),
+        Case::new("memory.host.busy_while_queued", host_busy)
+            .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
         Case::new("memory.alloc_async.free_async", alloc_async).needs(&[Need::StreamOrderedAlloc]),
-        Case::new("memory.buffer.drop_with_queued_work", drop_queued).needs(&[Need::TestKernels]),
+        Case::new("memory.buffer.drop_with_queued_work", drop_queued)
+            .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
         Case::new(
             "memory.free_async.deferred_until_work_done",
             free_async_deferred,
         )
-        .needs(&[Need::TestKernels, Need::StreamOrderedAlloc]),
+        .needs(&[
+            Need::TestKernels,
+            Need::StreamOrderedAlloc,
+            Need::ConcurrentKernels,
+        ]),
     ]
 }
 

@@ -12,24 +12,28 @@ use unihal_kernels::testing::names;
 
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
+    // Cases that hold a stream with a running kernel (a Blocker).
+    const KB: &[Need] = &[Need::TestKernels, Need::ConcurrentKernels];
     vec![
         Case::new(
             "streams.async.enqueue_returns_before_completion",
             enqueue_is_async,
         )
-        .needs(K),
-        Case::new("streams.order.blocked_queue", blocked_queue).needs(K),
+        .needs(KB),
+        Case::new("streams.order.blocked_queue", blocked_queue).needs(KB),
         Case::new("streams.order.mixed_operations", mixed_ops),
         Case::new("streams.order.under_load", under_load).needs(K),
         Case::new("streams.many.independent", many_streams),
         Case::new("streams.threads.concurrent_enqueue", concurrent_enqueue),
         Case::new("streams.threads.fresh_thread", fresh_thread),
-        Case::new("streams.query.pending_then_done", query).needs(K),
+        Case::new("streams.query.pending_then_done", query).needs(KB),
         Case::new("streams.synchronize.empty", sync_empty),
         Case::new("streams.host_callback.order", host_callback).needs(&[Need::HostCallbacks]),
-        Case::new("streams.synchronize.device", device_sync).needs(K),
-        Case::new("streams.error.sticky", sticky_error).needs(K),
-        Case::new("streams.drop.pending_work_completes", drop_pending).needs(K),
+        Case::new("streams.synchronize.device", device_sync).needs(KB),
+        Case::new("streams.error.sticky", sticky_error)
+            .needs(K)
+            .faulting(),
+        Case::new("streams.drop.pending_work_completes", drop_pending).needs(KB),
     ]
 }
 
@@ -306,6 +310,9 @@ fn device_sync(ctx: &Ctx) -> CaseResult {
 
 fn sticky_error(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
+    // Allocated before the fault: on devices whose faults poison the context, nothing new can
+    // be allocated afterwards.
+    let spare = ctx.device.alloc(4)?;
     let f = ctx.kernel(names::FAIL)?;
     let mut args = KernelArgs::new();
     args.push(42i32);
@@ -322,7 +329,7 @@ fn sticky_error(ctx: &Ctx) -> CaseResult {
     ensure!(!e.is_not_available(), "a kernel fault reported as {e:?}");
     ensure_eq!(s.async_error(), Some(e.clone()), "sticky error");
     ensure_eq!(s.synchronize().err(), Some(e.clone()), "second synchronize");
-    let later = s.fill(&ctx.device.alloc(4)?, 0, 4, FillValue::U8(0));
+    let later = s.fill(&spare, 0, 4, FillValue::U8(0));
     ensure_eq!(later.err(), Some(e.clone()), "enqueue after the error");
     ensure!(
         matches!(s.query(), Err(ref x) if *x == e),

@@ -466,11 +466,13 @@ pub fn cases() -> Vec<Case> {
     }
     v.push(
         Case::new("ops.index_select.out_of_range", select_out_of_range)
-            .needs(&[Need::Op(OpId::IndexSelect, DType::F32)]),
+            .needs(&[Need::Op(OpId::IndexSelect, DType::F32)])
+            .faulting(),
     );
     v.push(
         Case::new("ops.index_add.out_of_range", add_out_of_range)
-            .needs(&[Need::Op(OpId::IndexAdd, DType::F32)]),
+            .needs(&[Need::Op(OpId::IndexAdd, DType::F32)])
+            .faulting(),
     );
     v
 }
