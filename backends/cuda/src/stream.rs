@@ -197,16 +197,7 @@ impl Stream for CudaStream {
         len: u64,
     ) -> Result<()> {
         let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
-        self.host_copy(
-            "cuMemcpyHtoDAsync",
-            src,
-            "src",
-            src_offset,
-            d,
-            dst.clone(),
-            len,
-            true,
-        )
+        self.host_copy(true, (src, "src", src_offset), (d, dst.clone()), len)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
@@ -226,16 +217,7 @@ impl Stream for CudaStream {
         len: u64,
     ) -> Result<()> {
         let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
-        self.host_copy(
-            "cuMemcpyDtoHAsync",
-            dst,
-            "dst",
-            dst_offset,
-            s,
-            src.clone(),
-            len,
-            false,
-        )
+        self.host_copy(false, (dst, "dst", dst_offset), (s, src.clone()), len)
     }
 
     fn copy_d2d(
