@@ -11,7 +11,7 @@ use crate::stream::CudaStream;
 use cudarc::driver::{result, sys};
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use unihal_hal::{
     Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
     MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle, OptionalCaps,
@@ -24,6 +24,9 @@ pub struct CudaDevice {
     pub(crate) ctx: Arc<Context>,
     info: DeviceInfo,
     caps: Capabilities,
+    /// The portable kernel library, compiled and loaded on first use (it lives as long as the
+    /// device, which the backend keeps for the process).
+    library: OnceLock<Result<Arc<crate::library::Library>>>,
 }
 
 fn attribute(ctx: &Context, a: sys::CUdevice_attribute) -> Result<i32> {
@@ -75,7 +78,14 @@ impl CudaDevice {
                     peer_devices: Vec::new(),
                     fault_poisons_device: true,
                     timer_resolution_ns: Some(500),
-                    ops: BTreeMap::new(),
+                    // The portable library, when NVRTC is there to compile it.
+                    ops: match unihal_kernels::rtc::nvrtc::Nvrtc::load() {
+                        Ok(_) => unihal_kernels::support(),
+                        Err(e) => {
+                            tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");
+                            BTreeMap::new()
+                        }
+                    },
                 },
             };
             let info = DeviceInfo {
@@ -88,6 +98,7 @@ impl CudaDevice {
                 ctx,
                 info,
                 caps,
+                library: OnceLock::new(),
             }))
         })
     }
@@ -105,6 +116,19 @@ impl CudaDevice {
             self.ctx.bind()?;
             f()
         })
+    }
+
+    /// The portable kernel library on this device (compiled or read from the cache on first use).
+    ///
+    /// # Errors
+    /// As [`crate::library::load`] (the first outcome is kept).
+    pub(crate) fn library(&self) -> Result<Arc<crate::library::Library>> {
+        self.library
+            .get_or_init(|| {
+                let arch = self.caps.optional.arch.clone().unwrap_or_default();
+                crate::library::load(&self.arc()?, &arch).map(Arc::new)
+            })
+            .clone()
     }
 
     fn oom(&self, requested: u64) -> HalError {

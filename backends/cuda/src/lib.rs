@@ -22,14 +22,18 @@
 //! * **Modules** ([`module`]): PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
 //!   so launches are size-checked) and cubin.
 //!
-//! Not yet: the portable kernel library through NVRTC (`run_op`), cuBLAS matmul, NCCL
-//! collectives, peer copies, host callbacks and stream-ordered allocation (the capabilities report
-//! each honestly).
+//! * **Library ops** ([`library`]): `run_op` plans with `unihal_kernels::plan` (the same planner as
+//!   every backend) and launches the portable library, compiled by NVRTC for the device's exact
+//!   architecture (cubin, PTX fallback) and cached on disk. Without NVRTC the device reports no ops.
+//!
+//! Not yet: cuBLAS matmul (matmul runs the library's tiled GEMM), NCCL collectives, peer copies,
+//! host callbacks and stream-ordered allocation (the capabilities report each honestly).
 
 pub mod context;
 pub mod conv;
 pub mod device;
 pub mod event;
+pub mod library;
 pub mod loader;
 pub mod memory;
 pub mod module;

@@ -35,6 +35,16 @@ impl CudaModule {
     /// cannot be read or contains NUL; the driver's error (e.g. `CUDA_ERROR_INVALID_IMAGE`,
     /// `CUDA_ERROR_INVALID_PTX`) as a vendor error.
     pub(crate) fn load(dev: Arc<CudaDevice>, source: &ModuleSource) -> Result<Arc<CudaModule>> {
+        CudaModule::load_with(dev, source, None)
+    }
+
+    /// As [`CudaModule::load`]; a cubin takes its entries' parameter sizes from `ptx` (the PTX of
+    /// the same compilation).
+    pub(crate) fn load_with(
+        dev: Arc<CudaDevice>,
+        source: &ModuleSource,
+        ptx: Option<&str>,
+    ) -> Result<Arc<CudaModule>> {
         let bad = |why: String| {
             HalError::invalid(
                 "source",
@@ -57,7 +67,17 @@ impl CudaModule {
                         .collect(),
                 )
             }
-            ModuleSource::Cubin(bytes) => (bytes.clone(), HashMap::new()),
+            ModuleSource::Cubin(bytes) => {
+                let params = match ptx {
+                    Some(p) => unihal_kernels::rtc::ptx_signatures(p)
+                        .map_err(bad)?
+                        .into_iter()
+                        .map(|e| (e.name, e.param_sizes))
+                        .collect(),
+                    None => HashMap::new(),
+                };
+                (bytes.clone(), params)
+            }
             other => {
                 return Err(HalError::unsupported(format!(
                     "the CUDA backend loads PTX and cubin, not {:?} modules",

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
     Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
-    KernelArgs, LaunchConfig, NativeHandle, Result, Stream,
+    KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream,
 };
 
 /// Something queued work uses, kept until the work ran.
@@ -367,6 +367,53 @@ impl Stream for CudaStream {
                 .result()
             }
         })
+    }
+
+    fn run_op(&self, call: &OpCall) -> Result<()> {
+        for t in &call.tensors {
+            cuda_addr(&t.buffer, "tensors", self.id(), 0, 0)?;
+        }
+        let caps = self.dev.capabilities();
+        if let Some(d) = call.key_dtype() {
+            if !caps.supports(call.op, d) {
+                return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
+            }
+        }
+        let mut plan = unihal_kernels::plan::plan(call, &caps.mandatory)?;
+        if plan.launches.is_empty() {
+            return Ok(()); // no elements
+        }
+        let lib = self.dev.library()?;
+        let functions = plan
+            .launches
+            .iter()
+            .map(|l| lib.function(&l.kernel))
+            .collect::<Result<Vec<_>>>()?;
+        // Scratch memory of the plan, zeroed in stream order, kept until the launches ran.
+        let scratch = if plan.scratch_bytes > 0 {
+            let s = self.dev.alloc(plan.scratch_bytes as usize)?;
+            self.fill(&s, 0, plan.scratch_bytes, FillValue::U8(0))?;
+            plan.bind_scratch(s.device_addr());
+            Some(s)
+        } else {
+            None
+        };
+        for (f, l) in functions.iter().zip(&plan.launches) {
+            let mut args = KernelArgs::new();
+            args.push(l.args);
+            // SAFETY: the plan validated every operand against its buffer (the HAL's rules) and
+            // built the entry's one `uh_args` parameter; the buffers are kept below.
+            unsafe { self.launch(f, &l.config, &args)? };
+        }
+        let mut keep: Vec<Keep> = call
+            .tensors
+            .iter()
+            .map(|t| Box::new(t.buffer.clone()) as Keep)
+            .collect();
+        if let Some(s) = scratch {
+            keep.push(Box::new(s));
+        }
+        self.keep(keep)
     }
 
     fn host_callback(&self, _f: Box<dyn FnOnce() + Send>) -> Result<()> {
