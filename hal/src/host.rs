@@ -212,6 +212,11 @@ impl HostUse {
     pub fn addr(&self) -> usize {
         self.buf.host_addr() + self.offset
     }
+
+    /// The buffer in use (a clone of the handle: keeping it keeps the memory, not the use).
+    pub fn buffer(&self) -> &HostBuffer {
+        &self.buf
+    }
 }
 
 impl Drop for HostUse {

@@ -73,7 +73,7 @@ impl CudaDevice {
                     event_timing: true,
                     pinned_host_memory: true,
                     wide_fill: true,
-                    host_callbacks: false,
+                    host_callbacks: true,
                     stream_ordered_alloc: false,
                     peer_devices: Vec::new(),
                     fault_poisons_device: true,

@@ -118,10 +118,14 @@ impl Event for CudaEvent {
 
 impl Drop for CudaEvent {
     fn drop(&mut self) {
-        let _ = self.dev.call("cuEventDestroy", || {
-            // SAFETY: created in `new`, destroyed once; the driver defers the release until
-            // pending records complete.
-            unsafe { result::event::destroy(self.raw) }.map_err(|e| vendor("cuEventDestroy", e))
+        let (dev, raw) = (self.dev.clone(), self.raw as usize);
+        crate::deferred::release(move || {
+            let _ = dev.call("cuEventDestroy", || {
+                // SAFETY: created in `new`, destroyed once; the driver defers the release until
+                // pending records complete.
+                unsafe { result::event::destroy(raw as sys::CUevent) }
+                    .map_err(|e| vendor("cuEventDestroy", e))
+            });
         });
     }
 }

@@ -31,6 +31,7 @@
 
 pub mod context;
 pub mod conv;
+mod deferred;
 pub mod device;
 pub mod event;
 pub mod library;

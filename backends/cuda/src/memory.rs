@@ -36,13 +36,16 @@ impl Drop for CudaAllocation {
         if self.ptr == 0 {
             return;
         }
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: allocated by cuMemAlloc in this context and freed exactly once, here.
-            unsafe { result::free_sync(self.ptr) }.map_err(|e| vendor("cuMemFree", e))
+        let (ctx, ptr) = (self.ctx.clone(), self.ptr);
+        crate::deferred::release(move || {
+            let r = ctx.bind().and_then(|()| {
+                // SAFETY: allocated by cuMemAlloc in this context and freed exactly once, here.
+                unsafe { result::free_sync(ptr) }.map_err(|e| vendor("cuMemFree", e))
+            });
+            if let Err(e) = r {
+                tracing::warn!(target: "unihal::cuda", "freeing device memory failed: {e}");
+            }
         });
-        if let Err(e) = r {
-            tracing::warn!(target: "unihal::cuda", "freeing device memory failed: {e}");
-        }
     }
 }
 
@@ -79,14 +82,17 @@ impl Drop for PinnedHost {
         if self.len == 0 {
             return;
         }
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: allocated by cuMemHostAlloc and freed exactly once, here; the HAL keeps a
-            // handle in every queued copy that uses it.
-            unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) }
-                .map_err(|e| vendor("cuMemFreeHost", e))
+        let (ctx, ptr) = (self.ctx.clone(), self.ptr as usize);
+        crate::deferred::release(move || {
+            let r = ctx.bind().and_then(|()| {
+                // SAFETY: allocated by cuMemHostAlloc and freed exactly once, here; the HAL keeps
+                // a handle in every queued copy that uses it.
+                unsafe { result::free_host(ptr as *mut std::ffi::c_void) }
+                    .map_err(|e| vendor("cuMemFreeHost", e))
+            });
+            if let Err(e) = r {
+                tracing::warn!(target: "unihal::cuda", "freeing pinned memory failed: {e}");
+            }
         });
-        if let Err(e) = r {
-            tracing::warn!(target: "unihal::cuda", "freeing pinned memory failed: {e}");
-        }
     }
 }

@@ -154,9 +154,13 @@ impl Module for CudaModule {
 
 impl Drop for CudaModule {
     fn drop(&mut self) {
-        let _ = self.dev.call("cuModuleUnload", || {
-            // SAFETY: loaded in `load`, unloaded once; functions hold the module alive.
-            unsafe { result::module::unload(self.raw) }.map_err(|e| vendor("cuModuleUnload", e))
+        let (dev, raw) = (self.dev.clone(), self.raw as usize);
+        crate::deferred::release(move || {
+            let _ = dev.call("cuModuleUnload", || {
+                // SAFETY: loaded in `load`, unloaded once; functions hold the module alive.
+                unsafe { result::module::unload(raw as sys::CUmodule) }
+                    .map_err(|e| vendor("cuModuleUnload", e))
+            });
         });
     }
 }

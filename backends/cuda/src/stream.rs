@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
-    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, Invalid,
+    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, HostUse, Invalid,
     KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream,
 };
 
@@ -94,6 +94,7 @@ impl CudaStream {
         keep: Vec<Keep>,
         f: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
     ) -> Result<()> {
+        crate::deferred::flush();
         let mut inner = self.inner.lock();
         if let Some(e) = &inner.sticky {
             return Err(e.clone());
@@ -125,6 +126,25 @@ impl CudaStream {
             }
             inner.pending.push_back((ev, keep));
             Ok(())
+        })
+    }
+
+    fn synchronize_inner(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some(e) = &inner.sticky {
+            return Err(e.clone());
+        }
+        self.dev.call("cuStreamSynchronize", || {
+            // SAFETY: a live stream.
+            let r = unsafe { result::stream::synchronize(self.raw) };
+            self.retire(&mut inner, r.is_ok());
+            r.map_err(|e| {
+                let e = vendor("cuStreamSynchronize", e);
+                if poisons(&e) {
+                    inner.sticky = Some(e.clone());
+                }
+                e
+            })
         })
     }
 
@@ -416,10 +436,53 @@ impl Stream for CudaStream {
         self.keep(keep)
     }
 
-    fn host_callback(&self, _f: Box<dyn FnOnce() + Send>) -> Result<()> {
-        Err(HalError::unsupported(
-            "host callbacks on the CUDA backend (not yet implemented)",
-        ))
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        // When the callback runs, everything queued before it has completed: the host buffers
+        // that work used are free again, so the callback may map them. Their uses are released
+        // in the callback (a host-side counter); the handles themselves stay with the stream,
+        // since freeing memory would call the driver, which a host function must not do.
+        let uses: Vec<HostUse> = {
+            let mut inner = self.inner.lock();
+            let mut uses = Vec::new();
+            for (_, keep) in inner.pending.iter_mut() {
+                let (host, mut rest): (Vec<Keep>, Vec<Keep>) = std::mem::take(keep)
+                    .into_iter()
+                    .partition(|k| k.is::<HostUse>());
+                for u in host
+                    .into_iter()
+                    .filter_map(|k| k.downcast::<HostUse>().ok())
+                {
+                    rest.push(Box::new(u.buffer().clone()));
+                    uses.push(*u);
+                }
+                *keep = rest;
+            }
+            uses
+        };
+        let call: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(move || {
+            drop(uses);
+            f();
+        }));
+        let data = Box::into_raw(call);
+        unsafe extern "C" fn trampoline(data: *mut std::ffi::c_void) {
+            // SAFETY: `data` came from Box::into_raw below and the driver calls this once.
+            let call = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
+            // Driver calls its captures' releases would make are deferred; a panic must not
+            // unwind into the driver.
+            crate::deferred::as_callback(|| {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
+            });
+        }
+        let r = self.submit("cuLaunchHostFunc", Vec::new(), |s| {
+            // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
+            unsafe { sys::cuLaunchHostFunc(s, Some(trampoline), data as *mut _) }.result()
+        });
+        if r.is_err() {
+            // Not queued: the driver will never call it.
+            // SAFETY: from Box::into_raw above, not handed to the driver.
+            drop(unsafe { Box::from_raw(data) });
+        }
+        r
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
@@ -465,22 +528,9 @@ impl Stream for CudaStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let mut inner = self.inner.lock();
-        if let Some(e) = &inner.sticky {
-            return Err(e.clone());
-        }
-        self.dev.call("cuStreamSynchronize", || {
-            // SAFETY: a live stream.
-            let r = unsafe { result::stream::synchronize(self.raw) };
-            self.retire(&mut inner, r.is_ok());
-            r.map_err(|e| {
-                let e = vendor("cuStreamSynchronize", e);
-                if poisons(&e) {
-                    inner.sticky = Some(e.clone());
-                }
-                e
-            })
-        })
+        let r = self.synchronize_inner();
+        crate::deferred::flush();
+        r
     }
 
     fn query(&self) -> Result<bool> {
@@ -526,20 +576,30 @@ impl Stream for CudaStream {
 impl Drop for CudaStream {
     fn drop(&mut self) {
         let inner = self.inner.get_mut();
-        let raw = self.raw;
-        let _ = self.dev.call("cuStreamDestroy", || {
-            // SAFETY: a live stream; queued work finishes before what it uses is released.
-            unsafe {
-                let _ = result::stream::synchronize(raw);
-                for (ev, keep) in inner.pending.drain(..) {
-                    drop(keep);
-                    let _ = result::event::destroy(ev);
+        let pending: Vec<(usize, Vec<Keep>)> = inner
+            .pending
+            .drain(..)
+            .map(|(ev, keep)| (ev as usize, keep))
+            .collect();
+        let spare: Vec<usize> = inner.spare.drain(..).map(|ev| ev as usize).collect();
+        let (dev, raw) = (self.dev.clone(), self.raw as usize);
+        crate::deferred::release(move || {
+            let _ = dev.call("cuStreamDestroy", || {
+                let raw = raw as sys::CUstream;
+                // SAFETY: a live stream and its events; queued work finishes before what it
+                // uses is released.
+                unsafe {
+                    let _ = result::stream::synchronize(raw);
+                    for (ev, keep) in pending {
+                        drop(keep);
+                        let _ = result::event::destroy(ev as sys::CUevent);
+                    }
+                    for ev in spare {
+                        let _ = result::event::destroy(ev as sys::CUevent);
+                    }
+                    result::stream::destroy(raw).map_err(|e| vendor("cuStreamDestroy", e))
                 }
-                for ev in inner.spare.drain(..) {
-                    let _ = result::event::destroy(ev);
-                }
-                result::stream::destroy(raw).map_err(|e| vendor("cuStreamDestroy", e))
-            }
+            });
         });
     }
 }

@@ -360,6 +360,28 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
     })
 }
 
+/// `CUhostFn`: a host function run in stream order.
+pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+
+#[no_mangle]
+pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, f: HostFn, data: *mut c_void) -> c_int {
+    api(|| {
+        let (dev, id) = sim()?.stream(stream)?;
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let data = data as usize;
+        let work = Work {
+            touches: Vec::new(),
+            run: Box::new(move |_| {
+                // SAFETY: the caller's function and data, called once in stream order, as the
+                // driver does (it must not call the driver: here the device is locked).
+                unsafe { f(data as *mut c_void) };
+                Ok(())
+            }),
+        };
+        dev.enqueue(id, work).map_err(c)
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> c_int {
     api(|| {

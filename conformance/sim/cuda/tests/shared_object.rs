@@ -55,6 +55,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemAllocHost_v2",
     "cuMemFreeHost",
     "cuStreamQuery",
+    "cuLaunchHostFunc",
 ];
 
 /// The NCCL subset (same object: its collectives run on the simulated driver's streams).

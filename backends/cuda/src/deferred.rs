@@ -1,0 +1,44 @@
+//! Driver calls that must not run where they are triggered.
+//!
+//! A host function queued with `cuLaunchHostFunc` (the HAL's `host_callback`) must not call the
+//! CUDA driver, yet the user's closure may hold the last handle of a buffer, host buffer, event
+//! or module, whose release calls the driver. So releases requested on a callback thread are
+//! queued here and run by the next backend call made outside a callback.
+
+use parking_lot::Mutex;
+use std::cell::Cell;
+
+type Release = Box<dyn FnOnce() + Send>;
+
+static QUEUE: Mutex<Vec<Release>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` as a host callback (driver calls it triggers are deferred).
+pub(crate) fn as_callback(f: impl FnOnce()) {
+    IN_CALLBACK.set(true);
+    f();
+    IN_CALLBACK.set(false);
+}
+
+/// Runs `release` now, or later when called from a host callback.
+pub(crate) fn release(release: impl FnOnce() + Send + 'static) {
+    if IN_CALLBACK.get() {
+        QUEUE.lock().push(Box::new(release));
+    } else {
+        release();
+    }
+}
+
+/// Runs the queued releases (outside callbacks only).
+pub(crate) fn flush() {
+    if IN_CALLBACK.get() {
+        return;
+    }
+    let queued = std::mem::take(&mut *QUEUE.lock());
+    for r in queued {
+        r();
+    }
+}
