@@ -151,6 +151,9 @@ pub struct CclCaps {
     /// Whether a rank that dies fails the others with `Timeout` (in-process engine) or ends the
     /// whole job (MPI: Open MPI 4 has no fault tolerance; `mpirun` kills the remaining ranks).
     pub survives_dead_rank: bool,
+    /// Whether a `Timeout` names the ranks that never arrived (engines that see every rank's
+    /// arrival do; NCCL only sees its own kernel waiting).
+    pub names_missing_ranks: bool,
 }
 
 impl CclCaps {
@@ -510,4 +513,71 @@ pub trait Communicator: Send + Sync {
     fn async_error(&self) -> Option<crate::HalError>;
     /// Downcast for the owning backend.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// Checks every engine makes before an operation: no sticky error, a stream of the
+/// communicator's device, and an operation the capabilities claim.
+///
+/// # Errors
+/// The sticky error; [`crate::Invalid::WrongDevice`] for a stream of another device;
+/// [`crate::HalError::Unsupported`] for an operation, dtype or reduction the engine lacks.
+pub fn check_call(
+    device: &Arc<dyn Device>,
+    caps: &CclCaps,
+    sticky: Option<crate::HalError>,
+    (op, dtype, red): (CollectiveOp, DType, Option<ReduceOp>),
+    stream: &Arc<dyn Stream>,
+) -> Result<()> {
+    if let Some(e) = sticky {
+        return Err(e);
+    }
+    if stream.device_id() != device.id() {
+        return Err(crate::HalError::invalid(
+            "stream",
+            crate::Invalid::WrongDevice {
+                expected: device.id(),
+                found: stream.device_id(),
+            },
+        ));
+    }
+    if !caps.supports(op, dtype, red) {
+        return Err(crate::HalError::unsupported(format!(
+            "{} of {dtype}{} on {}",
+            op.name(),
+            red.map(|r| format!(" with {r}")).unwrap_or_default(),
+            caps.engine
+        )));
+    }
+    Ok(())
+}
+
+/// `Err` unless `0 <= r < n` (a root or peer argument named `arg`).
+///
+/// # Errors
+/// [`crate::Invalid::Value`].
+pub fn check_rank(arg: &'static str, r: usize, n: usize) -> Result<()> {
+    if r >= n {
+        return Err(crate::HalError::invalid(
+            arg,
+            crate::Invalid::Value {
+                value: r.to_string(),
+                accepted: format!("0..{n}"),
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// `Err` when `send` and `recv` are views of one allocation (all-to-all cannot run in place).
+///
+/// # Errors
+/// [`crate::Invalid::Other`].
+pub fn check_not_in_place(send: &Buffer, recv: &Buffer) -> Result<()> {
+    if send.same_allocation(recv) {
+        return Err(crate::HalError::invalid(
+            "recv",
+            crate::Invalid::Other("all_to_all cannot run in place".into()),
+        ));
+    }
+    Ok(())
 }

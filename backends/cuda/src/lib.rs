@@ -38,6 +38,7 @@ pub mod library;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod nccl;
 pub mod stream;
 
 pub use device::CudaDevice;
@@ -54,6 +55,7 @@ pub const NAME: &str = "cuda";
 #[derive(Default)]
 pub struct CudaBackend {
     devices: Mutex<Vec<Option<Arc<CudaDevice>>>>,
+    nccl: nccl::NcclCollectives,
 }
 
 impl CudaBackend {
@@ -116,6 +118,16 @@ impl Backend for CudaBackend {
         })?;
         devices[ordinal] = Some(d.clone());
         Ok(d)
+    }
+
+    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
+        match self.nccl.lib() {
+            Ok(_) => Some(&self.nccl),
+            Err(e) => {
+                tracing::info!(target: "unihal::cuda", "no collectives: {e}");
+                None
+            }
+        }
     }
 
     fn as_any(&self) -> &dyn Any {

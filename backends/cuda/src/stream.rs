@@ -23,7 +23,7 @@ use unihal_hal::{
 };
 
 /// Something queued work uses, kept until the work ran.
-type Keep = Box<dyn Any + Send + Sync>;
+pub(crate) type Keep = Box<dyn Any + Send + Sync>;
 
 struct Inner {
     /// (event recorded after the work, what it uses), oldest first.
@@ -53,7 +53,7 @@ fn poisons(e: &HalError) -> bool {
 }
 
 /// Device address of `[offset, offset+len)` of a CUDA buffer on `device`, after every check.
-fn cuda_addr(
+pub(crate) fn cuda_addr(
     buf: &Buffer,
     arg: &'static str,
     device: DeviceId,
@@ -94,6 +94,23 @@ impl CudaStream {
         keep: Vec<Keep>,
         f: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
     ) -> Result<()> {
+        self.submit_with(call, keep, |s| f(s).map_err(|e| vendor(call, e)))
+    }
+
+    /// Fails the stream with `e` (a communicator's timeout or abort): later enqueues,
+    /// synchronisations and queries return it. The first error stays.
+    pub(crate) fn fail(&self, e: HalError) {
+        self.inner.lock().sticky.get_or_insert(e);
+    }
+
+    /// As [`CudaStream::submit`] for a call of another library on this stream (`f` maps its
+    /// own errors).
+    pub(crate) fn submit_with(
+        &self,
+        call: &str,
+        keep: Vec<Keep>,
+        f: impl FnOnce(sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
         crate::deferred::flush();
         let mut inner = self.inner.lock();
         if let Some(e) = &inner.sticky {
@@ -102,7 +119,6 @@ impl CudaStream {
         self.dev.call(call, || {
             self.retire(&mut inner, false);
             if let Err(e) = f(self.raw) {
-                let e = vendor(call, e);
                 if poisons(&e) {
                     inner.sticky = Some(e.clone());
                 }
@@ -130,22 +146,26 @@ impl CudaStream {
     }
 
     fn synchronize_inner(&self) -> Result<()> {
-        let mut inner = self.inner.lock();
-        if let Some(e) = &inner.sticky {
+        if let Some(e) = &self.inner.lock().sticky {
             return Err(e.clone());
         }
-        self.dev.call("cuStreamSynchronize", || {
+        // Not under the lock: a communicator's watchdog may fail this stream meanwhile.
+        let r = self.dev.call("cuStreamSynchronize", || {
             // SAFETY: a live stream.
-            let r = unsafe { result::stream::synchronize(self.raw) };
-            self.retire(&mut inner, r.is_ok());
-            r.map_err(|e| {
-                let e = vendor("cuStreamSynchronize", e);
-                if poisons(&e) {
-                    inner.sticky = Some(e.clone());
-                }
-                e
-            })
-        })
+            unsafe { result::stream::synchronize(self.raw) }
+                .map_err(|e| vendor("cuStreamSynchronize", e))
+        });
+        let mut inner = self.inner.lock();
+        self.retire(&mut inner, r.is_ok());
+        if let Err(e) = &r {
+            if poisons(e) {
+                inner.sticky.get_or_insert(e.clone());
+            }
+        }
+        match &inner.sticky {
+            Some(e) => Err(e.clone()),
+            None => r,
+        }
     }
 
     /// Releases what completed work kept (all of it when `all`, after a synchronisation).

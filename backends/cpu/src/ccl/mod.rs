@@ -74,6 +74,7 @@ fn engine_caps() -> CclCaps {
         groups: true,
         split: true,
         survives_dead_rank: true,
+        names_missing_ranks: true,
     }
 }
 
@@ -113,19 +114,17 @@ impl CpuCollectives {
     }
 }
 
-/// Checks common to every operation of both engines: no sticky error, a CPU stream of the
-/// communicator's device, and an operation the capabilities claim. Returns the CPU stream.
+/// The HAL's checks common to every operation ([`unihal_hal::ccl::check_call`]), then the CPU
+/// stream behind `stream`.
 pub(crate) fn checked_stream<'s>(
     device: &Arc<dyn Device>,
     caps: &CclCaps,
     sticky: Option<HalError>,
-    (op, dtype, red): (CollectiveOp, DType, Option<ReduceOp>),
+    call: (CollectiveOp, DType, Option<ReduceOp>),
     stream: &'s Arc<dyn unihal_hal::Stream>,
 ) -> Result<&'s crate::stream::CpuStream> {
-    if let Some(e) = sticky {
-        return Err(e);
-    }
-    let s = stream
+    unihal_hal::ccl::check_call(device, caps, sticky, call, stream)?;
+    stream
         .as_any()
         .downcast_ref::<crate::stream::CpuStream>()
         .ok_or_else(|| {
@@ -136,51 +135,10 @@ pub(crate) fn checked_stream<'s>(
                     found: format!("stream of {}", stream.device_id()),
                 },
             )
-        })?;
-    if stream.device_id() != device.id() {
-        return Err(HalError::invalid(
-            "stream",
-            Invalid::WrongDevice {
-                expected: device.id(),
-                found: stream.device_id(),
-            },
-        ));
-    }
-    if !caps.supports(op, dtype, red) {
-        return Err(HalError::unsupported(format!(
-            "{} of {dtype}{} on {}",
-            op.name(),
-            red.map(|r| format!(" with {r}")).unwrap_or_default(),
-            caps.engine
-        )));
-    }
-    Ok(s)
+        })
 }
 
-/// `Err` unless `0 <= r < n` (a root or peer argument).
-pub(crate) fn rank_arg(arg: &'static str, r: usize, n: usize) -> Result<()> {
-    if r >= n {
-        return Err(HalError::invalid(
-            arg,
-            Invalid::Value {
-                value: r.to_string(),
-                accepted: format!("0..{n}"),
-            },
-        ));
-    }
-    Ok(())
-}
-
-/// `Err` when `send` and `recv` are views of one allocation (all-to-all cannot run in place).
-pub(crate) fn not_in_place(send: &unihal_hal::Buffer, recv: &unihal_hal::Buffer) -> Result<()> {
-    if send.same_allocation(recv) {
-        return Err(HalError::invalid(
-            "recv",
-            Invalid::Other("all_to_all cannot run in place".into()),
-        ));
-    }
-    Ok(())
-}
+pub(crate) use unihal_hal::ccl::{check_not_in_place as not_in_place, check_rank as rank_arg};
 
 fn check_device(d: &Arc<dyn Device>) -> Result<()> {
     if d.as_any().downcast_ref::<CpuDevice>().is_none() {

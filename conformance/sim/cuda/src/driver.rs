@@ -249,11 +249,12 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
         if src.is_null() && n > 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let run: unihal_sim::WorkFn = if s.pinned_range(src as u64, n as u64) {
+        let run: unihal_sim::WorkFn = if let Some(used) = s.pinned_use(src as u64, n as u64) {
             // Pinned source: read when the stream executes the copy (DMA).
             let from = src as usize;
             Box::new(move |m| {
-                // SAFETY: a live pinned range (cuMemFreeHost synchronises every device first).
+                let _used = used;
+                // SAFETY: a live pinned range: cuMemFreeHost refuses it while `used` lives.
                 let data = unsafe { std::slice::from_raw_parts(from as *const u8, n) };
                 m.write(dst, data)
             })
@@ -291,14 +292,15 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         if n == 0 {
             return Ok(());
         }
-        if s.pinned_range(dst as u64, n as u64) {
+        if let Some(used) = s.pinned_use(dst as u64, n as u64) {
             // Pinned destination: written when the stream executes the copy; returns at once.
             let to = dst as usize;
             let work = Work {
                 touches: vec![(src, n as u64)],
                 run: Box::new(move |m| {
-                    // SAFETY: a live pinned range (cuMemFreeHost synchronises every device
-                    // first); the caller must not read it before synchronising, as with a GPU.
+                    let _used = used;
+                    // SAFETY: a live pinned range (cuMemFreeHost refuses it while `used` lives);
+                    // the caller must not read it before synchronising, as with a GPU.
                     let buf = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, n) };
                     m.read(src, buf)
                 }),
@@ -605,7 +607,14 @@ fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
     if a.is_null() {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    s.pinned.lock().insert(a as u64, (bytes as u64, layout));
+    s.pinned.lock().insert(
+        a as u64,
+        crate::Pinned {
+            len: bytes as u64,
+            layout,
+            in_use: Default::default(),
+        },
+    );
     // SAFETY: the out-pointer contract; on a null out-pointer the allocation is released.
     unsafe { out(p, a as *mut c_void) }.inspect_err(|_| {
         s.pinned.lock().remove(&(a as u64));
@@ -632,20 +641,18 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) ->
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
     api(|| {
         let s = sim()?;
-        // Unregistered first: copies queued from now on treat the range as pageable.
-        let (_, layout) = s
-            .pinned
-            .lock()
-            .remove(&(p as u64))
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        // Like the driver, freeing pinned memory synchronises: no queued copy can still use it.
-        let synced = s
-            .devices
-            .iter()
-            .try_for_each(|d| d.synchronize().map_err(c));
-        // SAFETY: allocated by host_alloc with this layout; removed from the table, so no new
-        // copy can target it, and every device has finished the queued ones.
+        let layout = {
+            let mut table = s.pinned.lock();
+            let e = table.get(&(p as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            if e.in_use.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                // A queued copy still reads or writes it: freeing now would race with the copy.
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            table.remove(&(p as u64)).expect("present above").layout
+        };
+        // SAFETY: allocated by host_alloc with this layout; removed from the table (no new copy
+        // can treat it as pinned) with no queued copy using it.
         unsafe { std::alloc::dealloc(p as *mut u8, layout) };
-        synced
+        Ok(())
     })
 }

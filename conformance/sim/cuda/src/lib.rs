@@ -31,7 +31,8 @@
 //! stream is CUDA's legacy default stream, implicitly ordered with streams created without
 //! `CU_STREAM_NON_BLOCKING`; copies
 //! from and to pinned host memory (`cuMemHostAlloc`) happen when the stream executes them, so a
-//! host buffer reused before synchronising shows up as wrong data. There is no peer access
+//! host buffer reused before synchronising shows up as wrong data, and freeing pinned memory that
+//! a queued copy still uses is refused (`CUDA_ERROR_INVALID_VALUE`) instead of racing. There is no peer access
 //! between simulated devices (`cuDeviceCanAccessPeer` reports 0).
 
 #![allow(non_snake_case)]
@@ -64,8 +65,26 @@ struct Sim {
     /// The legacy default stream (the null stream) of each device.
     default_streams: Vec<StreamId>,
     watchdog: Duration,
-    /// Pinned host allocations: address -> (length, layout).
-    pinned: Mutex<BTreeMap<u64, (u64, std::alloc::Layout)>>,
+    /// Pinned host allocations: address -> (length, layout, queued copies using it).
+    pinned: Mutex<BTreeMap<u64, Pinned>>,
+}
+
+/// A pinned host allocation.
+struct Pinned {
+    len: u64,
+    layout: std::alloc::Layout,
+    /// Queued copies that read or write it (a free while any is queued is refused).
+    in_use: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Marks a pinned allocation in use by one queued copy, until dropped (with the copy's work,
+/// run or not).
+struct PinnedUse(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for PinnedUse {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 static SIM: OnceLock<Result<Sim, i32>> = OnceLock::new();
@@ -184,13 +203,15 @@ impl Sim {
         }
     }
 
-    /// The pinned allocation holding `[addr, addr + len)`, if any.
-    fn pinned_range(&self, addr: u64, len: u64) -> bool {
+    /// A use of the pinned allocation holding `[addr, addr + len)`, if it is pinned.
+    fn pinned_use(&self, addr: u64, len: u64) -> Option<PinnedUse> {
         let table = self.pinned.lock();
-        table
+        let (_, p) = table
             .range(..=addr)
             .next_back()
-            .is_some_and(|(&start, &(n, _))| addr.saturating_add(len) <= start + n)
+            .filter(|(&start, p)| addr.saturating_add(len) <= start + p.len)?;
+        p.in_use.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Some(PinnedUse(p.in_use.clone()))
     }
 }
 

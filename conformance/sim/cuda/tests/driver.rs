@@ -291,6 +291,8 @@ fn pinned_copies_happen_when_the_stream_runs() {
         ok(cuMemsetD8Async(p, 7, 256, s));
         ok(cuMemcpyDtoHAsync_v2(pinned, p, 256, s));
         assert_eq!(host[0], 2, "deferred: not copied before a synchronisation");
+        // Freeing pinned memory that a queued copy still uses is refused, not raced.
+        assert_eq!(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
         ok(cuStreamSynchronize(s));
         assert!(host.iter().all(|&b| b == 7));
         ok(cuMemFreeHost(pinned));

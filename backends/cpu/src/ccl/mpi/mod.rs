@@ -120,6 +120,7 @@ fn caps(version: String) -> CclCaps {
         groups: true,
         split: true,
         survives_dead_rank: false,
+        names_missing_ranks: true,
     }
 }
 

@@ -1,0 +1,241 @@
+//! Collectives through NCCL, with unihal's own run-time binding of its C API ([`ffi`]; cudarc's
+//! wrapper panics on drop, is not `Send`, lacks all-to-all and async-error queries, and never finds
+//! `libnccl.so.2`). Written so RCCL can reuse it unchanged (same API, another library).
+//!
+//! * Unique ids are NCCL's 128 bytes, exchanged by the caller (the collectives bootstrap).
+//! * Operations validate like every engine ([`unihal_hal::ccl::check_call`]), then enqueue the
+//!   NCCL call on the CUDA stream, which keeps the buffers until the work ran.
+//! * **Never hang**: a communicator's watchdog thread (alive while operations are in flight)
+//!   polls each operation's completion event and `ncclCommGetAsyncError`; past the timeout
+//!   (`UNIHAL_CCL_TIMEOUT`, or the config's) it aborts the NCCL communicator, which ends the
+//!   stuck kernels, and fails the operation's stream and the communicator with `Timeout`. A peer's
+//!   abort (`ncclRemoteError`) aborts this rank too: its pending operations fail with `Aborted`.
+//! * Capabilities are NCCL's: ten dtypes, five reductions, reductions *in the element type*
+//!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, no split yet.
+
+pub mod comm;
+pub mod conv;
+pub mod ffi;
+
+use crate::device::CudaDevice;
+use comm::NcclComm;
+use ffi::{Nccl, UniqueId as RawId};
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use unihal_hal::ccl::Accumulation;
+use unihal_hal::{
+    CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, Device, HalError, Invalid,
+    ReduceOp, Result, UniqueId,
+};
+
+/// The NCCL collective engine of the CUDA backend (NCCL opened on first use).
+#[derive(Default)]
+pub struct NcclCollectives {
+    lib: OnceLock<Result<Arc<Nccl>>>,
+    caps: OnceLock<CclCaps>,
+}
+
+impl NcclCollectives {
+    /// NCCL, opened once.
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] with the names tried.
+    pub fn lib(&self) -> Result<&Arc<Nccl>> {
+        self.lib
+            .get_or_init(|| Nccl::load().map(Arc::new))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn caps_of(lib: &Nccl) -> CclCaps {
+        let dtypes = conv::DTYPES.to_vec();
+        let mut ops = BTreeMap::new();
+        for op in CollectiveOp::ALL {
+            if op == CollectiveOp::AllToAll && lib.all_to_all.is_none() {
+                continue;
+            }
+            ops.insert(op, dtypes.clone());
+        }
+        let v = lib.version();
+        CclCaps {
+            engine: format!(
+                "NCCL {}.{}.{} ({})",
+                v / 10000,
+                v / 100 % 100,
+                v % 100,
+                lib.path
+            ),
+            ops,
+            reductions: dtypes
+                .iter()
+                .map(|&d| (d, ReduceOp::ALL.to_vec()))
+                .collect(),
+            accumulation: dtypes
+                .iter()
+                .map(|&d| {
+                    (
+                        d,
+                        Accumulation {
+                            accumulate_in: d,
+                            emulated: Vec::new(),
+                        },
+                    )
+                })
+                .collect(),
+            groups: true,
+            split: false,
+            survives_dead_rank: false,
+            names_missing_ranks: false,
+        }
+    }
+
+    fn cuda_device(device: &Arc<dyn Device>) -> Result<Arc<CudaDevice>> {
+        device
+            .as_any()
+            .downcast_ref::<CudaDevice>()
+            .ok_or_else(|| {
+                HalError::invalid(
+                    "device",
+                    Invalid::ForeignHandle {
+                        expected: "CUDA device".into(),
+                        found: device.id().to_string(),
+                    },
+                )
+            })?
+            .arc()
+    }
+
+    fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
+        match code {
+            8 => HalError::Timeout {
+                what: format!("{call}: not every rank joined"),
+                millis: 0,
+            },
+            _ => conv::vendor(lib, call, code),
+        }
+    }
+}
+
+impl Collectives for NcclCollectives {
+    fn capabilities(&self) -> &CclCaps {
+        self.caps.get_or_init(|| match self.lib() {
+            Ok(l) => NcclCollectives::caps_of(l),
+            Err(_) => CclCaps {
+                engine: "NCCL (unavailable)".into(),
+                ops: BTreeMap::new(),
+                reductions: BTreeMap::new(),
+                accumulation: BTreeMap::new(),
+                groups: false,
+                split: false,
+                survives_dead_rank: false,
+                names_missing_ranks: false,
+            },
+        })
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        let lib = self.lib()?;
+        let mut id = RawId { internal: [0; 128] };
+        // SAFETY: an out-pointer to a local id.
+        let code = unsafe { (lib.get_unique_id)(&mut id) };
+        if code != 0 {
+            return Err(conv::vendor(lib, "ncclGetUniqueId", code));
+        }
+        Ok(UniqueId(id.internal.iter().map(|&c| c as u8).collect()))
+    }
+
+    fn init_rank(
+        &self,
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        device: &Arc<dyn Device>,
+        config: &CommConfig,
+    ) -> Result<Arc<dyn Communicator>> {
+        let lib = self.lib()?.clone();
+        unihal_hal::ccl::check_rank("rank", rank, nranks)?;
+        if id.0.len() != 128 {
+            return Err(HalError::invalid(
+                "id",
+                Invalid::Value {
+                    value: format!("{} bytes", id.0.len()),
+                    accepted: "an NCCL unique id (128 bytes)".into(),
+                },
+            ));
+        }
+        let mut raw_id = RawId { internal: [0; 128] };
+        for (d, &b) in raw_id.internal.iter_mut().zip(&id.0) {
+            *d = b as std::ffi::c_char;
+        }
+        let dev = NcclCollectives::cuda_device(device)?;
+        let mut comm: ffi::Comm = std::ptr::null_mut();
+        dev.call("ncclCommInitRank", || {
+            // SAFETY: an out-pointer to a local; the id by value; the device's context is
+            // current (NCCL uses the current device).
+            let code =
+                unsafe { (lib.comm_init_rank)(&mut comm, nranks as i32, raw_id, rank as i32) };
+            if code != 0 {
+                return Err(NcclCollectives::init_error(&lib, "ncclCommInitRank", code));
+            }
+            Ok(())
+        })?;
+        Ok(NcclComm::new(
+            lib,
+            comm,
+            rank,
+            nranks,
+            device.clone(),
+            self.capabilities().clone(),
+            config,
+        ))
+    }
+
+    fn init_all(
+        &self,
+        devices: &[Arc<dyn Device>],
+        config: &CommConfig,
+    ) -> Result<Vec<Arc<dyn Communicator>>> {
+        let lib = self.lib()?.clone();
+        let ordinals: Vec<i32> = devices
+            .iter()
+            .map(|d| NcclCollectives::cuda_device(d).map(|_| d.id().ordinal as i32))
+            .collect::<Result<_>>()?;
+        let mut comms = vec![std::ptr::null_mut(); devices.len()];
+        let first = NcclCollectives::cuda_device(devices.first().ok_or_else(|| {
+            HalError::invalid(
+                "devices",
+                Invalid::Value {
+                    value: "no device".into(),
+                    accepted: "one or more devices".into(),
+                },
+            )
+        })?)?;
+        first.call("ncclCommInitAll", || {
+            // SAFETY: room for one communicator per device, and the device list.
+            let code = unsafe {
+                (lib.comm_init_all)(comms.as_mut_ptr(), ordinals.len() as i32, ordinals.as_ptr())
+            };
+            if code != 0 {
+                return Err(NcclCollectives::init_error(&lib, "ncclCommInitAll", code));
+            }
+            Ok(())
+        })?;
+        let n = devices.len();
+        Ok(comms
+            .into_iter()
+            .zip(devices)
+            .enumerate()
+            .map(|(rank, (c, d))| {
+                NcclComm::new(
+                    lib.clone(),
+                    c,
+                    rank,
+                    n,
+                    d.clone(),
+                    self.capabilities().clone(),
+                    config,
+                ) as Arc<dyn Communicator>
+            })
+            .collect())
+    }
+}
