@@ -243,10 +243,32 @@ impl NcclComm {
         }
     }
 
-    fn keep(bufs: &[&Buffer]) -> Vec<Keep> {
-        bufs.iter()
-            .map(|b| Box::new((*b).clone()) as Keep)
-            .collect()
+    /// A collective over a send and a receive buffer: the checks, then `f(send address, receive
+    /// address, NCCL dtype, communicator, stream)` enqueued and watched (nothing for `count == 0`).
+    fn two_buffers(
+        &self,
+        call: (CollectiveOp, DType, Option<ReduceOp>),
+        stream: &Arc<dyn Stream>,
+        (send, send_elems): (&Buffer, u64),
+        (recv, recv_elems): (&Buffer, u64),
+        count: u64,
+        f: impl FnOnce(u64, u64, i32, RawComm, *mut std::ffi::c_void) -> i32,
+    ) -> Result<()> {
+        let (op, dtype, red) = call;
+        let s = self.check(call, stream)?;
+        let sa = self.addr(send, "send", send_elems, dtype)?;
+        let ra = self.addr(recv, "recv", recv_elems, dtype)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let what = format!(
+            "NCCL {} of {count} {dtype}{}",
+            op.name(),
+            red.map(|r| format!(" {r}")).unwrap_or_default()
+        );
+        let (dt, raw) = (conv::dtype(dtype).unwrap_or(-1), self.shared.raw());
+        let keep: Vec<Keep> = vec![Box::new(send.clone()), Box::new(recv.clone())];
+        self.enqueue(what, stream, s, keep, |st| f(sa, ra, dt, raw, st))
     }
 }
 
@@ -272,24 +294,18 @@ impl Communicator for NcclComm {
         op: ReduceOp,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::AllReduce, dtype, Some(op)), stream)?;
-        let (sa, ra) = (
-            self.addr(send, "send", count, dtype)?,
-            self.addr(recv, "recv", count, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
-        let (dt, red) = (conv::dtype(dtype).unwrap_or(-1), conv::reduce_op(op));
-        self.enqueue(
-            format!("ncclAllReduce {count} {dtype} {op}"),
+        let call = (CollectiveOp::AllReduce, dtype, Some(op));
+        let lib = self.shared.lib.clone();
+        let red = conv::reduce_op(op);
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, count),
+            (recv, count),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: both ranges were checked against live buffers kept until the work ran.
-                unsafe { (lib.all_reduce)(sa as _, ra as _, count as usize, dt, red, raw, st) }
+                unsafe { (lib.all_reduce)(s as _, r as _, count as usize, dt, red, c, st) }
             },
         )
     }
@@ -303,27 +319,18 @@ impl Communicator for NcclComm {
         root: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::Broadcast, dtype, None), stream)?;
         check_rank("root", root, self.size)?;
-        let (sa, ra) = (
-            self.addr(send, "send", count, dtype)?,
-            self.addr(recv, "recv", count, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
-        let dt = conv::dtype(dtype).unwrap_or(-1);
-        self.enqueue(
-            format!("ncclBroadcast {count} {dtype}"),
+        let call = (CollectiveOp::Broadcast, dtype, None);
+        let lib = self.shared.lib.clone();
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, count),
+            (recv, count),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
-                unsafe {
-                    (lib.broadcast)(sa as _, ra as _, count as usize, dt, root as i32, raw, st)
-                }
+                unsafe { (lib.broadcast)(s as _, r as _, count as usize, dt, root as i32, c, st) }
             },
         )
     }
@@ -338,36 +345,19 @@ impl Communicator for NcclComm {
         root: usize,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::Reduce, dtype, Some(op)), stream)?;
         check_rank("root", root, self.size)?;
-        let (sa, ra) = (
-            self.addr(send, "send", count, dtype)?,
-            self.addr(recv, "recv", count, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
-        let (dt, red) = (conv::dtype(dtype).unwrap_or(-1), conv::reduce_op(op));
-        self.enqueue(
-            format!("ncclReduce {count} {dtype} {op}"),
+        let call = (CollectiveOp::Reduce, dtype, Some(op));
+        let lib = self.shared.lib.clone();
+        let red = conv::reduce_op(op);
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, count),
+            (recv, count),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
-                unsafe {
-                    (lib.reduce)(
-                        sa as _,
-                        ra as _,
-                        count as usize,
-                        dt,
-                        red,
-                        root as i32,
-                        raw,
-                        st,
-                    )
-                }
+                unsafe { (lib.reduce)(s as _, r as _, count as usize, dt, red, root as i32, c, st) }
             },
         )
     }
@@ -380,25 +370,18 @@ impl Communicator for NcclComm {
         dtype: DType,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::AllGather, dtype, None), stream)?;
+        let call = (CollectiveOp::AllGather, dtype, None);
         let total = count.saturating_mul(self.size as u64);
-        let (sa, ra) = (
-            self.addr(send, "send", count, dtype)?,
-            self.addr(recv, "recv", total, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
-        let dt = conv::dtype(dtype).unwrap_or(-1);
-        self.enqueue(
-            format!("ncclAllGather {count} {dtype}"),
+        let lib = self.shared.lib.clone();
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, count),
+            (recv, total),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
-                unsafe { (lib.all_gather)(sa as _, ra as _, count as usize, dt, raw, st) }
+                unsafe { (lib.all_gather)(s as _, r as _, count as usize, dt, c, st) }
             },
         )
     }
@@ -412,25 +395,19 @@ impl Communicator for NcclComm {
         op: ReduceOp,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::ReduceScatter, dtype, Some(op)), stream)?;
+        let call = (CollectiveOp::ReduceScatter, dtype, Some(op));
         let total = count.saturating_mul(self.size as u64);
-        let (sa, ra) = (
-            self.addr(send, "send", total, dtype)?,
-            self.addr(recv, "recv", count, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
-        let (dt, red) = (conv::dtype(dtype).unwrap_or(-1), conv::reduce_op(op));
-        self.enqueue(
-            format!("ncclReduceScatter {count} {dtype} {op}"),
+        let lib = self.shared.lib.clone();
+        let red = conv::reduce_op(op);
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, total),
+            (recv, count),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
-                unsafe { (lib.reduce_scatter)(sa as _, ra as _, count as usize, dt, red, raw, st) }
+                unsafe { (lib.reduce_scatter)(s as _, r as _, count as usize, dt, red, c, st) }
             },
         )
     }
@@ -443,30 +420,22 @@ impl Communicator for NcclComm {
         dtype: DType,
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
-        let s = self.check((CollectiveOp::AllToAll, dtype, None), stream)?;
         check_not_in_place(send, recv)?;
-        let total = count.saturating_mul(self.size as u64);
-        let (sa, ra) = (
-            self.addr(send, "send", total, dtype)?,
-            self.addr(recv, "recv", total, dtype)?,
-        );
-        if count == 0 {
-            return Ok(());
-        }
         let f =
             self.shared.lib.all_to_all.ok_or_else(|| {
                 HalError::unsupported("all-to-all: this NCCL has no ncclAlltoAll")
             })?;
-        let raw = self.shared.raw();
-        let dt = conv::dtype(dtype).unwrap_or(-1);
-        self.enqueue(
-            format!("ncclAlltoAll {count} {dtype}"),
+        let call = (CollectiveOp::AllToAll, dtype, None);
+        let total = count.saturating_mul(self.size as u64);
+        self.two_buffers(
+            call,
             stream,
-            s,
-            Self::keep(&[send, recv]),
-            |st| {
+            (send, total),
+            (recv, total),
+            count,
+            |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
-                unsafe { f(sa as _, ra as _, count as usize, dt, raw, st) }
+                unsafe { f(s as _, r as _, count as usize, dt, c, st) }
             },
         )
     }
