@@ -26,11 +26,17 @@
 //!   every backend) and launches the portable library, compiled by NVRTC for the device's exact
 //!   architecture (cubin, PTX fallback) and cached on disk. Without NVRTC the device reports no ops.
 //!
-//! Not yet: cuBLAS matmul (matmul runs the library's tiled GEMM), NCCL collectives, peer copies,
-//! host callbacks and stream-ordered allocation (the capabilities report each honestly).
+//! * **Matmul** ([`cublas`]) through cuBLAS opened at run time (a handle per stream), for every
+//!   layout it expresses; otherwise, and without cuBLAS, the library's tiled GEMM.
+//! * **Collectives** ([`nccl`]) through unihal's own NCCL binding, with a watchdog per
+//!   communicator so nothing hangs.
+//!
+//! Not yet: peer copies, stream-ordered allocation and `ncclCommSplit` (the capabilities report
+//! each honestly).
 
 pub mod context;
 pub mod conv;
+pub mod cublas;
 mod deferred;
 pub mod device;
 pub mod event;

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
     Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, HostUse, Invalid,
-    KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream,
+    KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
 };
 
 /// Something queued work uses, kept until the work ran.
@@ -40,6 +40,8 @@ pub struct CudaStream {
     dyn_dev: Arc<dyn Device>,
     raw: sys::CUstream,
     inner: Mutex<Inner>,
+    /// This stream's cuBLAS handle, created on its first matmul.
+    blas: Mutex<Option<crate::cublas::Handle>>,
 }
 
 // SAFETY: CUstream handles may be used from any thread; the kept objects are Send + Sync.
@@ -80,6 +82,7 @@ impl CudaStream {
                 spare: Vec::new(),
                 sticky: None,
             }),
+            blas: Mutex::new(None),
         }))
     }
 
@@ -95,6 +98,20 @@ impl CudaStream {
         f: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
     ) -> Result<()> {
         self.submit_with(call, keep, |s| f(s).map_err(|e| vendor(call, e)))
+    }
+
+    /// Runs `f(cuBLAS handle, what to keep)` as an enqueue on this stream (the handle is created
+    /// on first use and bound to the stream), then keeps what `f` listed until the work ran.
+    pub(crate) fn blas(&self, f: impl FnOnce(usize, &mut Vec<Keep>) -> Result<()>) -> Result<()> {
+        let mut keep = Vec::new();
+        self.submit_with("cuBLAS", Vec::new(), |raw| {
+            let mut h = self.blas.lock();
+            if h.is_none() {
+                *h = Some(crate::cublas::Handle::new(raw)?);
+            }
+            f(h.as_ref().expect("created above").0, &mut keep)
+        })?;
+        self.keep(keep)
     }
 
     /// Fails the stream with `e` (a communicator's timeout or abort): later enqueues,
@@ -419,6 +436,12 @@ impl Stream for CudaStream {
                 return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
             }
         }
+        if call.op == OpId::Matmul {
+            call.validate()?;
+            if let Some(r) = crate::cublas::matmul(self, self.id(), call) {
+                return r;
+            }
+        }
         let mut plan = unihal_kernels::plan::plan(call, &caps.mandatory)?;
         if plan.launches.is_empty() {
             return Ok(()); // no elements
@@ -602,6 +625,7 @@ impl Drop for CudaStream {
             .map(|(ev, keep)| (ev as usize, keep))
             .collect();
         let spare: Vec<usize> = inner.spare.drain(..).map(|ev| ev as usize).collect();
+        let blas = self.blas.get_mut().take();
         let (dev, raw) = (self.dev.clone(), self.raw as usize);
         crate::deferred::release(move || {
             let _ = dev.call("cuStreamDestroy", || {
@@ -616,6 +640,9 @@ impl Drop for CudaStream {
                     }
                     for ev in spare {
                         let _ = result::event::destroy(ev as sys::CUevent);
+                    }
+                    if let Some(h) = blas {
+                        h.destroy();
                     }
                     result::stream::destroy(raw).map_err(|e| vendor("cuStreamDestroy", e))
                 }
