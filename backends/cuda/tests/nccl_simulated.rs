@@ -11,14 +11,14 @@ fn simulated_driver() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     [
-        deps.join("libcuda.so"),
-        deps.parent().unwrap().join("libcuda.so"),
+        deps.join("libunihal_sim_cuda.so"),
+        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
     ]
     .into_iter()
     .find(|p| p.exists())
     .unwrap_or_else(|| {
         panic!(
-            "the simulated libcuda.so is not built next to {}",
+            "the simulated driver (libunihal_sim_cuda.so) is not built next to {}",
             deps.display()
         )
     })

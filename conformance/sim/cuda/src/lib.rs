@@ -3,7 +3,9 @@
 //! Test infrastructure, never a product path: the CUDA driver API subset that cudarc's safe API
 //! (and so unihal's CUDA backend) calls ([`driver`]) and the NCCL subset of unihal's NCCL binding
 //! ([`nccl`]), implemented on the simulator core (`unihal-sim`) over host memory. Built as one
-//! shared object with the SONAME `libcuda.so`, to be loaded through the backend's library
+//! shared object, `libunihal_sim_cuda.so` with the SONAME `libcuda.so` (so the system loader never
+//! picks it up by the driver's name, yet cudarc's `libcuda.so` resolves to it once it is loaded by
+//! path), to be loaded through the backend's library
 //! overrides exactly like the real libraries: point the driver override *and* the NCCL override at
 //! this one file (or link `libnccl.so.2` to it). They are one object because simulated NCCL
 //! queues its collectives on the simulated driver's streams; the real NCCL reaches the driver

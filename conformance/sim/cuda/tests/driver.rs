@@ -3,11 +3,11 @@
 //! deferred mode), PTX modules running a library kernel through `kernelParams`, a cubin rejected
 //! with CUDA_ERROR_INVALID_IMAGE, and CUDA's codes for misuse.
 
-use cuda::conv::*;
-use cuda::driver::*;
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use unihal_kernels::args::UhArgs;
+use unihal_sim_cuda::conv::*;
+use unihal_sim_cuda::driver::*;
 
 fn ok(r: i32) {
     assert_eq!(r, CUDA_SUCCESS, "CUresult {r}");

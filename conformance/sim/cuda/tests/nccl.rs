@@ -6,12 +6,12 @@
 
 mod support;
 
-use cuda::driver::*;
-use cuda::nccl::*;
-use cuda::nccl_conv::*;
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use support::*;
+use unihal_sim_cuda::driver::*;
+use unihal_sim_cuda::nccl::*;
+use unihal_sim_cuda::nccl_conv::*;
 
 #[test]
 fn version_ids_and_error_strings() {

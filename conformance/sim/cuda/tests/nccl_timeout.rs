@@ -4,13 +4,13 @@
 
 mod support;
 
-use cuda::conv::CUDA_ERROR_LAUNCH_TIMEOUT;
-use cuda::driver::*;
-use cuda::nccl::*;
-use cuda::nccl_conv::*;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use support::*;
+use unihal_sim_cuda::conv::CUDA_ERROR_LAUNCH_TIMEOUT;
+use unihal_sim_cuda::driver::*;
+use unihal_sim_cuda::nccl::*;
+use unihal_sim_cuda::nccl_conv::*;
 
 #[test]
 fn a_missing_rank_times_out_instead_of_hanging() {

@@ -86,18 +86,18 @@ const NCCL_SYMBOLS: &[&str] = &[
     "ncclRecv",
 ];
 
-/// The built object: `target/<profile>/deps/libcuda.so` next to this test (`cargo test`), or
-/// `target/<profile>/libcuda.so` (`cargo build`).
+/// The built object: `target/<profile>/deps/libunihal_sim_cuda.so` next to this test (`cargo test`), or
+/// `target/<profile>/libunihal_sim_cuda.so` (`cargo build`).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     [
-        deps.join("libcuda.so"),
-        deps.parent().unwrap().join("libcuda.so"),
+        deps.join("libunihal_sim_cuda.so"),
+        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
     ]
     .into_iter()
     .find(|p| p.exists())
-    .unwrap_or_else(|| deps.join("libcuda.so"))
+    .unwrap_or_else(|| deps.join("libunihal_sim_cuda.so"))
 }
 
 #[test]

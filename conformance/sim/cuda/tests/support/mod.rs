@@ -1,12 +1,12 @@
 //! Helpers of the simulated-NCCL tests: device setup, buffers, and ranks as threads.
 #![allow(dead_code)]
 
-use cuda::driver::*;
-use cuda::nccl::*;
-use cuda::nccl_conv::*;
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::Once;
+use unihal_sim_cuda::driver::*;
+use unihal_sim_cuda::nccl::*;
+use unihal_sim_cuda::nccl_conv::*;
 
 pub const F32: i32 = 7;
 pub const I32: i32 = 2;
