@@ -224,11 +224,14 @@ pub(crate) fn gemm_of(a: &TensorView, b: &TensorView, c: &TensorView) -> Option<
     })
 }
 
-/// Runs a validated matmul call through cuBLAS on `stream`; `None` when cuBLAS is absent or the
+/// Validates a matmul call and runs it through cuBLAS on `stream`; `None` when cuBLAS is absent or the
 /// layout is not one it expresses (the caller then runs the portable GEMM).
 pub(crate) fn matmul(stream: &CudaStream, device: DeviceId, call: &OpCall) -> Option<Result<()>> {
     if !available() {
         return None;
+    }
+    if let Err(e) = call.validate() {
+        return Some(Err(e));
     }
     let [a, b, c] = [&call.tensors[0], &call.tensors[1], &call.tensors[2]];
     let dtype = c.dtype;

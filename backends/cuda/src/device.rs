@@ -79,7 +79,7 @@ impl CudaDevice {
                     fault_poisons_device: true,
                     timer_resolution_ns: Some(500),
                     // The portable library, when NVRTC is there to compile it.
-                    ops: match unihal_kernels::rtc::nvrtc::Nvrtc::load() {
+                    ops: match crate::library::nvrtc() {
                         Ok(_) => unihal_kernels::support(),
                         Err(e) => {
                             tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");

@@ -12,7 +12,7 @@ use crate::module::CudaModule;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use unihal_hal::{Function, Module, ModuleSource, Result};
 use unihal_kernels::rtc::nvrtc::Nvrtc;
 use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
@@ -65,9 +65,21 @@ pub fn clear_cache() -> std::io::Result<()> {
     }
 }
 
+/// NVRTC, opened once per process (devices ask whether it is there; libraries compile with it).
+///
+/// # Errors
+/// [`unihal_hal::HalError::Unavailable`] with the names tried (the first outcome is kept).
+pub fn nvrtc() -> Result<&'static Nvrtc> {
+    static NVRTC: OnceLock<Result<Nvrtc>> = OnceLock::new();
+    NVRTC
+        .get_or_init(Nvrtc::load)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// PTX and cubin for `arch`, from the disk cache or NVRTC.
 fn compiled(arch: &str) -> Result<(String, Vec<u8>)> {
-    let nvrtc = Nvrtc::load()?;
+    let nvrtc = nvrtc()?;
     let src = library_source(GpuTarget::Cuda);
     let (major, minor) = nvrtc.version();
     let key = format!("{:016x}-{arch}-nvrtc{major}.{minor}", fnv1a(&src));

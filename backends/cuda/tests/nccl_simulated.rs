@@ -1,6 +1,7 @@
-//! The NCCL engine on unihal's simulated NCCL (the same object as the simulated driver): every
-//! collective between two ranks (threads), grouped send/receive, and the timeout of a rank that
-//! never comes.
+//! The NCCL engine on unihal's simulated NCCL (the same object as the simulated driver): an
+//! all-reduce between two ranks (threads), in `cargo test`. The other collectives, groups,
+//! timeouts and aborts run as conformance cases through `unihal conformance --backend cuda` in
+//! `.ci/run`.
 
 use std::path::PathBuf;
 use std::sync::Arc;

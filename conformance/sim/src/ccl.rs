@@ -131,9 +131,9 @@ struct Round {
 }
 
 impl Round {
-    fn new(key: Key) -> Round {
+    fn new(expected: usize) -> Round {
         Round {
-            expected: if matches!(key, Key::Coll(_)) { 0 } else { 2 },
+            expected,
             parts: HashMap::new(),
             locs: HashMap::new(),
             outcome: None,
@@ -159,14 +159,12 @@ struct Clique {
 
 impl Clique {
     fn round<'a>(&self, st: &'a mut CliqueState, key: Key) -> &'a mut Round {
-        let n = self.nranks;
-        st.rounds.entry(key).or_insert_with(|| {
-            let mut r = Round::new(key);
-            if r.expected == 0 {
-                r.expected = n;
-            }
-            r
-        })
+        // Every rank posts to a collective's round; a sender and a receiver to a p2p one.
+        let expected = match key {
+            Key::Coll(_) => self.nranks,
+            Key::P2p { .. } => 2,
+        };
+        st.rounds.entry(key).or_insert_with(|| Round::new(expected))
     }
 
     fn bump(&self, st: &mut CliqueState) {
@@ -215,14 +213,9 @@ impl Comm {
     pub fn collective(&self, stream: StreamId, call: Collective) -> SimResult<()> {
         let n = self.nranks() as u64;
         let e = call.dtype.size() as u64;
-        let bytes = |elems: u64| {
-            elems
-                .checked_mul(n.max(1))
-                .and_then(|_| elems.checked_mul(e))
-                .ok_or_else(|| SimError::InvalidValue(format!("{elems} elements overflow")))
-        };
-        let one = bytes(call.count)?;
-        let all = bytes(call.count * n)?;
+        let overflow = || SimError::InvalidValue(format!("{} elements overflow", call.count));
+        let one = call.count.checked_mul(e).ok_or_else(overflow)?;
+        let all = one.checked_mul(n).ok_or_else(overflow)?;
         let me = self.rank;
         let reducing = |op: ReduceOp| -> SimResult<()> {
             if reducible(call.dtype) {
