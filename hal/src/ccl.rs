@@ -154,6 +154,11 @@ pub struct CclCaps {
     /// Whether a `Timeout` names the ranks that never arrived (engines that see every rank's
     /// arrival do; NCCL only sees its own kernel waiting).
     pub names_missing_ranks: bool,
+    /// Whether a rank whose operation times out aborts the communicator for every rank, so the
+    /// other waiting ranks may fail with `Aborted` (a peer gave up) before their own `Timeout`.
+    /// NCCL: ending a timed-out kernel needs `ncclCommAbort`, which peers may see as
+    /// `ncclRemoteError`. Engines without it fail each waiting rank with its own `Timeout`.
+    pub timeout_aborts_peers: bool,
 }
 
 impl CclCaps {

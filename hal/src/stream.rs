@@ -2,7 +2,7 @@
 
 use crate::buffer::Buffer;
 use crate::device::{Device, DeviceId, NativeHandle};
-use crate::error::{HalError, Result};
+use crate::error::{HalError, Invalid, Result};
 use crate::event::Event;
 use crate::host::HostBuffer;
 use crate::launch::{KernelArgs, LaunchConfig};
@@ -10,6 +10,34 @@ use crate::module::Function;
 use crate::op::OpCall;
 use std::any::Any;
 use std::sync::Arc;
+
+/// The checks of [`Stream::copy_peer`] on a stream of device `me` whose peers are `peers`
+/// (`OptionalCaps::peer_devices`): one side must be `me`, the other `me` or a peer.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] when neither side is on `me`; [`HalError::Unsupported`] when a
+/// side is on a device without peer access.
+pub fn check_peer_copy(me: DeviceId, peers: &[u32], src: DeviceId, dst: DeviceId) -> Result<()> {
+    if src != me && dst != me {
+        return Err(HalError::invalid(
+            "src",
+            Invalid::WrongDevice {
+                expected: me,
+                found: src,
+            },
+        ));
+    }
+    let reachable =
+        |d: DeviceId| d == me || (d.backend == me.backend && peers.contains(&d.ordinal));
+    for (arg, d) in [("src", src), ("dst", dst)] {
+        if !reachable(d) {
+            return Err(HalError::unsupported(format!(
+                "peer copy between {me} and {d}: no peer access ({arg})"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// The value pattern of a fill: a byte, or a 16- or 32-bit word repeated (the range's length must be
 /// a multiple of the word size). Wide fills need `OptionalCaps::wide_fill`.

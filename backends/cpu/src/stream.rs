@@ -10,8 +10,9 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
-    Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
+    check_peer_copy, Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function,
+    HalError, HostBuffer, HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId,
+    Result, Stream,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -198,27 +199,9 @@ impl Stream for CpuStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let me = self.id();
         let (sd, dd) = (src.device(), dst.device());
         let peers = &self.dev.capabilities_ref().optional.peer_devices;
-        let reachable =
-            |d: DeviceId| d == me || (d.backend == me.backend && peers.contains(&d.ordinal));
-        if sd != me && dd != me {
-            return Err(HalError::invalid(
-                "src",
-                Invalid::WrongDevice {
-                    expected: me,
-                    found: sd,
-                },
-            ));
-        }
-        for (arg, d) in [("src", sd), ("dst", dd)] {
-            if !reachable(d) {
-                return Err(HalError::unsupported(format!(
-                    "peer copy between {me} and {d}: no peer access ({arg})"
-                )));
-            }
-        }
+        check_peer_copy(self.id(), peers, sd, dd)?;
         let s = Addr(cpu_addr(src, "src", sd, src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", dd, dst_offset, len)?);
         self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])

@@ -58,4 +58,11 @@ pub(crate) mod attr {
     pub const SM_COUNT: A = A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
     pub const CC_MAJOR: A = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
     pub const CC_MINOR: A = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
+    /// `cuMemAllocAsync` / `cuMemFreeAsync` and the device's default pool.
+    pub const MEMORY_POOLS: A = A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+}
+
+/// `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`: enabling twice is not a failure.
+pub(crate) fn already_enabled(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 }

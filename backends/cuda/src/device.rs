@@ -2,15 +2,16 @@
 //! factories for streams, events and modules.
 
 use crate::context::Context;
-use crate::conv::{attr, out_of_memory, vendor};
+use crate::conv::{already_enabled, attr, out_of_memory, vendor};
 use crate::event::CudaEvent;
 use crate::loader::guard;
 use crate::memory::{CudaAllocation, PinnedHost};
 use crate::module::CudaModule;
 use crate::stream::CudaStream;
 use cudarc::driver::{result, sys};
+use parking_lot::Mutex;
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock, Weak};
 use unihal_hal::{
     Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
@@ -27,12 +28,32 @@ pub struct CudaDevice {
     /// The portable kernel library, compiled and loaded on first use (it lives as long as the
     /// device, which the backend keeps for the process).
     library: OnceLock<Result<Arc<crate::library::Library>>>,
+    /// Peers this device's context has been given access to (`cuCtxEnablePeerAccess`).
+    peers_enabled: Mutex<HashSet<u32>>,
 }
 
 fn attribute(ctx: &Context, a: sys::CUdevice_attribute) -> Result<i32> {
     // SAFETY: a valid device and attribute.
     unsafe { result::device::get_attribute(ctx.dev, a) }
         .map_err(|e| vendor("cuDeviceGetAttribute", e))
+}
+
+/// The ordinals of the other devices `ctx`'s device can access directly (`cuDeviceCanAccessPeer`).
+fn peers(ctx: &Context) -> Result<Vec<u32>> {
+    let count = result::device::get_count().map_err(|e| vendor("cuDeviceGetCount", e))?;
+    let mut peers = Vec::new();
+    for o in (0..count).filter(|&o| o as u32 != ctx.id.ordinal) {
+        let other = result::device::get(o).map_err(|e| vendor("cuDeviceGet", e))?;
+        let mut can = 0;
+        // SAFETY: two valid devices and an out-pointer to a local.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }
+            .result()
+            .map_err(|e| vendor("cuDeviceCanAccessPeer", e))?;
+        if can != 0 {
+            peers.push(o as u32);
+        }
+    }
+    Ok(peers)
 }
 
 impl CudaDevice {
@@ -74,8 +95,8 @@ impl CudaDevice {
                     pinned_host_memory: true,
                     wide_fill: true,
                     host_callbacks: true,
-                    stream_ordered_alloc: false,
-                    peer_devices: Vec::new(),
+                    stream_ordered_alloc: a(attr::MEMORY_POOLS)? != 0,
+                    peer_devices: peers(&ctx)?,
                     fault_poisons_device: true,
                     timer_resolution_ns: Some(500),
                     // The portable library, when NVRTC is there to compile it.
@@ -99,6 +120,7 @@ impl CudaDevice {
                 info,
                 caps,
                 library: OnceLock::new(),
+                peers_enabled: Mutex::new(HashSet::new()),
             }))
         })
     }
@@ -131,6 +153,59 @@ impl CudaDevice {
             .clone()
     }
 
+    /// A buffer of `len` bytes from `alloc` (`cuMemAlloc`, or `cuMemAllocAsync` on a stream),
+    /// named `call` in errors; none for zero bytes.
+    ///
+    /// # Errors
+    /// [`HalError::OutOfMemory`]; other vendor errors.
+    pub(crate) fn alloc_with(
+        &self,
+        call: &str,
+        len: usize,
+        alloc: impl FnOnce() -> std::result::Result<sys::CUdeviceptr, cudarc::driver::DriverError>,
+    ) -> Result<Buffer> {
+        let ptr = if len == 0 {
+            0
+        } else {
+            self.call(call, || {
+                alloc().map_err(|e| {
+                    if out_of_memory(&e) {
+                        self.oom(len as u64)
+                    } else {
+                        vendor(call, e)
+                    }
+                })
+            })?
+        };
+        Ok(Buffer::from_allocation(Box::new(CudaAllocation {
+            ctx: self.ctx.clone(),
+            ptr,
+            len: len as u64,
+        })))
+    }
+
+    /// Gives this device's context access to `peer`'s memory (once per peer), so copies between
+    /// them go device to device.
+    ///
+    /// # Errors
+    /// Vendor errors of `cuCtxEnablePeerAccess` other than "already enabled".
+    pub(crate) fn enable_peer(&self, peer: &Context) -> Result<()> {
+        let mut enabled = self.peers_enabled.lock();
+        if enabled.contains(&peer.id.ordinal) {
+            return Ok(());
+        }
+        self.call("cuCtxEnablePeerAccess", || {
+            // SAFETY: a retained primary context of another device; flags must be 0.
+            match unsafe { sys::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
+                Ok(()) => Ok(()),
+                Err(e) if already_enabled(&e) => Ok(()),
+                Err(e) => Err(vendor("cuCtxEnablePeerAccess", e)),
+            }
+        })?;
+        enabled.insert(peer.id.ordinal);
+        Ok(())
+    }
+
     fn oom(&self, requested: u64) -> HalError {
         let free = result::mem_get_info().map(|(f, _)| f as u64).unwrap_or(0);
         HalError::OutOfMemory { requested, free }
@@ -161,25 +236,10 @@ impl Device for CudaDevice {
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
-        let ptr = if len == 0 {
-            0
-        } else {
-            self.call("cuMemAlloc", || {
-                // SAFETY: a non-zero size in the current context.
-                unsafe { result::malloc_sync(len) }.map_err(|e| {
-                    if out_of_memory(&e) {
-                        self.oom(len as u64)
-                    } else {
-                        vendor("cuMemAlloc", e)
-                    }
-                })
-            })?
-        };
-        Ok(Buffer::from_allocation(Box::new(CudaAllocation {
-            ctx: self.ctx.clone(),
-            ptr,
-            len: len as u64,
-        })))
+        self.alloc_with("cuMemAlloc", len, || {
+            // SAFETY: a non-zero size in the current context.
+            unsafe { result::malloc_sync(len) }
+        })
     }
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {

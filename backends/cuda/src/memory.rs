@@ -7,8 +7,10 @@ use std::any::Any;
 use std::sync::Arc;
 use unihal_hal::{DeviceAllocation, DeviceId, HostAllocation};
 
-/// A `cuMemAlloc` allocation (none for zero bytes). Freed when dropped: the HAL keeps a handle in
-/// every queued operation that uses it, so no queued work can still touch it by then.
+/// A `cuMemAlloc` or `cuMemAllocAsync` allocation (none for zero bytes). Freed with `cuMemFree`
+/// when dropped: the HAL keeps a handle in every queued operation that uses it, so no queued work
+/// can still touch it by then (which is also the condition under which CUDA allows `cuMemFree` on
+/// pool memory, without synchronising).
 pub struct CudaAllocation {
     pub(crate) ctx: Arc<Context>,
     pub(crate) ptr: sys::CUdeviceptr,
@@ -39,7 +41,8 @@ impl Drop for CudaAllocation {
         let (ctx, ptr) = (self.ctx.clone(), self.ptr);
         crate::deferred::release(move || {
             let r = ctx.bind().and_then(|()| {
-                // SAFETY: allocated by cuMemAlloc in this context and freed exactly once, here.
+                // SAFETY: allocated by cuMemAlloc(Async) in this context and freed exactly once, here,
+                // after every queued use (see the type's doc).
                 unsafe { result::free_sync(ptr) }.map_err(|e| vendor("cuMemFree", e))
             });
             if let Err(e) = r {

@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
-    Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer, HostUse, Invalid,
-    KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
+    check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
+    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
 };
 
 /// Something queued work uses, kept until the work ran.
@@ -311,16 +311,43 @@ impl Stream for CudaStream {
     fn copy_peer(
         &self,
         src: &Buffer,
-        _src_offset: u64,
+        src_offset: u64,
         dst: &Buffer,
-        _dst_offset: u64,
-        _len: u64,
+        dst_offset: u64,
+        len: u64,
     ) -> Result<()> {
-        Err(HalError::unsupported(format!(
-            "peer copy between {} and {}: peer access is not enabled by this backend yet",
-            src.device(),
-            dst.device()
-        )))
+        let me = self.id();
+        let peers = &self.dev.capabilities().optional.peer_devices;
+        check_peer_copy(me, peers, src.device(), dst.device())?;
+        let sa = src.downcast_allocation::<CudaAllocation>("src")?;
+        let da = dst.downcast_allocation::<CudaAllocation>("dst")?;
+        let s = src.check_use("src", src.device(), src_offset, len)?;
+        let d = dst.check_use("dst", dst.device(), dst_offset, len)?;
+        if src.device() == dst.device() {
+            // Both on this device: an ordinary copy (with its overlap check).
+            return self.copy_d2d(src, src_offset, dst, dst_offset, len);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let far = if src.device() == me { &da.ctx } else { &sa.ctx };
+        self.dev.enable_peer(far)?;
+        let (src_ctx, dst_ctx) = (sa.ctx.raw as usize, da.ctx.raw as usize);
+        let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
+        self.submit("cuMemcpyPeerAsync", keep, |st| {
+            // SAFETY: both ranges were checked against live allocations of their devices, held by
+            // `keep`; the contexts are those devices' retained primary contexts.
+            unsafe {
+                result::memcpy_peer_async(
+                    dst_ctx as sys::CUcontext,
+                    d,
+                    src_ctx as sys::CUcontext,
+                    s,
+                    len as usize,
+                    st,
+                )
+            }
+        })
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
@@ -557,9 +584,20 @@ impl Stream for CudaStream {
     }
 
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
-        // Not stream-ordered yet (capabilities say so): memory that exists now is valid for work
-        // enqueued after this call.
-        self.dev.alloc(len)
+        if !self.dev.capabilities().optional.stream_ordered_alloc {
+            // Memory that exists now is valid for work enqueued after this call.
+            return self.dev.alloc(len);
+        }
+        if let Some(e) = &self.inner.lock().sticky {
+            return Err(e.clone());
+        }
+        // From the device's default pool, in this stream's order. The buffer's release is a
+        // plain cuMemFree once no queued work holds it, which CUDA documents as not synchronising
+        // for pool memory.
+        self.dev.alloc_with("cuMemAllocAsync", len, || {
+            // SAFETY: a non-zero size and a live stream of the current context.
+            unsafe { result::malloc_async(self.raw, len) }
+        })
     }
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {

@@ -23,12 +23,16 @@
 //!   checked. Kernels run natively on host memory: their own loads and stores are not checked
 //!   against the allocation table (a wild pointer in a kernel is a crash, not an error code).
 //!
+//! * **two devices** ([`peer`]): copies between devices' memories and waits on another device's
+//!   events, as gates that touch the other device without ever waiting on its lock.
+//!
 //! A [`Device`] is thread-safe: one lock orders API calls and the execution of device work.
 
 pub mod ccl;
 pub mod error;
 pub mod memory;
 pub mod module;
+pub mod peer;
 
 pub use error::{SimError, SimResult};
 pub use memory::Memory;

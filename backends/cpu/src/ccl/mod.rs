@@ -75,6 +75,7 @@ fn engine_caps() -> CclCaps {
         split: true,
         survives_dead_rank: true,
         names_missing_ranks: true,
+        timeout_aborts_peers: false,
     }
 }
 

@@ -86,6 +86,7 @@ impl NcclCollectives {
             split: false,
             survives_dead_rank: false,
             names_missing_ranks: false,
+            timeout_aborts_peers: true,
         }
     }
 
@@ -129,6 +130,7 @@ impl Collectives for NcclCollectives {
                 split: false,
                 survives_dead_rank: false,
                 names_missing_ranks: false,
+                timeout_aborts_peers: true,
             },
         })
     }

@@ -16,6 +16,8 @@ pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: i32 = 700;
 pub const CUDA_ERROR_LAUNCH_TIMEOUT: i32 = 702;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: i32 = 704;
+pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: i32 = 705;
 pub const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
 pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 pub const CUDA_ERROR_UNKNOWN: i32 = 999;
@@ -63,6 +65,14 @@ pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
         CUDA_ERROR_LAUNCH_TIMEOUT => (
             c"CUDA_ERROR_LAUNCH_TIMEOUT",
             c"the launch timed out and was terminated",
+        ),
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => (
+            c"CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+            c"peer access is already enabled",
+        ),
+        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => (
+            c"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+            c"peer access has not been enabled",
         ),
         CUDA_ERROR_LAUNCH_FAILED => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
         CUDA_ERROR_NOT_SUPPORTED => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),

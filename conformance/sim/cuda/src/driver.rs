@@ -5,7 +5,9 @@
 use crate::conv::*;
 use crate::{api, out, sim, Sim, CURRENT, DRIVER_VERSION, PRIMARY_CTX, SIM};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use unihal_sim::{EventId, FunctionId, ModuleId, Work};
+use std::sync::Arc;
+use unihal_sim::peer::Remote;
+use unihal_sim::{Device, EventId, FunctionId, ModuleId, Work};
 
 fn c(e: unihal_sim::SimError) -> i32 {
     code(&e)
@@ -401,11 +403,12 @@ pub extern "C" fn cuStreamWaitEvent(
     api(|| {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
-        if !std::ptr::eq(s.owner(event as u64)?.as_ref(), dev.as_ref()) {
-            // Events of another device: the simulator orders streams of one device only.
-            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        let owner = s.owner(event as u64)?;
+        if std::ptr::eq(owner.as_ref(), dev.as_ref()) {
+            dev.wait(id, EventId(event as u64)).map_err(c)
+        } else {
+            dev.wait_other(id, owner, EventId(event as u64)).map_err(c)
         }
-        dev.wait(id, EventId(event as u64)).map_err(c)
     })
 }
 
@@ -589,8 +592,82 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, d: c_int, peer: 
         let s = sim()?;
         s.device(d)?;
         s.device(peer)?;
-        // No peer access between simulated devices: backends stage through the host.
-        unsafe { out(can, 0) }
+        // Distinct devices reach each other (a device is not its own peer).
+        unsafe { out(can, c_int::from(d != peer)) }
+    })
+}
+
+/// The ordinal of a primary context handle.
+fn context_ordinal(s: &Sim, ctx: *mut c_void) -> Result<usize, i32> {
+    (ctx as usize)
+        .checked_sub(PRIMARY_CTX)
+        .filter(|&o| o < s.devices.len())
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (me, other) = (s.current()?, context_ordinal(s, peer)?);
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if me == other {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        if !s.peer_access.lock().insert((me, other)) {
+            return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (me, other) = (s.current()?, context_ordinal(s, peer)?);
+        if !s.peer_access.lock().remove(&(me, other)) {
+            return Err(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyPeerAsync(
+    dst: u64,
+    dst_ctx: *mut c_void,
+    src: u64,
+    src_ctx: *mut c_void,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
+    api(|| {
+        let s = sim()?;
+        let (dev, id) = s.stream(stream)?;
+        let (d, sr) = (context_ordinal(s, dst_ctx)?, context_ordinal(s, src_ctx)?);
+        let (dd, sd) = (&s.devices[d], &s.devices[sr]);
+        let len = n as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let here = |x: &Arc<Device>| std::ptr::eq(x.as_ref(), dev.as_ref());
+        let r = match (here(dd), here(sd)) {
+            (true, true) => dev.enqueue(
+                id,
+                Work {
+                    touches: vec![(dst, len), (src, len)],
+                    run: Box::new(move |m| m.copy(dst, src, len)),
+                },
+            ),
+            (true, false) => dev.enqueue_peer_copy(id, sd, dst, src, len, Remote::Source),
+            (false, true) => dev.enqueue_peer_copy(id, dd, dst, src, len, Remote::Destination),
+            // Neither side on the stream's device: not simulated.
+            (false, false) => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        };
+        r.map_err(c)
     })
 }
 

@@ -34,8 +34,11 @@
 //! `CU_STREAM_NON_BLOCKING`; copies
 //! from and to pinned host memory (`cuMemHostAlloc`) happen when the stream executes them, so a
 //! host buffer reused before synchronising shows up as wrong data, and freeing pinned memory that
-//! a queued copy still uses is refused (`CUDA_ERROR_INVALID_VALUE`) instead of racing. There is no peer access
-//! between simulated devices (`cuDeviceCanAccessPeer` reports 0).
+//! a queued copy still uses is refused (`CUDA_ERROR_INVALID_VALUE`) instead of racing. Every pair of
+//! distinct devices can access each other (`cuDeviceCanAccessPeer` reports 1;
+//! `cuCtxEnablePeerAccess` is tracked per direction with the driver's errors); `cuMemcpyPeerAsync`
+//! copies between their memories in the stream's order only, and `cuStreamWaitEvent` accepts
+//! another device's event (the core's two-device gates).
 
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)] // every entry point follows its vendor API's contract
@@ -69,6 +72,8 @@ struct Sim {
     watchdog: Duration,
     /// Pinned host allocations: address -> (length, layout, queued copies using it).
     pinned: Mutex<BTreeMap<u64, Pinned>>,
+    /// `(device, peer)` pairs with peer access enabled (`cuCtxEnablePeerAccess`).
+    peer_access: Mutex<std::collections::BTreeSet<(usize, usize)>>,
 }
 
 /// A pinned host allocation.
@@ -145,6 +150,7 @@ fn start() -> Result<Sim, i32> {
         default_streams,
         watchdog,
         pinned: Mutex::new(BTreeMap::new()),
+        peer_access: Mutex::new(Default::default()),
     })
 }
 

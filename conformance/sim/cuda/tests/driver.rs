@@ -1,7 +1,7 @@
 //! The simulated CUDA driver through its C entry points (in process): device queries, memory,
 //! pageable copies, streams and events (a planted missing wait gives wrong results in the default
 //! deferred mode), PTX modules running a library kernel through `kernelParams`, a cubin rejected
-//! with CUDA_ERROR_INVALID_IMAGE, and CUDA's codes for misuse.
+//! with CUDA_ERROR_INVALID_IMAGE, peer copies and waits across devices, and CUDA's codes for misuse.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
@@ -251,9 +251,6 @@ fn contexts_select_devices_and_handles_stay_on_theirs() {
         // ...but not mixed with device 0's.
         assert_eq!(cuMemsetD8Async(p, 3, 64, s0), CUDA_ERROR_INVALID_VALUE);
         assert_eq!(cuEventRecord(ev, s0), CUDA_ERROR_INVALID_HANDLE);
-        let mut can = 1;
-        ok(cuDeviceCanAccessPeer(&mut can, 0, 1));
-        assert_eq!(can, 0, "no peer access between simulated devices");
         ok(cuMemFree_v2(p));
         ok(cuStreamDestroy_v2(s0));
         ok(cuStreamDestroy_v2(s1));
@@ -357,4 +354,94 @@ fn the_test_kernels_ptx_runs_their_host_functions_with_matching_parameters() {
         ok(cuModuleUnload(m));
         ok(cuMemFree_v2(p));
     }
+}
+
+#[test]
+fn peer_copies_and_cross_device_waits_follow_stream_order() {
+    init();
+    std::thread::spawn(|| unsafe {
+        let (mut can, mut cannot) = (0, 1);
+        ok(cuDeviceCanAccessPeer(&mut can, 0, 1));
+        ok(cuDeviceCanAccessPeer(&mut cannot, 1, 1));
+        assert_eq!(
+            (can, cannot),
+            (1, 0),
+            "distinct devices are peers, a device is not its own"
+        );
+        let (mut ctx0, mut ctx1) = (null_mut(), null_mut());
+        ok(cuDevicePrimaryCtxRetain(&mut ctx0, 0));
+        ok(cuDevicePrimaryCtxRetain(&mut ctx1, 1));
+        // Peer access per direction, with the driver's codes for misuse.
+        ok(cuCtxSetCurrent(ctx0));
+        assert_eq!(cuCtxEnablePeerAccess(ctx0, 0), CUDA_ERROR_INVALID_DEVICE);
+        assert_eq!(
+            cuCtxDisablePeerAccess(ctx1),
+            CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+        );
+        ok(cuCtxEnablePeerAccess(ctx1, 0));
+        assert_eq!(
+            cuCtxEnablePeerAccess(ctx1, 0),
+            CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+        );
+        // Device 1 produces data on its stream, device 0 copies it over.
+        ok(cuCtxSetCurrent(ctx1));
+        let (mut far, mut s1, mut ev) = (0u64, null_mut(), null_mut());
+        ok(cuMemAlloc_v2(&mut far, 64));
+        ok(cuStreamCreate(&mut s1, 1));
+        ok(cuEventCreate(&mut ev, 0));
+        ok(cuMemsetD8Async(far, 7, 64, s1));
+        ok(cuEventRecord(ev, s1));
+        ok(cuCtxSetCurrent(ctx0));
+        let (mut near, mut s0) = (0u64, null_mut());
+        ok(cuMemAlloc_v2(&mut near, 64));
+        ok(cuStreamCreate(&mut s0, 1));
+        ok(cuMemsetD8Async(near, 0, 64, s0));
+        // Without a wait the copy reads what device 1 holds now: its fill is still queued.
+        ok(cuMemcpyPeerAsync(near, ctx0, far, ctx1, 64, s0));
+        let mut host = [9u8; 64];
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            near,
+            64,
+            s0,
+        ));
+        assert_ne!(host, [7; 64], "a copy ran device 1's unawaited work");
+        // With the event of device 1 awaited, the copy sees the fill.
+        ok(cuStreamWaitEvent(s0, ev, 0));
+        ok(cuMemcpyPeerAsync(near, ctx0, far, ctx1, 64, s0));
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            near,
+            64,
+            s0,
+        ));
+        assert_eq!(host, [7; 64]);
+        // And back: device 0's memory into device 1's, ordered on device 0's stream.
+        ok(cuMemsetD8Async(near, 5, 32, s0));
+        ok(cuMemcpyPeerAsync(far, ctx1, near, ctx0, 64, s0));
+        ok(cuStreamSynchronize(s0));
+        ok(cuCtxSetCurrent(ctx1));
+        ok(cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr() as *mut c_void,
+            far,
+            64,
+            s1,
+        ));
+        assert_eq!(&host[..32], &[5; 32]);
+        assert_eq!(&host[32..], &[7; 32]);
+        // A range outside the named device's memory is refused at enqueue.
+        assert_eq!(
+            cuMemcpyPeerAsync(far, ctx1, far, ctx0, 64, s1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        ok(cuCtxSetCurrent(ctx0));
+        ok(cuCtxDisablePeerAccess(ctx1));
+        ok(cuMemFree_v2(near));
+        ok(cuMemFree_v2(far));
+        ok(cuStreamDestroy_v2(s0));
+        ok(cuStreamDestroy_v2(s1));
+        ok(cuEventDestroy_v2(ev));
+    })
+    .join()
+    .unwrap();
 }

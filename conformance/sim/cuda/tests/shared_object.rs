@@ -56,6 +56,9 @@ const SYMBOLS: &[&str] = &[
     "cuMemFreeHost",
     "cuStreamQuery",
     "cuLaunchHostFunc",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
+    "cuMemcpyPeerAsync",
 ];
 
 /// The NCCL subset (same object: its collectives run on the simulated driver's streams).

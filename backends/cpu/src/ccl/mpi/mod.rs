@@ -121,6 +121,7 @@ fn caps(version: String) -> CclCaps {
         split: true,
         survives_dead_rank: false,
         names_missing_ranks: true,
+        timeout_aborts_peers: false,
     }
 }
 
