@@ -20,6 +20,7 @@ fn real_libnccl_loads_and_makes_unique_ids() {
     let lib = Nccl::load().unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(lib.version(), want, "NCCL version code");
     assert!(lib.all_to_all.is_some(), "NCCL >= 2.28.3 has ncclAlltoAll");
+    assert!(lib.comm_split.is_some(), "NCCL >= 2.18 has ncclCommSplit");
     let engine = NcclCollectives::default();
     let caps = engine.capabilities();
     assert!(caps.engine.starts_with("NCCL 2."), "{}", caps.engine);

@@ -144,6 +144,8 @@ impl Round {
 
 struct CliqueState {
     rounds: HashMap<Key, Round>,
+    /// The (color, key) of every rank for each split, by split number; removed once all took it.
+    splits: HashMap<u64, Split>,
     aborted: Vec<bool>,
     failed: Option<SimError>,
     /// Bumped on every post, registration, completion and failure (waiters sleep on a change).
@@ -182,8 +184,15 @@ pub struct Comm {
     counters: Mutex<Counters>,
 }
 
+/// One `split` of a communicator: what each rank asked for.
+struct Split {
+    asks: Vec<Option<(Option<u32>, i32)>>,
+    taken: usize,
+}
+
 struct Counters {
     coll: u64,
+    splits: u64,
     sends: Vec<u64>,
     recvs: Vec<u64>,
 }
@@ -376,6 +385,97 @@ impl Comm {
             self.clique.bump(&mut st);
             Box::new(gate)
         })
+    }
+
+    /// Splits the communicator as `ncclCommSplit` does: every rank calls (host-blocking); ranks
+    /// with the same `color` form a new communicator ordered by (`key`, old rank); `None` joins
+    /// none. Each split of a communicator is matched by its number (the k-th split of every rank).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidUsage`] after an abort (this rank's or a peer's);
+    /// [`SimError::Timeout`] naming the ranks that did not call within `timeout`; errors of the
+    /// new communicator's initialisation (ranks of one color on one device).
+    pub fn split(
+        &self,
+        registry: &Registry,
+        color: Option<u32>,
+        key: i32,
+        timeout: Duration,
+    ) -> SimResult<Option<Comm>> {
+        let n = self.nranks();
+        let number = {
+            let mut c = self.counters.lock();
+            c.splits += 1;
+            c.splits
+        };
+        let deadline = Instant::now() + timeout;
+        let mut st = self.clique.state.lock();
+        let asks = loop {
+            if let Some(r) = st.aborted.iter().position(|&a| a) {
+                return Err(SimError::InvalidUsage(format!(
+                    "split after rank {r} aborted the communicator"
+                )));
+            }
+            let split = st.splits.entry(number).or_insert_with(|| Split {
+                asks: vec![None; n],
+                taken: 0,
+            });
+            if split.asks[self.rank].is_none() {
+                split.asks[self.rank] = Some((color, key));
+                self.clique.bump(&mut st);
+                continue;
+            }
+            let split = st.splits.get_mut(&number).expect("inserted above");
+            if split.asks.iter().all(Option::is_some) {
+                let asks: Vec<(Option<u32>, i32)> = split.asks.iter().flatten().copied().collect();
+                split.taken += 1;
+                if split.taken == n {
+                    st.splits.remove(&number);
+                }
+                break asks;
+            }
+            if self
+                .clique
+                .changed
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
+                let split = st.splits.get(&number).expect("not every rank took it");
+                let absent: Vec<String> = (0..n)
+                    .filter(|&r| split.asks[r].is_none())
+                    .map(|r| r.to_string())
+                    .collect();
+                if absent.is_empty() {
+                    continue;
+                }
+                return Err(SimError::Timeout(format!(
+                    "split: ranks {} never called",
+                    absent.join(", ")
+                )));
+            }
+        };
+        drop(st);
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let mut members: Vec<(i32, usize)> = (0..n)
+            .filter(|&r| asks[r].0 == Some(color))
+            .map(|r| (asks[r].1, r))
+            .collect();
+        members.sort();
+        let new_rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .expect("this rank has this color");
+        // Unique within the process while this communicator lives: its shared state's address,
+        // the split's number and the color.
+        let mut id = b"unihal-sim-split".to_vec();
+        id.extend_from_slice(&(Arc::as_ptr(&self.clique) as usize as u64).to_le_bytes());
+        id.extend_from_slice(&number.to_le_bytes());
+        id.extend_from_slice(&color.to_le_bytes());
+        registry
+            .init_rank(&id, members.len(), new_rank, self.device.clone(), timeout)
+            .map(Some)
     }
 
     /// Aborts this rank: its queued operations finish without moving data, later ones are
@@ -737,6 +837,7 @@ impl Registry {
                     device,
                     counters: Mutex::new(Counters {
                         coll: 0,
+                        splits: 0,
                         sends: vec![0; nranks],
                         recvs: vec![0; nranks],
                     }),
@@ -781,6 +882,7 @@ fn form(members: &[Option<Arc<Device>>]) -> SimResult<Arc<Clique>> {
         nranks: members.len(),
         state: Mutex::new(CliqueState {
             rounds: HashMap::new(),
+            splits: HashMap::new(),
             aborted: vec![false; members.len()],
             failed: None,
             version: 0,

@@ -356,3 +356,61 @@ fn init_refuses_shared_devices_and_times_out_on_absent_ranks() {
         Err(SimError::InvalidValue(_))
     ));
 }
+
+#[test]
+fn split_forms_communicators_by_color_ordered_by_key_and_times_out_on_absent_ranks() {
+    let n = 4;
+    let rs = Arc::new(ranks(n, LONG));
+    let registry = Arc::new(Registry::new());
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (rs, registry) = (rs.clone(), registry.clone());
+            std::thread::spawn(move || {
+                let me = &rs[r];
+                // Rank 3 joins nothing; ranks 0 and 2 form color 0 in reverse order (keys -r);
+                // rank 1 is alone in color 1.
+                let color = match r {
+                    3 => None,
+                    _ => Some((r % 2) as u32),
+                };
+                let child = me.comm.split(&registry, color, -(r as i32), LONG).unwrap();
+                let Some(child) = child else {
+                    assert_eq!(r, 3);
+                    return;
+                };
+                let want = match r {
+                    0 => (1, 2),
+                    2 => (0, 2),
+                    _ => (0, 1),
+                };
+                assert_eq!((child.rank(), child.nranks()), want, "rank {r}");
+                let a = upload(me, &[r as i32 + 1; 4]);
+                child
+                    .collective(me.stream, call(Kind::AllReduce(ReduceOp::Sum), 4, a, a))
+                    .unwrap();
+                child.device().stream_synchronize(me.stream).unwrap();
+                let sum = if r % 2 == 0 { 1 + 3 } else { 2 };
+                assert_eq!(download(me, a, 4), vec![sum; 4], "rank {r}");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A second split where rank 1 never calls: the others time out naming it.
+    let threads: Vec<_> = [0usize, 2, 3]
+        .into_iter()
+        .map(|r| {
+            let (rs, registry) = (rs.clone(), registry.clone());
+            std::thread::spawn(
+                move || match rs[r].comm.split(&registry, Some(0), 0, SHORT) {
+                    Err(SimError::Timeout(what)) => assert!(what.contains('1'), "{what}"),
+                    other => panic!("rank {r}: {:?}", other.map(|c| c.is_some())),
+                },
+            )
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

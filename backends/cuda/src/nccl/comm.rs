@@ -494,13 +494,81 @@ impl Communicator for NcclComm {
 
     fn split(
         &self,
-        _color: Option<u32>,
-        _key: i32,
-        _config: &CommConfig,
+        color: Option<u32>,
+        key: i32,
+        config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
-        Err(HalError::unsupported(
-            "split on the NCCL engine (ncclCommSplit is not bound yet)",
-        ))
+        let lib = &self.shared.lib;
+        let split = lib.comm_split.ok_or_else(|| {
+            HalError::unsupported(format!("split: {} lacks ncclCommSplit", lib.path))
+        })?;
+        if let Some(e) = self.shared.sticky.lock().clone() {
+            return Err(e);
+        }
+        let color = match color {
+            None => super::ffi::SPLIT_NOCOLOR,
+            Some(c) => i32::try_from(c).map_err(|_| {
+                HalError::invalid(
+                    "color",
+                    Invalid::Value {
+                        value: c.to_string(),
+                        accepted: format!("0..={}", i32::MAX),
+                    },
+                )
+            })?,
+        };
+        let dev = super::NcclCollectives::cuda_device(&self.device)?;
+        let mut child: RawComm = std::ptr::null_mut();
+        dev.call("ncclCommSplit", || {
+            // SAFETY: a live communicator, an out-pointer to a local and no configuration (the
+            // child inherits the parent's); the device's context is current.
+            let code = unsafe {
+                split(
+                    self.shared.raw(),
+                    color,
+                    key,
+                    &mut child,
+                    std::ptr::null_mut(),
+                )
+            };
+            if code != 0 {
+                return Err(super::NcclCollectives::init_error(
+                    lib,
+                    "ncclCommSplit",
+                    code,
+                ));
+            }
+            Ok(())
+        })?;
+        if child.is_null() {
+            return Ok(None);
+        }
+        let mut rank = 0;
+        let mut size = 0;
+        // SAFETY: a live communicator just made and out-pointers to locals.
+        let codes = unsafe {
+            [
+                (lib.comm_user_rank)(child, &mut rank),
+                (lib.comm_count)(child, &mut size),
+            ]
+        };
+        if let Some(&code) = codes.iter().find(|&&c| c != 0) {
+            // SAFETY: a live communicator released once, here.
+            unsafe { (lib.comm_destroy)(child) };
+            return Err(conv::vendor(lib, "ncclCommUserRank", code));
+        }
+        let config = CommConfig {
+            timeout: Some(config.timeout.unwrap_or(self.timeout)),
+        };
+        Ok(Some(NcclComm::new(
+            lib.clone(),
+            child,
+            rank as usize,
+            size as usize,
+            self.device.clone(),
+            self.caps.clone(),
+            &config,
+        )))
     }
 
     fn abort(&self) {

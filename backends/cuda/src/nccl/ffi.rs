@@ -1,6 +1,7 @@
 //! The NCCL C API, opened at run time: the one place its symbols are declared. The same table
 //! serves RCCL (same names and signatures, another library): all-to-all is resolved under either
-//! spelling (`ncclAlltoAll` on NVIDIA >= 2.28.3, `ncclAllToAll` on RCCL) and is optional.
+//! spelling (`ncclAlltoAll` on NVIDIA >= 2.28.3, `ncclAllToAll` on RCCL) and is optional, as is
+//! `ncclCommSplit` (NCCL >= 2.18).
 
 use std::ffi::{c_char, c_int, c_void};
 use unihal_hal::{HalError, Result};
@@ -33,6 +34,11 @@ type ReduceFn = unsafe extern "C" fn(
     Stream,
 ) -> c_int;
 type P2p = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
+/// `ncclCommSplit(comm, color, key, newcomm*, config* /* NULL: the parent's */)`.
+type Split = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void) -> c_int;
+
+/// `NCCL_SPLIT_NOCOLOR`: the rank joins no communicator of the split.
+pub const SPLIT_NOCOLOR: c_int = -1;
 
 /// The resolved entry points (function pointers valid while `_lib` is loaded, i.e. forever).
 pub struct Nccl {
@@ -46,6 +52,8 @@ pub struct Nccl {
     pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_abort: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_get_async_error: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub comm_count: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub comm_user_rank: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
     pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     pub get_last_error: Option<unsafe extern "C" fn(Comm) -> *const c_char>,
     pub group_start: unsafe extern "C" fn() -> c_int,
@@ -58,6 +66,8 @@ pub struct Nccl {
     pub send: P2p,
     pub recv: P2p,
     pub all_to_all: Option<Gather>,
+    /// NCCL >= 2.18 and RCCL.
+    pub comm_split: Option<Split>,
 }
 
 /// Library names tried after `UNIHAL_NCCL_LIB`.
@@ -109,6 +119,8 @@ impl Nccl {
                 comm_destroy: sym(&lib, "ncclCommDestroy")?,
                 comm_abort: sym(&lib, "ncclCommAbort")?,
                 comm_get_async_error: sym(&lib, "ncclCommGetAsyncError")?,
+                comm_count: sym(&lib, "ncclCommCount")?,
+                comm_user_rank: sym(&lib, "ncclCommUserRank")?,
                 get_error_string: sym(&lib, "ncclGetErrorString")?,
                 get_last_error: sym(&lib, "ncclGetLastError").ok(),
                 group_start: sym(&lib, "ncclGroupStart")?,
@@ -123,6 +135,7 @@ impl Nccl {
                 all_to_all: sym(&lib, "ncclAlltoAll")
                     .or_else(|_| sym(&lib, "ncclAllToAll"))
                     .ok(),
+                comm_split: sym(&lib, "ncclCommSplit").ok(),
                 _lib: lib,
                 path,
             })

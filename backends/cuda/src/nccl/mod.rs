@@ -83,7 +83,7 @@ impl NcclCollectives {
                 })
                 .collect(),
             groups: true,
-            split: false,
+            split: lib.comm_split.is_some(),
             survives_dead_rank: false,
             names_missing_ranks: false,
             timeout_aborts_peers: true,
@@ -106,7 +106,7 @@ impl NcclCollectives {
             .arc()
     }
 
-    fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
+    pub(crate) fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
         match code {
             8 => HalError::Timeout {
                 what: format!("{call}: not every rank joined"),

@@ -156,6 +156,11 @@ fn init_rank(
     };
     let device = s.devices[ordinal].clone();
     let comm = globals().registry.init_rank(id, n, r, device, s.watchdog)?;
+    Ok(register(comm, ordinal))
+}
+
+/// A new handle for `comm`.
+fn register(comm: Comm, ordinal: usize) -> usize {
     let g = globals();
     let h = {
         let mut next = g.next.lock();
@@ -165,7 +170,7 @@ fn init_rank(
     g.comms
         .lock()
         .insert(h, Arc::new(NcclComm { comm, ordinal }));
-    Ok(h)
+    h
 }
 
 fn id_bytes(id: &ncclUniqueId) -> Result<[u8; 32], Fail> {
@@ -280,6 +285,43 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(c: *mut c_void, err: *mut c_int) 
         let k = comm(c)?;
         let code = k.comm.error().map_or(NCCL_SUCCESS, |e| async_code(&e));
         unsafe { put(err, code, "asyncError") }
+    })
+}
+
+/// `ncclCommSplit`: blocking, outside groups (a split inside a group is not simulated); the
+/// configuration, if any, is not read (the child is a blocking communicator like its parent).
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommSplit(
+    c: *mut c_void,
+    color: c_int,
+    key: c_int,
+    out: *mut *mut c_void,
+    _config: *mut c_void,
+) -> c_int {
+    nccl(|| {
+        let s = started()?;
+        let parent = comm(c)?;
+        if out.is_null() {
+            return Err(invalid("newcomm is null"));
+        }
+        let color = match color {
+            NCCL_SPLIT_NOCOLOR => None,
+            c if c >= 0 => Some(c as u32),
+            c => return Err(invalid(format!("color {c}"))),
+        };
+        if in_group() {
+            return Err(Fail(
+                NCCL_INVALID_USAGE,
+                "ncclCommSplit inside a group is not simulated".into(),
+            ));
+        }
+        let child = parent
+            .comm
+            .split(&globals().registry, color, key, s.watchdog)?;
+        let h = child.map_or(0, |comm| register(comm, parent.ordinal));
+        // SAFETY: checked non-null above; the caller keeps it valid.
+        unsafe { out.write(h as *mut c_void) };
+        Ok(())
     })
 }
 

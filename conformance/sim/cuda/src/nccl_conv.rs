@@ -19,6 +19,8 @@ pub const NCCL_INVALID_USAGE: i32 = 5;
 pub const NCCL_REMOTE_ERROR: i32 = 6;
 pub const NCCL_IN_PROGRESS: i32 = 7;
 pub const NCCL_TIMEOUT: i32 = 8;
+/// `NCCL_SPLIT_NOCOLOR`: the rank joins no communicator of the split.
+pub const NCCL_SPLIT_NOCOLOR: i32 = -1;
 
 /// `ncclGetErrorString` of a code.
 pub fn error_string(code: i32) -> &'static CStr {

@@ -248,3 +248,56 @@ fn abort_finishes_the_aborting_rank_and_peers_see_a_remote_error() {
     });
     assert_eq!(errs[1], NCCL_REMOTE_ERROR);
 }
+
+#[test]
+fn split_orders_by_key_and_nocolor_gets_no_communicator() {
+    let out = on_ranks(2, |r, comm| {
+        let (mut child, mut none) = (std::ptr::null_mut(), std::ptr::null_mut());
+        unsafe {
+            // Keys reverse the order; then a split in which rank 1 joins nothing.
+            ok(ncclCommSplit(comm, 0, -r, &mut child, std::ptr::null_mut()));
+            let color = if r == 0 { 3 } else { NCCL_SPLIT_NOCOLOR };
+            ok(ncclCommSplit(
+                comm,
+                color,
+                0,
+                &mut none,
+                std::ptr::null_mut(),
+            ));
+            let mut bad = std::ptr::null_mut();
+            assert_eq!(
+                ncclCommSplit(comm, -5, 0, &mut bad, std::ptr::null_mut()),
+                NCCL_INVALID_ARGUMENT,
+                "a negative color other than NCCL_SPLIT_NOCOLOR"
+            );
+            let (mut rank, mut count) = (-1, -1);
+            ok(ncclCommUserRank(child, &mut rank));
+            ok(ncclCommCount(child, &mut count));
+            let b = upload(&[r as f32 + 1.0; 4]);
+            ok(ncclAllReduce(
+                b as *const c_void,
+                b as *mut c_void,
+                4,
+                F32,
+                SUM,
+                child,
+                std::ptr::null_mut(),
+            ));
+            let sum = download::<f32>(b, 4);
+            let alone = if none.is_null() {
+                None
+            } else {
+                let mut n = 0;
+                ok(ncclCommCount(none, &mut n));
+                ok(ncclCommDestroy(none));
+                Some(n)
+            };
+            ok(ncclCommDestroy(child));
+            (rank, count, sum, alone)
+        }
+    });
+    assert_eq!(out[0].0, 1, "rank 0 has the larger key");
+    assert_eq!(out[1].0, 0);
+    assert!(out.iter().all(|o| o.1 == 2 && o.2 == vec![3.0; 4]));
+    assert_eq!((out[0].3, out[1].3), (Some(1), None));
+}

@@ -76,6 +76,7 @@ const NCCL_SYMBOLS: &[&str] = &[
     "ncclCommCount",
     "ncclCommCuDevice",
     "ncclCommUserRank",
+    "ncclCommSplit",
     "ncclGroupStart",
     "ncclGroupEnd",
     "ncclAllReduce",
