@@ -84,8 +84,8 @@ pub enum Need {
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
     /// A kernel runs while the host and the device's other streams go on (a [`crate::blocker::Blocker`]
-    /// holds a stream with a spinning kernel): true on hardware and the CPU backend, not on a
-    /// simulated vendor runtime, which runs device work only at synchronisation points.
+    /// holds a stream with a spinning kernel): `BackendInfo::concurrent` (hardware, the CPU
+    /// backend, a simulated runtime in its concurrent mode).
     ConcurrentKernels,
     /// `Stream::run_op` runs this op in this dtype.
     Op(unihal_hal::OpId, unihal_hal::DType),
@@ -117,7 +117,7 @@ impl Need {
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
-            Need::ConcurrentKernels => !backend.info().simulated,
+            Need::ConcurrentKernels => backend.info().concurrent,
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
         };
@@ -137,8 +137,8 @@ impl Need {
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \
-                 simulated runtime runs device work only at synchronisation points (hardware runs \
-                 this case)"
+                 simulated runtime runs device work only at synchronisation points (hardware and \
+                 the simulator's concurrent mode run this case)"
                 .into(),
             Need::TestKernels => format!(
                 "no conformance test kernels for module formats {:?} (available: {:?})",

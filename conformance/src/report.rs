@@ -181,10 +181,10 @@ impl Report {
                 "backend {} {}{}{}",
                 t.backend.name,
                 t.backend.version,
-                if t.backend.simulated {
-                    " (SIMULATED runtime)"
-                } else {
-                    ""
+                match (t.backend.simulated, t.backend.concurrent) {
+                    (true, true) => " (SIMULATED runtime, concurrent mode)",
+                    (true, false) => " (SIMULATED runtime)",
+                    _ => "",
                 },
                 if libs.is_empty() {
                     String::new()
@@ -252,6 +252,7 @@ impl Report {
                 ("backend.name", t.backend.name.clone()),
                 ("backend.version", t.backend.version.clone()),
                 ("backend.simulated", t.backend.simulated.to_string()),
+                ("backend.concurrent", t.backend.concurrent.to_string()),
                 ("device.name", t.device.name.clone()),
                 ("device.vendor", t.device.vendor.clone()),
                 (

@@ -22,6 +22,10 @@ pub struct BackendInfo {
     pub libraries: Vec<LibraryInfo>,
     /// True when the backend runs on a simulated vendor runtime, not real hardware.
     pub simulated: bool,
+    /// Device work runs while the host goes on (hardware, the CPU backend, a simulated runtime
+    /// in its concurrent mode); false for a simulated runtime that runs work only at
+    /// synchronisation points.
+    pub concurrent: bool,
 }
 
 /// A device driver: opens the vendor runtime lazily and hands out devices.

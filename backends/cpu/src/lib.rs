@@ -124,6 +124,7 @@ impl Backend for CpuBackend {
             version: env!("CARGO_PKG_VERSION").into(),
             libraries: Vec::new(),
             simulated: false,
+            concurrent: true,
         }
     }
 

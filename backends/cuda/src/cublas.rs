@@ -22,36 +22,32 @@ pub fn available() -> bool {
     })
 }
 
-/// A cuBLAS handle bound to one stream.
+/// A cuBLAS handle of one device. A stream takes one for its first matmul and hands it back to
+/// its device's pool once the work queued on it has run, so handles are never destroyed
+/// (`cublasDestroy` synchronises the whole device, which a stream's release must not do) and
+/// no handle's workspace is shared by two streams' work at once.
 pub(crate) struct Handle(pub(crate) usize);
 
 impl Handle {
-    /// Creates a handle in the current context and binds it to `stream`.
-    pub(crate) fn new(stream: cudarc::driver::sys::CUstream) -> Result<Handle> {
+    /// Creates a handle in the current context.
+    pub(crate) fn new() -> Result<Handle> {
         guard("cublasCreate", || {
             let mut h: blas::cublasHandle_t = std::ptr::null_mut();
             // SAFETY: an out-pointer to a local; the device's context is current.
             let st = unsafe { blas::cublasCreate_v2(&mut h) };
             status("cublasCreate", st)?;
-            // SAFETY: a live handle and stream of the current context.
-            let st = unsafe { blas::cublasSetStream_v2(h, stream as blas::cudaStream_t) };
-            if let Err(e) = status("cublasSetStream", st) {
-                // SAFETY: created above, destroyed once.
-                unsafe { blas::cublasDestroy_v2(h) };
-                return Err(e);
-            }
             Ok(Handle(h as usize))
         })
     }
 
-    /// Destroys the handle (its stream's context must be current).
-    pub(crate) fn destroy(self) {
-        // SAFETY: a live handle, destroyed once.
-        let _ = guard("cublasDestroy", || {
-            status("cublasDestroy", unsafe {
-                blas::cublasDestroy_v2(self.0 as blas::cublasHandle_t)
-            })
-        });
+    /// Makes later calls with this handle run on `stream` (of the handle's context).
+    pub(crate) fn bind(&self, stream: cudarc::driver::sys::CUstream) -> Result<()> {
+        guard("cublasSetStream", || {
+            // SAFETY: a live handle and stream of its context.
+            let st =
+                unsafe { blas::cublasSetStream_v2(self.0 as blas::cublasHandle_t, stream as _) };
+            status("cublasSetStream", st)
+        })
     }
 }
 

@@ -30,6 +30,8 @@ pub struct CudaDevice {
     library: OnceLock<Result<Arc<crate::library::Library>>>,
     /// Peers this device's context has been given access to (`cuCtxEnablePeerAccess`).
     peers_enabled: Mutex<HashSet<u32>>,
+    /// cuBLAS handles no stream holds (see [`crate::cublas::Handle`]).
+    pub(crate) blas_pool: Mutex<Vec<crate::cublas::Handle>>,
 }
 
 fn attribute(ctx: &Context, a: sys::CUdevice_attribute) -> Result<i32> {
@@ -121,6 +123,7 @@ impl CudaDevice {
                 caps,
                 library: OnceLock::new(),
                 peers_enabled: Mutex::new(HashSet::new()),
+                blas_pool: Mutex::new(Vec::new()),
             }))
         })
     }

@@ -77,7 +77,7 @@ impl Backend for CudaBackend {
     }
 
     fn info(&self) -> BackendInfo {
-        let (libraries, simulated) = match loader::driver() {
+        let (libraries, simulated, concurrent) = match loader::driver() {
             Ok(d) => (
                 vec![LibraryInfo {
                     name: "CUDA driver".into(),
@@ -85,14 +85,16 @@ impl Backend for CudaBackend {
                     version: Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
                 }],
                 d.simulated,
+                d.concurrent,
             ),
-            Err(_) => (Vec::new(), false),
+            Err(_) => (Vec::new(), false, true),
         };
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             libraries,
             simulated,
+            concurrent,
         }
     }
 

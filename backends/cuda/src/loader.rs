@@ -22,6 +22,9 @@ pub(crate) struct Driver {
     pub devices: usize,
     /// True when the driver names its devices as simulated (unihal's test driver).
     pub simulated: bool,
+    /// False for a simulated driver that runs device work only at synchronisation points (its
+    /// devices are not named "concurrent").
+    pub concurrent: bool,
 }
 
 /// Runs a cudarc call, turning a panic into `Unavailable` (cudarc panics on missing symbols).
@@ -93,6 +96,7 @@ fn open() -> Result<Driver> {
             version,
             devices: count as usize,
             simulated: name.contains("simulated"),
+            concurrent: !name.contains("simulated") || name.contains("concurrent"),
         })
     })
 }

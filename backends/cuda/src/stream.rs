@@ -107,7 +107,16 @@ impl CudaStream {
         self.submit_with("cuBLAS", Vec::new(), |raw| {
             let mut h = self.blas.lock();
             if h.is_none() {
-                *h = Some(crate::cublas::Handle::new(raw)?);
+                let pooled = self.dev.blas_pool.lock().pop();
+                let handle = match pooled {
+                    Some(handle) => handle,
+                    None => crate::cublas::Handle::new()?,
+                };
+                if let Err(e) = handle.bind(raw) {
+                    self.dev.blas_pool.lock().push(handle);
+                    return Err(e);
+                }
+                *h = Some(handle);
             }
             f(h.as_ref().expect("created above").0, &mut keep)
         })?;
@@ -528,30 +537,15 @@ impl Stream for CudaStream {
             }
             uses
         };
-        let call: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(move || {
-            drop(uses);
-            f();
-        }));
-        let data = Box::into_raw(call);
-        unsafe extern "C" fn trampoline(data: *mut std::ffi::c_void) {
-            // SAFETY: `data` came from Box::into_raw below and the driver calls this once.
-            let call = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
-            // Driver calls its captures' releases would make are deferred; a panic must not
-            // unwind into the driver.
-            crate::deferred::as_callback(|| {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
-            });
-        }
-        let r = self.submit("cuLaunchHostFunc", Vec::new(), |s| {
-            // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
-            unsafe { sys::cuLaunchHostFunc(s, Some(trampoline), data as *mut _) }.result()
-        });
-        if r.is_err() {
-            // Not queued: the driver will never call it.
-            // SAFETY: from Box::into_raw above, not handed to the driver.
-            drop(unsafe { Box::from_raw(data) });
-        }
-        r
+        self.submit("cuLaunchHostFunc", Vec::new(), |s| {
+            launch_host_fn(
+                s,
+                Box::new(move || {
+                    drop(uses);
+                    f();
+                }),
+            )
+        })
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
@@ -665,25 +659,58 @@ impl Drop for CudaStream {
         let blas = self.blas.get_mut().take();
         let (dev, raw) = (self.dev.clone(), self.raw as usize);
         crate::deferred::release(move || {
-            let _ = dev.call("cuStreamDestroy", || {
+            let _ = dev.clone().call("cuStreamDestroy", || {
                 let raw = raw as sys::CUstream;
-                // SAFETY: a live stream and its events; queued work finishes before what it
-                // uses is released.
-                unsafe {
-                    let _ = result::stream::synchronize(raw);
-                    for (ev, keep) in pending {
-                        drop(keep);
-                        let _ = result::event::destroy(ev as sys::CUevent);
-                    }
-                    for ev in spare {
-                        let _ = result::event::destroy(ev as sys::CUevent);
-                    }
+                // Never wait here for queued work: it may wait for something the caller does
+                // only later (an event, a flag). What it uses is released by a host function
+                // queued behind it; the driver releases the stream itself once its work ran.
+                let events: Vec<usize> = pending.iter().map(|(ev, _)| *ev).chain(spare).collect();
+                let release = move || {
+                    drop(pending);
                     if let Some(h) = blas {
-                        h.destroy();
+                        dev.blas_pool.lock().push(h);
                     }
-                    result::stream::destroy(raw).map_err(|e| vendor("cuStreamDestroy", e))
+                    crate::deferred::release(move || {
+                        for ev in events {
+                            // SAFETY: events of this stream whose records have completed,
+                            // destroyed once.
+                            let _ = unsafe { result::event::destroy(ev as sys::CUevent) };
+                        }
+                    });
+                };
+                if let Err(e) = launch_host_fn(raw, Box::new(release)) {
+                    // The context is gone or poisoned: nothing queued will run any more.
+                    tracing::warn!(target: "unihal::cuda", "stream release: {e}");
                 }
+                // SAFETY: a live stream, destroyed once; CUDA lets queued work finish first.
+                unsafe { result::stream::destroy(raw) }.map_err(|e| vendor("cuStreamDestroy", e))
             });
         });
     }
+}
+
+/// Queues `f` on `stream` as a host function (`cuLaunchHostFunc`): it runs once everything
+/// queued before it has completed, with the driver calls its releases would make deferred (a host
+/// function must not call the driver) and panics caught. When the launch fails, `f` is dropped
+/// without running.
+fn launch_host_fn(
+    stream: sys::CUstream,
+    f: Box<dyn FnOnce() + Send>,
+) -> std::result::Result<(), DriverError> {
+    unsafe extern "C" fn trampoline(data: *mut std::ffi::c_void) {
+        // SAFETY: `data` came from Box::into_raw below and the driver calls this once.
+        let call = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
+        crate::deferred::as_callback(|| {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
+        });
+    }
+    let data = Box::into_raw(Box::new(f));
+    // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
+    let r = unsafe { sys::cuLaunchHostFunc(stream, Some(trampoline), data as *mut _) }.result();
+    if r.is_err() {
+        // Not queued: the driver will never call it.
+        // SAFETY: from Box::into_raw above, not handed to the driver.
+        drop(unsafe { Box::from_raw(data) });
+    }
+    r
 }

@@ -11,7 +11,8 @@
 //! * **streams** ([`Device::enqueue`]): FIFO queues of work. In [`Mode::Deferred`] work runs only
 //!   at a synchronisation point (stream, event or device synchronise), so a missing cross-stream
 //!   wait gives wrong results instead of passing by luck; [`Mode::Eager`] runs work as it is
-//!   enqueued;
+//!   enqueued; [`Mode::Concurrent`] does too, with each kernel on its own thread outside the
+//!   device lock, so the host and other streams go on while a kernel runs, as on a GPU;
 //! * **events**: markers in a stream, timestamped when the stream executes them; a stream waiting
 //!   on an event first runs the recording stream up to it (so dependencies, and only they, order
 //!   work across streams);
@@ -38,7 +39,7 @@ pub use error::{SimError, SimResult};
 pub use memory::Memory;
 pub use module::{Entry, Kernels, Limits};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +51,11 @@ pub enum Mode {
     Eager,
     /// Only at synchronisation points: stream, event and device synchronise.
     Deferred,
+    /// As it is enqueued, as in `Eager`, but each kernel on a thread of its own outside the
+    /// device lock, as a GPU runs it: the host and the other streams go on while it runs (a
+    /// kernel spinning on a flag can be released by a copy on another stream), and its stream
+    /// stays behind it until it returns.
+    Concurrent,
 }
 
 /// A stream handle.
@@ -70,6 +76,10 @@ pub struct FunctionId(pub u64);
 
 /// The body of device work: runs once, on the device's memory.
 pub type WorkFn = Box<dyn FnOnce(&mut Memory) -> SimResult<()> + Send>;
+
+/// The body of a kernel: runs once, on device memory through the addresses in its arguments
+/// (never through the allocation table, so it can run outside the device lock).
+type KernelFn = Box<dyn FnOnce() -> SimResult<()> + Send>;
 
 /// Device work: a closure over device memory, with the ranges it touches (checked when it is
 /// enqueued, again when it runs, and against frees while it is queued).
@@ -110,6 +120,7 @@ pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
 enum Op {
     Work(Work),
+    Kernel(KernelFn),
     Gate {
         touches: Vec<(u64, u64)>,
         gate: Box<dyn Gate>,
@@ -132,6 +143,8 @@ struct StreamState {
     /// Operations enqueued and executed so far.
     enqueued: u64,
     executed: u64,
+    /// Destroyed with work still queued: no new work; removed once the queue has run.
+    destroyed: bool,
 }
 
 #[derive(Default)]
@@ -151,6 +164,17 @@ struct State {
     next_id: u64,
     sticky: Option<SimError>,
     legacy: Option<StreamId>,
+    /// Streams whose head kernel runs on its own thread ([`Mode::Concurrent`]).
+    running: HashSet<StreamId>,
+    /// How kernels leave the lock in [`Mode::Concurrent`] (None: they run inline).
+    exec: Option<Exec>,
+}
+
+/// The way back to a device's state from a kernel's thread.
+struct Exec {
+    state: std::sync::Weak<Mutex<State>>,
+    /// Notified whenever a kernel returns.
+    done: Arc<Condvar>,
 }
 
 /// How far [`State::run_until`] got.
@@ -166,7 +190,7 @@ pub struct Device {
     limits: Limits,
     ordinal: u32,
     watchdog: Duration,
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
 }
 
 /// Handles of a device are `ordinal << HANDLE_SHIFT | n`, so a face can tell a handle's device.
@@ -180,22 +204,31 @@ impl Device {
 
     /// A device that runs `kernels` under `limits`.
     pub fn with_kernels(capacity: u64, mode: Mode, kernels: Kernels, limits: Limits) -> Device {
+        let state = Arc::new(Mutex::new(State {
+            memory: Memory::new(capacity),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            modules: HashMap::new(),
+            functions: HashMap::new(),
+            next_id: 1,
+            sticky: None,
+            legacy: None,
+            running: HashSet::new(),
+            exec: None,
+        }));
+        if mode == Mode::Concurrent {
+            state.lock().exec = Some(Exec {
+                state: Arc::downgrade(&state),
+                done: Arc::new(Condvar::new()),
+            });
+        }
         Device {
             mode,
             kernels,
             limits,
             ordinal: 0,
             watchdog: DEFAULT_WATCHDOG,
-            state: Mutex::new(State {
-                memory: Memory::new(capacity),
-                streams: HashMap::new(),
-                events: HashMap::new(),
-                modules: HashMap::new(),
-                functions: HashMap::new(),
-                next_id: 1,
-                sticky: None,
-                legacy: None,
-            }),
+            state,
         }
     }
 
@@ -204,7 +237,7 @@ impl Device {
     /// Call before creating any handle.
     pub fn with_ordinal(mut self, ordinal: u32) -> Device {
         self.ordinal = ordinal;
-        self.state.get_mut().next_id = u64::from(ordinal) << HANDLE_SHIFT;
+        self.state.lock().next_id = u64::from(ordinal) << HANDLE_SHIFT;
         self
     }
 
@@ -327,7 +360,7 @@ impl Device {
             })
             .collect();
         let name = entry.name;
-        let run: WorkFn = Box::new(move |_memory| {
+        let run: KernelFn = Box::new(move || {
             let mut owned = owned;
             let params: Vec<*mut std::ffi::c_void> =
                 owned.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
@@ -358,13 +391,7 @@ impl Device {
             Ok(())
         });
         let mut s = self.live()?;
-        s.push(
-            stream,
-            Op::Work(Work {
-                touches: Vec::new(),
-                run,
-            }),
-        )?;
+        s.push(stream, Op::Kernel(run))?;
         self.after_enqueue(&mut s, stream)
     }
 
@@ -446,7 +473,7 @@ impl Device {
     /// # Errors
     /// The sticky error; [`SimError::InvalidHandle`].
     pub fn query_stream(&self, stream: StreamId) -> SimResult<()> {
-        self.live()?.stream(stream).map(|_| ())
+        self.live()?.open_stream(stream).map(|_| ())
     }
 
     /// Creates a stream.
@@ -493,13 +520,16 @@ impl Device {
         Ok(id)
     }
 
-    /// Destroys a stream after its queued work has run (`cuStreamDestroy` semantics).
+    /// Destroys a stream without waiting (`cuStreamDestroy` semantics): the handle is invalid at
+    /// once; work already queued still runs (and events recorded on it complete) as the device
+    /// gets to it, then the stream is gone.
     ///
     /// # Errors
-    /// [`SimError::InvalidHandle`]; errors of the work it runs.
+    /// [`SimError::InvalidHandle`].
     pub fn destroy_stream(&self, stream: StreamId) -> SimResult<()> {
-        self.stream_synchronize(stream)?;
-        self.state.lock().streams.remove(&stream);
+        let mut s = self.state.lock();
+        s.open_stream(stream)?.destroyed = true;
+        s.purge(stream);
         Ok(())
     }
 
@@ -763,7 +793,7 @@ impl Device {
     }
 
     fn after_enqueue(&self, s: &mut State, stream: StreamId) -> SimResult<()> {
-        if self.mode == Mode::Eager {
+        if self.mode != Mode::Deferred {
             // As far as it goes: a blocked gate stays queued until a peer or a sync moves it.
             let end = s.stream(stream)?.enqueued;
             s.run_until(stream, end, &mut HashSet::new())?;
@@ -792,6 +822,7 @@ impl State {
 
     /// Queues the waits CUDA's legacy default stream implies before an operation on `stream`.
     fn implicit_waits(&mut self, stream: StreamId) -> SimResult<()> {
+        self.open_stream(stream)?;
         let Some(legacy) = self.legacy else {
             return Ok(());
         };
@@ -826,10 +857,29 @@ impl State {
         if !matches!(op, Op::Gate { .. } | Op::Record { .. }) {
             self.implicit_waits(stream)?;
         }
-        let st = self.stream(stream)?;
+        let st = self.open_stream(stream)?;
         st.queue.push_back(op);
         st.enqueued += 1;
         Ok(())
+    }
+
+    /// A stream the API may still name (not destroyed).
+    fn open_stream(&mut self, id: StreamId) -> SimResult<&mut StreamState> {
+        match self.streams.get_mut(&id) {
+            Some(st) if !st.destroyed => Ok(st),
+            _ => Err(SimError::InvalidHandle(format!("stream {}", id.0))),
+        }
+    }
+
+    /// Removes a destroyed stream once everything queued on it has run.
+    fn purge(&mut self, id: StreamId) {
+        let drained = self
+            .streams
+            .get(&id)
+            .is_some_and(|st| st.destroyed && st.queue.is_empty() && st.executed == st.enqueued);
+        if drained && !self.running.contains(&id) {
+            self.streams.remove(&id);
+        }
     }
 
     /// True when `stream` has executed its first `position` operations (or no longer exists).
@@ -863,11 +913,17 @@ impl State {
         position: u64,
         active: &mut HashSet<StreamId>,
     ) -> SimResult<Progress> {
+        // A wait already satisfied is no cycle, even on a stream that is running now (the legacy
+        // stream and a blocking stream each wait for the other's earlier work).
+        if self.reached(stream, position) {
+            return Ok(Progress::Reached);
+        }
         if !active.insert(stream) {
             return Err(SimError::WaitCycle);
         }
         let progress = self.run_ops(stream, position, active);
         active.remove(&stream);
+        self.purge(stream);
         progress
     }
 
@@ -878,6 +934,9 @@ impl State {
         active: &mut HashSet<StreamId>,
     ) -> SimResult<Progress> {
         while !self.reached(stream, position) && self.sticky.is_none() {
+            if self.running.contains(&stream) {
+                return Ok(Progress::Blocked(self.running_blocker(stream)));
+            }
             let st = self
                 .streams
                 .get_mut(&stream)
@@ -896,6 +955,17 @@ impl State {
                 .expect("positions count queued operations");
             match op {
                 Op::Gate { .. } => {}
+                Op::Kernel(run) => {
+                    if let Some(exec) = &self.exec {
+                        // Counted as executed when it returns (on its thread).
+                        self.running.insert(stream);
+                        exec.start(stream, run);
+                        return Ok(Progress::Blocked(self.running_blocker(stream)));
+                    }
+                    if let Err(e) = run() {
+                        self.fail(e);
+                    }
+                }
                 Op::Work(w) => {
                     let checked = w
                         .touches
@@ -916,18 +986,54 @@ impl State {
                 Op::Wait {
                     stream: on,
                     position: p,
-                } if on != stream => {
-                    if let Progress::Blocked(b) = self.run_until(on, p, active)? {
-                        // Not done waiting: the wait stays at the head of this stream.
+                } if on != stream => match self.run_until(on, p, active) {
+                    Ok(Progress::Reached) => {}
+                    // Not done waiting: the wait stays at the head of this stream.
+                    Ok(Progress::Blocked(b)) => {
                         self.stream(stream)?.queue.push_front(op);
                         return Ok(Progress::Blocked(b));
                     }
-                }
+                    Err(e) => {
+                        self.stream(stream)?.queue.push_front(op);
+                        return Err(e);
+                    }
+                },
                 Op::Wait { .. } => {}
             }
             self.stream(stream)?.executed += 1;
         }
         Ok(Progress::Reached)
+    }
+
+    /// What a synchronisation waiting for `stream`'s running kernel blocks on.
+    fn running_blocker(&self, stream: StreamId) -> Arc<dyn Blocker> {
+        let exec = self
+            .exec
+            .as_ref()
+            .expect("kernels run outside only with an executor");
+        Arc::new(KernelRunning {
+            state: exec.state.clone(),
+            done: exec.done.clone(),
+            stream,
+        })
+    }
+
+    /// Runs every stream as far as it goes without blocking (after a kernel returned).
+    fn run_all(&mut self) {
+        let mut ids: Vec<(StreamId, u64)> = self
+            .streams
+            .iter()
+            .map(|(id, st)| (*id, st.enqueued))
+            .collect();
+        ids.sort_by_key(|(id, _)| id.0);
+        for (id, end) in ids {
+            if self.sticky.is_some() {
+                return;
+            }
+            if let Err(e) = self.run_until(id, end, &mut HashSet::new()) {
+                self.fail(e);
+            }
+        }
     }
 
     /// Poisons the device with `e` (a non-sticky kind becomes a failed launch).
@@ -937,5 +1043,52 @@ impl State {
         } else {
             SimError::LaunchFailed(e.to_string())
         });
+    }
+}
+
+impl Exec {
+    /// Runs `run` on a thread of its own; when it returns, its stream moves past it and every
+    /// stream runs on as far as it goes. The thread keeps the device's state (and so its memory)
+    /// alive while the kernel runs.
+    fn start(&self, stream: StreamId, run: KernelFn) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let done = self.done.clone();
+        std::thread::spawn(move || {
+            let r = run();
+            let mut s = state.lock();
+            s.running.remove(&stream);
+            if let Some(st) = s.streams.get_mut(&stream) {
+                st.executed += 1;
+            }
+            if let Err(e) = r {
+                s.fail(e);
+            }
+            s.run_all();
+            done.notify_all();
+        });
+    }
+}
+
+/// A stream held behind its running kernel.
+struct KernelRunning {
+    state: std::sync::Weak<Mutex<State>>,
+    done: Arc<Condvar>,
+    stream: StreamId,
+}
+
+impl Blocker for KernelRunning {
+    fn unblock(&self, timeout: Duration) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let mut s = state.lock();
+        if s.running.contains(&self.stream) && !timeout.is_zero() {
+            self.done.wait_for(&mut s, timeout);
+        }
+    }
+    fn expire(&self) -> String {
+        format!("a kernel on stream {} is still running", self.stream.0)
     }
 }

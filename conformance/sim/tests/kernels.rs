@@ -133,3 +133,54 @@ fn a_library_kernel_runs_from_a_ptx_module() {
     d.unload_module(m).unwrap();
     assert!(matches!(d.entry(f), Err(SimError::InvalidHandle(_))));
 }
+
+#[test]
+fn a_concurrent_kernel_spins_while_the_host_goes_on_and_its_destroyed_stream_finishes_later() {
+    let mut k = Kernels::new();
+    let table = unihal_kernels::testing::host_symbols();
+    for name in table.names() {
+        k.insert(name.to_string(), table.get(name).expect("listed").func);
+    }
+    let d = Device::with_kernels(1 << 20, Mode::Concurrent, k, Limits::default());
+    let m = d
+        .load_module(unihal_kernels::testing::PTX.as_bytes())
+        .unwrap();
+    let f = d
+        .function(m, unihal_kernels::testing::names::WAIT_FLAG)
+        .unwrap();
+    let (held, side) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let mem = d.alloc(8).unwrap();
+    let (flag, out) = (mem, mem + 4);
+    let (fa, oa) = (flag.to_le_bytes(), out.to_le_bytes());
+    let (value, timeout) = (0xB10Cu32.to_le_bytes(), 10_000u32.to_le_bytes());
+    d.launch(held, f, [1; 3], [1; 3], 0, &[&fa, &oa, &value, &timeout])
+        .unwrap();
+    let ev = d.create_event().unwrap();
+    d.record(ev, held).unwrap();
+    // The kernel starts on its own and spins: its stream and event stay pending...
+    let mut word = [0u8; 4];
+    let start = std::time::Instant::now();
+    while word == [0; 4] {
+        assert!(start.elapsed().as_secs() < 10, "the kernel never started");
+        d.read_on(side, out, &mut word).unwrap();
+    }
+    assert_eq!(u32::from_le_bytes(word), 1, "started, not finished");
+    assert!(matches!(d.query(ev), Err(SimError::NotReady)));
+    assert!(matches!(d.query_stream_done(held), Err(SimError::NotReady)));
+    // Destroying the held stream does not wait for it; its handle is dead at once.
+    d.destroy_stream(held).unwrap();
+    assert!(matches!(
+        d.query_stream(held),
+        Err(SimError::InvalidHandle(_))
+    ));
+    // ...until a copy on another stream sets the flag.
+    let work = unihal_sim::Work {
+        touches: vec![(flag, 4)],
+        run: Box::new(move |m| m.write(flag, &1u32.to_le_bytes())),
+    };
+    d.enqueue(side, work).unwrap();
+    d.event_synchronize(ev).unwrap();
+    d.read_on(side, out, &mut word).unwrap();
+    assert_eq!(u32::from_le_bytes(word), 0xB10C);
+    d.query(ev).unwrap();
+}

@@ -13,9 +13,15 @@ fn c(e: unihal_sim::SimError) -> i32 {
     code(&e)
 }
 
-/// The name of device `ordinal`, NUL-terminated.
-pub fn device_name(ordinal: usize) -> String {
-    format!("unihal simulated CUDA device {ordinal} (not a GPU)\0")
+/// The name of device `ordinal` running work in `mode`, NUL-terminated. Backends read
+/// "simulated" (not a GPU) and "concurrent" (kernels run while the host goes on) from it.
+pub fn device_name(ordinal: usize, mode: unihal_sim::Mode) -> String {
+    let concurrent = if mode == unihal_sim::Mode::Concurrent {
+        ", concurrent"
+    } else {
+        ""
+    };
+    format!("unihal simulated CUDA device {ordinal} (not a GPU{concurrent})\0")
 }
 
 #[no_mangle]
@@ -71,8 +77,8 @@ pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, d: c_int) -> c_int {
     api(|| {
-        sim()?.device(d)?;
-        let full = device_name(d as usize);
+        let mode = sim()?.device(d)?.mode();
+        let full = device_name(d as usize, mode);
         let bytes = full.as_bytes();
         if name.is_null() || len <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);

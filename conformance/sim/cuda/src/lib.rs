@@ -16,7 +16,9 @@
 //! ([`conv`]) and NCCL's `ncclResult_t` values ([`nccl_conv`]).
 //!
 //! * `UNIHAL_SIM_MODE`: `deferred` (default: work runs only at synchronisation points, so a
-//!   missing cross-stream wait gives wrong results) or `eager`.
+//!   missing cross-stream wait gives wrong results), `eager`, or `concurrent` (work runs as it is
+//!   enqueued, each kernel on its own thread, so the host goes on while a kernel runs; devices
+//!   are then named "... (not a GPU, concurrent)").
 //! * `UNIHAL_SIM_DEVICES`: number of devices, 1 to 8 (default 2), each with its own primary
 //!   context, streams and memory; ranks of a communicator must be on distinct devices, as NCCL
 //!   requires.
@@ -114,6 +116,7 @@ fn env_number(name: &str, default: u64) -> Result<u64, i32> {
 fn start() -> Result<Sim, i32> {
     let mode = match std::env::var("UNIHAL_SIM_MODE").as_deref().map(str::trim) {
         Ok("eager") => Mode::Eager,
+        Ok("concurrent") => Mode::Concurrent,
         Ok("deferred") | Err(_) => Mode::Deferred,
         Ok(_) => return Err(CUDA_ERROR_INVALID_VALUE),
     };

@@ -1,12 +1,12 @@
 //! The NCCL entry points (`nccl*`): version, unique ids, communicator init (one rank per call,
 //! or all at once), the collectives, point-to-point calls, groups, asynchronous errors, abort and
-//! destroy. Ranks are threads of this process (or one thread driving several devices through a
+//! destroy, and `ncclCommSplit` (blocking, outside groups). Ranks are threads of this process (or one thread driving several devices through a
 //! group), each on its own simulated device; collectives are queued on the simulated driver's
 //! streams (see `unihal_sim::ccl`). Nothing hangs: communicator init and synchronisation fail
 //! after `UNIHAL_SIM_WATCHDOG_MS` when peers never come.
 //!
 //! Errors come back as `ncclResult_t` codes ([`crate::nccl_conv`]) with a message for
-//! `ncclGetLastError`. Not simulated: `ncclCommSplit`, non-blocking communicators
+//! `ncclGetLastError`. Not simulated: a split inside a group, non-blocking communicators
 //! (`ncclCommInitRankConfig`), user-defined reductions and FP8 types.
 
 use crate::nccl_conv::*;

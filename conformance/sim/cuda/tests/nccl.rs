@@ -15,6 +15,7 @@ use unihal_sim_cuda::nccl_conv::*;
 
 #[test]
 fn version_ids_and_error_strings() {
+    let _serial = serial();
     init();
     let mut v = 0;
     unsafe { ok(ncclGetVersion(&mut v)) };
@@ -38,6 +39,7 @@ fn version_ids_and_error_strings() {
 
 #[test]
 fn ranks_as_threads_reduce_and_gather() {
+    let _serial = serial();
     let out = on_ranks(2, |r, comm| {
         let mut q = [0; 3];
         unsafe {
@@ -99,6 +101,7 @@ fn ranks_as_threads_reduce_and_gather() {
 
 #[test]
 fn grouped_send_and_receive_exchange_between_threads() {
+    let _serial = serial();
     let out = on_ranks(2, |r, comm| {
         let peer = 1 - r;
         let (send, recv) = (upload(&[r * 10 + 1; 64]), upload(&[0i32; 64]));
@@ -129,6 +132,7 @@ fn grouped_send_and_receive_exchange_between_threads() {
 
 #[test]
 fn one_thread_drives_every_device_through_init_all_and_a_group() {
+    let _serial = serial();
     init();
     std::thread::spawn(|| {
         let mut comms = [null_mut(); 2];
@@ -159,6 +163,7 @@ fn one_thread_drives_every_device_through_init_all_and_a_group() {
 
 #[test]
 fn misuse_returns_nccl_codes() {
+    let _serial = serial();
     on_ranks(2, |r, comm| {
         let b = upload(&[1f32; 8]) as *mut c_void;
         assert_eq!(
@@ -206,6 +211,7 @@ fn misuse_returns_nccl_codes() {
 
 #[test]
 fn two_ranks_on_one_device_are_invalid_usage() {
+    let _serial = serial();
     init();
     let id = unique_id();
     let joins: Vec<_> = (0..2)
@@ -224,6 +230,7 @@ fn two_ranks_on_one_device_are_invalid_usage() {
 
 #[test]
 fn abort_finishes_the_aborting_rank_and_peers_see_a_remote_error() {
+    let _serial = serial();
     let errs = ranks_then(2, false, |r, comm| {
         let b = upload(&[1f32; 4]) as *mut c_void;
         if r == 0 {
@@ -251,6 +258,7 @@ fn abort_finishes_the_aborting_rank_and_peers_see_a_remote_error() {
 
 #[test]
 fn split_orders_by_key_and_nocolor_gets_no_communicator() {
+    let _serial = serial();
     let out = on_ranks(2, |r, comm| {
         let (mut child, mut none) = (std::ptr::null_mut(), std::ptr::null_mut());
         unsafe {

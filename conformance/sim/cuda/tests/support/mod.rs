@@ -13,6 +13,14 @@ pub const I32: i32 = 2;
 pub const SUM: i32 = 0;
 pub const AVG: i32 = 4;
 
+/// Serialises the tests of one binary: they share the simulated devices and their null
+/// streams, and two communicators' collectives queued in different orders on shared streams
+/// deadlock (as they would with NCCL).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Two devices, and a watchdog short enough for the timeout test yet long enough for peers
 /// that are merely slow on a loaded 2-core machine.
 pub fn init() {
