@@ -173,6 +173,23 @@ impl CclCaps {
     }
 }
 
+/// The place of rank `me` in the communicator a split gives it: `(new rank, new size)` among the
+/// ranks whose `(color, key)` in `asks` (indexed by old rank) share its color, ordered by
+/// (key, old rank) as `ncclCommSplit` and `MPI_Comm_split` order them. `None` when `me` has no
+/// color (it joins no communicator) or `me` is out of range.
+pub fn split_place(asks: &[(Option<u32>, i32)], me: usize) -> Option<(usize, usize)> {
+    let color = asks.get(me)?.0?;
+    let mut members: Vec<(i32, usize)> = asks
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.0 == Some(color))
+        .map(|(r, a)| (a.1, r))
+        .collect();
+    members.sort_unstable();
+    let rank = members.iter().position(|&(_, r)| r == me)?;
+    Some((rank, members.len()))
+}
+
 /// Options of a new communicator.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CommConfig {
@@ -585,4 +602,31 @@ pub fn check_not_in_place(send: &Buffer, recv: &Buffer) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::split_place;
+
+    #[test]
+    fn split_places_rank_by_key_then_old_rank_and_none_without_color() {
+        // Old ranks 0..5: colors 1, none, 1, 2, 1; keys 5, 0, 5, 0, -1.
+        let asks = [
+            (Some(1), 5),
+            (None, 0),
+            (Some(1), 5),
+            (Some(2), 0),
+            (Some(1), -1),
+        ];
+        assert_eq!(split_place(&asks, 4), Some((0, 3)), "smallest key first");
+        assert_eq!(
+            split_place(&asks, 0),
+            Some((1, 3)),
+            "equal keys: old rank order"
+        );
+        assert_eq!(split_place(&asks, 2), Some((2, 3)));
+        assert_eq!(split_place(&asks, 3), Some((0, 1)));
+        assert_eq!(split_place(&asks, 1), None);
+        assert_eq!(split_place(&asks, 9), None);
+    }
 }

@@ -31,6 +31,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use unihal_hal::ccl::split_place;
 use unihal_hal::host_reduce::{reduce, reducible};
 use unihal_hal::{DType, ReduceOp};
 
@@ -455,18 +456,9 @@ impl Comm {
             }
         };
         drop(st);
-        let Some(color) = color else {
+        let (Some(color), Some((new_rank, size))) = (color, split_place(&asks, self.rank)) else {
             return Ok(None);
         };
-        let mut members: Vec<(i32, usize)> = (0..n)
-            .filter(|&r| asks[r].0 == Some(color))
-            .map(|r| (asks[r].1, r))
-            .collect();
-        members.sort();
-        let new_rank = members
-            .iter()
-            .position(|&(_, r)| r == self.rank)
-            .expect("this rank has this color");
         // Unique within the process while this communicator lives: its shared state's address,
         // the split's number and the color.
         let mut id = b"unihal-sim-split".to_vec();
@@ -474,7 +466,7 @@ impl Comm {
         id.extend_from_slice(&number.to_le_bytes());
         id.extend_from_slice(&color.to_le_bytes());
         registry
-            .init_rank(&id, members.len(), new_rank, self.device.clone(), timeout)
+            .init_rank(&id, size, new_rank, self.device.clone(), timeout)
             .map(Some)
     }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use unihal_hal::ccl::P2pParts;
+use unihal_hal::ccl::{split_place, P2pParts};
 use unihal_hal::host_reduce::{reduce, reducible};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
@@ -467,26 +467,20 @@ impl Communicator for CpuComm {
             .rv
             .arrive(round, self.rank, &sig, enc, key as u32 as u64);
         self.shared.rv.leave(round);
-        let all = all?;
-        let Some(color) = color else { return Ok(None) };
-        let mut members: Vec<(i32, usize)> = all
+        let asks: Vec<(Option<u32>, i32)> = all?
             .iter()
-            .enumerate()
-            .filter(|(_, &(c, _))| c == u64::from(color))
-            .map(|(r, &(_, k))| (k as u32 as i32, r))
+            .map(|&(c, k)| ((c != u64::MAX).then_some(c as u32), k as u32 as i32))
             .collect();
-        members.sort();
-        let new_rank = members
-            .iter()
-            .position(|&(_, r)| r == self.rank)
-            .expect("this rank is a member of its color");
+        let (Some(color), Some((new_rank, size))) = (color, split_place(&asks, self.rank)) else {
+            return Ok(None);
+        };
         let timeout = config.timeout.unwrap_or(self.shared.rv.timeout);
         let child = {
             let mut g = self.shared.children.lock();
             let e = g.entry((no, color)).or_insert_with(|| {
                 (
-                    CommShared::new(members.len(), timeout, self.shared.caps.clone()),
-                    members.len(),
+                    CommShared::new(size, timeout, self.shared.caps.clone()),
+                    size,
                 )
             });
             e.1 -= 1;
