@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The CUDA backend on a real NVIDIA GPU, in one run: devices, the whole conformance suite and the
-# collective benchmark, written under OUT (default ./gpu-check-out). Build on any x86-64 machine
-# (`cargo build --release`), carry target/release/unihal, then run this next to it:
+# The CUDA backend on a real NVIDIA GPU, in one run: devices, the whole conformance suite, the
+# backend against direct driver/cuBLAS calls (launch overhead, pinned copies, ops against a copy of
+# the same bytes, matmul) and the collective benchmark, written under OUT (default
+# ./gpu-check-out). Build on any x86-64 machine
+# (`cargo build --release && cargo build --release -p unihal-cuda --example cuda_vs_direct`),
+# carry target/release/unihal and target/release/examples/cuda_vs_direct, then run:
 #
-#   OUT=/some/dir scripts/gpu-check.sh [path/to/unihal]
+#   OUT=/some/dir scripts/gpu-check.sh [path/to/unihal] [path/to/cuda_vs_direct]
 #
 # NVRTC and NCCL are looked up in the Python environment's NVIDIA wheels when present (the GPU
 # machines keep them there), else through the loader; UNIHAL_NVRTC_LIB / UNIHAL_NCCL_LIB override.
 set -uo pipefail
 BIN="${1:-./target/release/unihal}"
+DIRECT="${2:-$(dirname "$BIN")/examples/cuda_vs_direct}"
 OUT="${OUT:-./gpu-check-out}"
 mkdir -p "$OUT"
 export UNIHAL_KERNEL_CACHE="${UNIHAL_KERNEL_CACHE:-$OUT/kernel-cache}"
@@ -44,6 +48,14 @@ echo "devices: rc=$?" | tee -a "$OUT/environment.txt"
 # The whole suite; fault cases run isolated (the GPU's faults poison its context).
 "$BIN" conformance --backend cuda --report "$OUT/conformance-cuda" > "$OUT/conformance.txt" 2>&1
 echo "conformance: rc=$?" | tee -a "$OUT/environment.txt"
+
+# The performance targets, unihal against direct calls in the same run.
+if [ -x "$DIRECT" ]; then
+    "$DIRECT" > "$OUT/bench-vs-direct.md" 2>&1
+    echo "bench vs direct: rc=$?" | tee -a "$OUT/environment.txt"
+else
+    echo "bench vs direct: $DIRECT not found" | tee -a "$OUT/environment.txt"
+fi
 
 # Collectives on the GPUs of this machine (one GPU: single-rank communicators).
 NGPU="$("$BIN" devices --backend cuda --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(len(b.get("devices",[])) for b in d if b.get("name")=="cuda"))' 2>/dev/null || echo 1)"
