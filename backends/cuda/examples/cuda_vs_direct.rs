@@ -45,11 +45,15 @@ fn timed(s: &Arc<dyn Stream>, f: impl FnOnce() -> Result<()>) -> Result<f64> {
 /// Seconds of `f` on a raw stream, after it drained.
 fn timed_raw(raw: sys::CUstream, f: impl FnOnce() -> Result<()>) -> Result<f64> {
     // SAFETY: a live stream of the current context.
-    drv("cuStreamSynchronize", unsafe { result::stream::synchronize(raw) })?;
+    drv("cuStreamSynchronize", unsafe {
+        result::stream::synchronize(raw)
+    })?;
     let t0 = Instant::now();
     f()?;
     // SAFETY: as above.
-    drv("cuStreamSynchronize", unsafe { result::stream::synchronize(raw) })?;
+    drv("cuStreamSynchronize", unsafe {
+        result::stream::synchronize(raw)
+    })?;
     Ok(t0.elapsed().as_secs_f64())
 }
 
@@ -86,7 +90,10 @@ fn main() -> Result<()> {
     })?;
     let bind = || drv("cuCtxSetCurrent", unsafe { result::ctx::set_current(ctx) });
     bind()?;
-    let raw = drv("cuStreamCreate", result::stream::create(result::stream::StreamKind::NonBlocking))?;
+    let raw = drv(
+        "cuStreamCreate",
+        result::stream::create(result::stream::StreamKind::NonBlocking),
+    )?;
     let ptx = CString::new(PTX).expect("PTX has no NUL");
     // SAFETY: NUL-terminated PTX text.
     let module = drv("cuModuleLoadData", unsafe {
@@ -149,7 +156,9 @@ fn main() -> Result<()> {
     let dbuf = dev.alloc(copy_bytes)?;
     let host = dev.alloc_host(copy_bytes)?;
     // SAFETY: page-locked memory of `copy_bytes`, freed at the end.
-    let pinned = drv("cuMemHostAlloc", unsafe { result::malloc_host(copy_bytes, 0) })?;
+    let pinned = drv("cuMemHostAlloc", unsafe {
+        result::malloc_host(copy_bytes, 0)
+    })?;
     // SAFETY: `pinned` holds `copy_bytes` bytes and outlives the copies (synchronised below).
     let pinned_slice = unsafe { std::slice::from_raw_parts_mut(pinned as *mut u8, copy_bytes) };
     let dptr = dbuf.device_addr();
@@ -249,15 +258,17 @@ fn main() -> Result<()> {
             what: format!("{name} f32 {rows}x{cols}, GB/s moved (copy: same bytes)"),
             unihal: format!("{o:.1}"),
             peer: format!("{c:.1} (d2d copy)"),
-            result: verdict(o >= target * c, format!("{:.3}x (target >= {target}x)", o / c)),
+            result: verdict(
+                o >= target * c,
+                format!("{:.3}x (target >= {target}x)", o / c),
+            ),
         });
     }
 
     // --- Matmul through cuBLAS against a direct cublasSgemm.
     // SAFETY: the probe does not panic (it only tries to open the library).
-    let has_blas =
-        std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() })
-            .unwrap_or(false);
+    let has_blas = std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() })
+        .unwrap_or(false);
     if has_blas {
         let bytes = (mm * mm * 4) as usize;
         let (a, bm, c) = (dev.alloc(bytes)?, dev.alloc(bytes)?, dev.alloc(bytes)?);
@@ -338,8 +349,17 @@ fn main() -> Result<()> {
     println!(
         "device: {} ({}), {rounds} rounds, medians{}\n",
         dev.info().name,
-        backend.info().libraries.first().and_then(|l| l.version.clone()).unwrap_or_default(),
-        if small { ", --small (smoke sizes: figures mean nothing)" } else { "" }
+        backend
+            .info()
+            .libraries
+            .first()
+            .and_then(|l| l.version.clone())
+            .unwrap_or_default(),
+        if small {
+            ", --small (smoke sizes: figures mean nothing)"
+        } else {
+            ""
+        }
     );
     println!("| measure | unihal | direct | result |\n|---|---|---|---|");
     for r in table {
