@@ -1,10 +1,12 @@
 //! CUDA streams: the HAL's `Stream` over a `CUstream`, holding what queued work uses until the
 //! driver says it ran.
 //!
-//! Every enqueue that uses HAL objects (buffers, host buffers, functions, events) records a
-//! timing-free event after the work and keeps the objects with it; entries are released, oldest
-//! first, once their event completes (checked at each enqueue, query and synchronize). So dropping
-//! a buffer that queued work still reads is safe: its memory is freed after the work.
+//! Every enqueue that uses HAL objects (buffers, host buffers, functions, events) keeps them until
+//! a timing-free event recorded after the work completes; entries are released, oldest first, once
+//! their event completes (checked at each enqueue, query and synchronize), or all at once by a
+//! synchronisation. One event covers up to `SEAL_EVERY` enqueues (host buffers, whose busy state
+//! callers observe, get theirs at once), so a launch does not cost an event record. So dropping a
+//! buffer that queued work still reads is safe: its memory is freed after the work.
 
 use crate::conv::{not_ready, vendor};
 use crate::device::CudaDevice;
@@ -25,9 +27,19 @@ use unihal_hal::{
 /// Something queued work uses, kept until the work ran.
 pub(crate) type Keep = Box<dyn Any + Send + Sync>;
 
+/// How many enqueues may share one tracking event: what they keep is released together, once
+/// the last of them ran. Recording an event per enqueue would cost every launch a driver call.
+const SEAL_EVERY: usize = 32;
+
 struct Inner {
     /// (event recorded after the work, what it uses), oldest first.
     pending: VecDeque<(sys::CUevent, Vec<Keep>)>,
+    /// What the latest enqueues keep, not yet behind an event (memory and handles only: their
+    /// later release is not observable); sealed by the next event, or released by a
+    /// synchronisation.
+    unsealed: Vec<Keep>,
+    /// Enqueues in `unsealed`.
+    unsealed_ops: usize,
     /// Completed events for reuse.
     spare: Vec<sys::CUevent>,
     /// The first error that poisons the context.
@@ -79,6 +91,8 @@ impl CudaStream {
             raw,
             inner: Mutex::new(Inner {
                 pending: VecDeque::new(),
+                unsealed: Vec::new(),
+                unsealed_ops: 0,
                 spare: Vec::new(),
                 sticky: None,
             }),
@@ -153,6 +167,16 @@ impl CudaStream {
             if keep.is_empty() {
                 return Ok(());
             }
+            // Host buffers are busy until their copy ran, which callers observe (`map` is
+            // refused meanwhile): they are sealed at once. The rest waits for a batch.
+            let observable = keep.iter().any(|k| k.is::<HostUse>());
+            inner.unsealed.extend(keep);
+            inner.unsealed_ops += 1;
+            if !observable && inner.unsealed_ops < SEAL_EVERY {
+                return Ok(());
+            }
+            let keep = std::mem::take(&mut inner.unsealed);
+            inner.unsealed_ops = 0;
             let ev = match inner.spare.pop() {
                 Some(ev) => ev,
                 None => result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
@@ -196,6 +220,10 @@ impl CudaStream {
 
     /// Releases what completed work kept (all of it when `all`, after a synchronisation).
     fn retire(&self, inner: &mut Inner, all: bool) {
+        if all {
+            inner.unsealed.clear();
+            inner.unsealed_ops = 0;
+        }
         while let Some((ev, _)) = inner.pending.front() {
             // SAFETY: a live event recorded on this stream.
             let done = all || unsafe { result::event::query(*ev) }.is_ok();
@@ -655,6 +683,7 @@ impl Drop for CudaStream {
             .drain(..)
             .map(|(ev, keep)| (ev as usize, keep))
             .collect();
+        let unsealed = std::mem::take(&mut inner.unsealed);
         let spare: Vec<usize> = inner.spare.drain(..).map(|ev| ev as usize).collect();
         let blas = self.blas.get_mut().take();
         let (dev, raw) = (self.dev.clone(), self.raw as usize);
@@ -667,6 +696,7 @@ impl Drop for CudaStream {
                 let events: Vec<usize> = pending.iter().map(|(ev, _)| *ev).chain(spare).collect();
                 let release = move || {
                     drop(pending);
+                    drop(unsealed);
                     if let Some(h) = blas {
                         dev.blas_pool.lock().push(h);
                     }
