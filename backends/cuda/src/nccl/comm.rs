@@ -518,28 +518,43 @@ impl Communicator for NcclComm {
             })?,
         };
         let dev = super::NcclCollectives::cuda_device(&self.device)?;
-        let mut child: RawComm = std::ptr::null_mut();
-        dev.call("ncclCommSplit", || {
-            // SAFETY: a live communicator, an out-pointer to a local and no configuration (the
-            // child inherits the parent's); the device's context is current.
-            let code = unsafe {
-                split(
-                    self.shared.raw(),
-                    color,
-                    key,
-                    &mut child,
-                    std::ptr::null_mut(),
-                )
-            };
-            if code != 0 {
-                return Err(super::NcclCollectives::init_error(
-                    lib,
-                    "ncclCommSplit",
-                    code,
-                ));
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        let (shared, late_lib) = (self.shared.clone(), lib.clone());
+        let child = super::bounded(
+            "ncclCommSplit",
+            timeout,
+            move || {
+                dev.call("ncclCommSplit", || {
+                    let mut child: RawComm = std::ptr::null_mut();
+                    // SAFETY: a live communicator (`shared` keeps it), an out-pointer to a local
+                    // and no configuration (the child inherits the parent's); the device's
+                    // context is current.
+                    let code = unsafe {
+                        split(shared.raw(), color, key, &mut child, std::ptr::null_mut())
+                    };
+                    if code != 0 {
+                        return Err(super::NcclCollectives::init_error(
+                            &shared.lib,
+                            "ncclCommSplit",
+                            code,
+                        ));
+                    }
+                    Ok(child as usize)
+                })
+            },
+            move |late| {
+                if late != 0 {
+                    // SAFETY: a communicator nobody else holds, released once.
+                    unsafe { (late_lib.comm_destroy)(late as RawComm) };
+                }
+            },
+        )
+        .inspect_err(|e| {
+            if matches!(e, HalError::Timeout { .. }) {
+                // The parent is still inside the split on the helper thread: no more work on it.
+                self.shared.sticky.lock().get_or_insert(e.clone());
             }
-            Ok(())
-        })?;
+        })? as RawComm;
         if child.is_null() {
             return Ok(None);
         }

@@ -10,8 +10,12 @@
 //!   (`UNIHAL_CCL_TIMEOUT`, or the config's) it aborts the NCCL communicator, which ends the
 //!   stuck kernels, and fails the operation's stream and the communicator with `Timeout`. A peer's
 //!   abort (`ncclRemoteError`) aborts this rank too: its pending operations fail with `Aborted`.
+//!   The blocking host calls that wait for every rank (`ncclCommInitRank`, `ncclCommSplit`) run on
+//!   a helper thread ([`bounded`]): past the timeout the caller gets `Timeout`, and a call that
+//!   completes later has its communicator destroyed by the helper.
 //! * Capabilities are NCCL's: ten dtypes, five reductions, reductions *in the element type*
-//!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, no split yet.
+//!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, split when the library has
+//!   `ncclCommSplit`.
 
 pub mod comm;
 pub mod conv;
@@ -27,6 +31,38 @@ use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, Device, HalError, Invalid,
     ReduceOp, Result, UniqueId,
 };
+
+/// Runs `call`, a blocking NCCL call that waits for every rank, on a helper thread and waits for
+/// it up to `timeout`. Past it the caller gets `Timeout` naming `what`; when the call completes
+/// later, its result goes to `late` on the helper thread (which destroys a communicator nobody
+/// will use). NCCL gives no way to cancel such a call; the helper thread stays blocked until it
+/// returns.
+///
+/// # Errors
+/// `call`'s error; [`HalError::Timeout`]; [`HalError::Internal`] when the thread cannot start.
+pub(crate) fn bounded<T: Send + 'static>(
+    what: &str,
+    timeout: std::time::Duration,
+    call: impl FnOnce() -> Result<T> + Send + 'static,
+    late: impl FnOnce(T) + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("unihal-nccl {what}"))
+        .spawn(move || {
+            if let Err(std::sync::mpsc::SendError(Ok(v))) = tx.send(call()) {
+                late(v);
+            }
+        })
+        .map_err(|e| HalError::Internal(format!("{what}: no helper thread: {e}")))?;
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        Err(_) => Err(HalError::Timeout {
+            what: format!("{what}: not every rank called within {timeout:?}"),
+            millis: timeout.as_millis() as u64,
+        }),
+    }
+}
 
 /// The NCCL collective engine of the CUDA backend (NCCL opened on first use).
 #[derive(Default)]
@@ -170,17 +206,36 @@ impl Collectives for NcclCollectives {
             *d = b as std::ffi::c_char;
         }
         let dev = NcclCollectives::cuda_device(device)?;
-        let mut comm: ffi::Comm = std::ptr::null_mut();
-        dev.call("ncclCommInitRank", || {
-            // SAFETY: an out-pointer to a local; the id by value; the device's context is
-            // current (NCCL uses the current device).
-            let code =
-                unsafe { (lib.comm_init_rank)(&mut comm, nranks as i32, raw_id, rank as i32) };
-            if code != 0 {
-                return Err(NcclCollectives::init_error(&lib, "ncclCommInitRank", code));
-            }
-            Ok(())
-        })?;
+        let timeout = config
+            .timeout
+            .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
+        let (call_lib, late_lib) = (lib.clone(), lib.clone());
+        let comm = bounded(
+            "ncclCommInitRank",
+            timeout,
+            move || {
+                dev.call("ncclCommInitRank", || {
+                    let mut comm: ffi::Comm = std::ptr::null_mut();
+                    // SAFETY: an out-pointer to a local; the id by value; the device's context
+                    // is current (NCCL uses the current device).
+                    let code = unsafe {
+                        (call_lib.comm_init_rank)(&mut comm, nranks as i32, raw_id, rank as i32)
+                    };
+                    if code != 0 {
+                        return Err(NcclCollectives::init_error(
+                            &call_lib,
+                            "ncclCommInitRank",
+                            code,
+                        ));
+                    }
+                    Ok(comm as usize)
+                })
+            },
+            // SAFETY: a communicator nobody else holds, released once.
+            move |late| unsafe {
+                (late_lib.comm_destroy)(late as ffi::Comm);
+            },
+        )? as ffi::Comm;
         Ok(NcclComm::new(
             lib,
             comm,
