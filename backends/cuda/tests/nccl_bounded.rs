@@ -3,23 +3,13 @@
 //! NCCL (like the real one) would wait far longer. Its own process: the abandoned calls stay
 //! blocked on helper threads until it exits.
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::simulated_driver;
 use unihal_cuda::CudaBackend;
 use unihal_hal::{Backend, CommConfig, HalError};
-
-fn simulated_driver() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libunihal_sim_cuda.so"),
-        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("the simulated driver (libunihal_sim_cuda.so) is built next to the tests")
-}
 
 #[test]
 fn init_and_split_with_a_missing_rank_time_out_instead_of_hanging() {

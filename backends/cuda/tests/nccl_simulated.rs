@@ -3,27 +3,12 @@
 //! timeouts and aborts run as conformance cases through `unihal conformance --backend cuda` in
 //! `.ci/run`.
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
+use support::simulated_driver;
 use unihal_cuda::CudaBackend;
 use unihal_hal::{Backend, CommConfig, DType, ReduceOp, Stream};
-
-fn simulated_driver() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libunihal_sim_cuda.so"),
-        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| {
-        panic!(
-            "the simulated driver (libunihal_sim_cuda.so) is not built next to {}",
-            deps.display()
-        )
-    })
-}
 
 #[test]
 fn all_reduce_between_two_ranks() {

@@ -5,31 +5,15 @@
 //! with the host is skipped with that reason; no other case may skip for lack of a feature the
 //! backend claims.
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
+use support::simulated_driver;
 use unihal_conformance::manifest::Manifest;
 use unihal_conformance::report::Outcome;
 use unihal_conformance::runner::{run_case, RunOptions, Target};
 use unihal_cuda::CudaBackend;
 use unihal_hal::Backend;
-
-/// The simulated driver built for these tests: `target/<profile>/deps/libunihal_sim_cuda.so`.
-fn simulated_driver() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libunihal_sim_cuda.so"),
-        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| {
-        panic!(
-            "the simulated driver (libunihal_sim_cuda.so) is not built next to {}",
-            deps.display()
-        )
-    })
-}
 
 #[test]
 fn non_op_cases_pass_on_the_simulated_driver() {
