@@ -5,7 +5,7 @@
 //! (`UNIHAL_CUDA_LIB=/path/to/libcuda.so*`) is `dlopen`ed first and kept open, which makes the
 //! system loader hand that copy to cudarc (its SONAME matches a name cudarc asks for); then
 //! `is_culib_present()` probes without panicking; then `cuInit`. Every later driver call runs under
-//! [`guard`], which turns a panic (a symbol missing from an old driver) into
+//! `guard`, which turns a panic (a symbol missing from an old driver) into
 //! [`HalError::Unavailable`].
 
 use crate::conv::vendor;

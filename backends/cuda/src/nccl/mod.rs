@@ -11,7 +11,7 @@
 //!   stuck kernels, and fails the operation's stream and the communicator with `Timeout`. A peer's
 //!   abort (`ncclRemoteError`) aborts this rank too: its pending operations fail with `Aborted`.
 //!   The blocking host calls that wait for every rank (`ncclCommInitRank`, `ncclCommSplit`) run on
-//!   a helper thread ([`bounded`]): past the timeout the caller gets `Timeout`, and a call that
+//!   a helper thread (`bounded`): past the timeout the caller gets `Timeout`, and a call that
 //!   completes later has its communicator destroyed by the helper.
 //! * Capabilities are NCCL's: ten dtypes, five reductions, reductions *in the element type*
 //!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, split when the library has
