@@ -62,5 +62,32 @@ NGPU="$("$BIN" devices --backend cuda --json 2>/dev/null | python3 -c 'import js
 "$BIN" bench all_reduce --backend cuda -b 1K -e 256M -f 4 -g "${NGPU:-1}" > "$OUT/bench-all_reduce.txt" 2>&1
 echo "bench all_reduce (-g ${NGPU:-1}): rc=$?" | tee -a "$OUT/environment.txt"
 
+# One markdown report to commit as docs/conformance/cuda-<gpu>.md.
+{
+    echo "# CUDA backend on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || echo 'an unknown GPU')"
+    echo
+    echo "Produced by \`scripts/gpu-check.sh\` on $(date -u +%Y-%m-%d). Environment:"
+    echo
+    echo '```text'
+    cat "$OUT/environment.txt"
+    echo '```'
+    echo
+    echo "## Conformance (every case ran on the GPU unless listed as skipped)"
+    echo
+    echo '```text'
+    grep -v '^passed' "$OUT/conformance-cuda/summary.txt" 2>/dev/null || tail -n 20 "$OUT/conformance.txt"
+    echo '```'
+    echo
+    echo "## unihal against direct driver and cuBLAS calls"
+    echo
+    cat "$OUT/bench-vs-direct.md" 2>/dev/null || echo "(not run)"
+    echo
+    echo "## all_reduce (nccl-tests format)"
+    echo
+    echo '```text'
+    cat "$OUT/bench-all_reduce.txt" 2>/dev/null
+    echo '```'
+} > "$OUT/cuda-report.md"
+
 tail -n 5 "$OUT/conformance.txt"
-echo "reports under $OUT"
+echo "reports under $OUT (commit $OUT/cuda-report.md as docs/conformance/cuda-<gpu>.md)"
