@@ -326,13 +326,16 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mut c_void) -> c_int {
     api(|| {
         let (dev, id) = sim()?.stream(stream)?;
-        let len = n as u64;
-        let work = Work {
-            touches: vec![(dst, len), (src, len)],
-            run: Box::new(move |m| m.copy(dst, src, len)),
-        };
-        dev.enqueue(id, work).map_err(c)
+        dev.enqueue(id, dtod(dst, src, n as u64)).map_err(c)
     })
+}
+
+/// A copy between two ranges of one device's memory.
+fn dtod(dst: u64, src: u64, len: u64) -> Work {
+    Work {
+        touches: vec![(dst, len), (src, len)],
+        run: Box::new(move |m| m.copy(dst, src, len)),
+    }
 }
 
 #[no_mangle]
@@ -661,13 +664,7 @@ pub extern "C" fn cuMemcpyPeerAsync(
         }
         let here = |x: &Arc<Device>| std::ptr::eq(x.as_ref(), dev.as_ref());
         let r = match (here(dd), here(sd)) {
-            (true, true) => dev.enqueue(
-                id,
-                Work {
-                    touches: vec![(dst, len), (src, len)],
-                    run: Box::new(move |m| m.copy(dst, src, len)),
-                },
-            ),
+            (true, true) => dev.enqueue(id, dtod(dst, src, len)),
             (true, false) => dev.enqueue_peer_copy(id, sd, dst, src, len, Remote::Source),
             (false, true) => dev.enqueue_peer_copy(id, dd, dst, src, len, Remote::Destination),
             // Neither side on the stream's device: not simulated.
