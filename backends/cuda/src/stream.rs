@@ -31,12 +31,23 @@ pub(crate) type Keep = Box<dyn Any + Send + Sync>;
 /// the last of them ran. Recording an event per enqueue would cost every launch a driver call.
 const SEAL_EVERY: usize = 32;
 
+/// What a batch of enqueues keeps, behind the event recorded after them.
+struct Sealed {
+    /// Position in the stream's sequence of batches (a synchronisation releases the batches
+    /// sealed before it began, and only those).
+    seq: u64,
+    event: sys::CUevent,
+    keep: Vec<Keep>,
+}
+
 struct Inner {
-    /// (event recorded after the work, what it uses), oldest first.
-    pending: VecDeque<(sys::CUevent, Vec<Keep>)>,
-    /// What the latest enqueues keep, not yet behind an event (memory and handles only: their
-    /// later release is not observable); sealed by the next event, or released by a
-    /// synchronisation.
+    /// Sealed batches, oldest first.
+    pending: VecDeque<Sealed>,
+    /// The `seq` of the next sealed batch.
+    next_seq: u64,
+    /// What the latest enqueues keep, not yet behind an event (memory and handles only, unless
+    /// sealing failed: their later release is not observable); sealed by the next event, or
+    /// released by a synchronisation that began after they were enqueued.
     unsealed: Vec<Keep>,
     /// Enqueues in `unsealed`.
     unsealed_ops: usize,
@@ -52,6 +63,10 @@ pub struct CudaStream {
     dyn_dev: Arc<dyn Device>,
     raw: sys::CUstream,
     inner: Mutex<Inner>,
+    /// The error of a host callback that panicked: set by the callback (which must not wait for
+    /// `inner`, held by enqueues that may wait in the driver), moved into the sticky error by
+    /// the next call.
+    callback_error: Arc<Mutex<Option<HalError>>>,
     /// This stream's cuBLAS handle, created on its first matmul.
     blas: Mutex<Option<crate::cublas::Handle>>,
 }
@@ -91,11 +106,13 @@ impl CudaStream {
             raw,
             inner: Mutex::new(Inner {
                 pending: VecDeque::new(),
+                next_seq: 0,
                 unsealed: Vec::new(),
                 unsealed_ops: 0,
                 spare: Vec::new(),
                 sticky: None,
             }),
+            callback_error: Arc::new(Mutex::new(None)),
             blas: Mutex::new(None),
         }))
     }
@@ -143,6 +160,14 @@ impl CudaStream {
         self.inner.lock().sticky.get_or_insert(e);
     }
 
+    /// The stream's sticky error (a panicking host callback's included).
+    fn sticky(&self, inner: &mut Inner) -> Option<HalError> {
+        if inner.sticky.is_none() {
+            inner.sticky = self.callback_error.lock().clone();
+        }
+        inner.sticky.clone()
+    }
+
     /// As [`CudaStream::submit`] for a call of another library on this stream (`f` maps its
     /// own errors).
     pub(crate) fn submit_with(
@@ -151,14 +176,24 @@ impl CudaStream {
         keep: Vec<Keep>,
         f: impl FnOnce(sys::CUstream) -> Result<()>,
     ) -> Result<()> {
+        self.submit_locked(call, keep, |_, raw| f(raw))
+    }
+
+    /// As [`CudaStream::submit_with`], `f` also given the stream's state (under its lock).
+    fn submit_locked(
+        &self,
+        call: &str,
+        keep: Vec<Keep>,
+        f: impl FnOnce(&mut Inner, sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
         crate::deferred::flush();
         let mut inner = self.inner.lock();
-        if let Some(e) = &inner.sticky {
-            return Err(e.clone());
+        if let Some(e) = self.sticky(&mut inner) {
+            return Err(e);
         }
         self.dev.call(call, || {
             self.retire(&mut inner, false);
-            if let Err(e) = f(self.raw) {
+            if let Err(e) = f(&mut inner, self.raw) {
                 if poisons(&e) {
                     inner.sticky = Some(e.clone());
                 }
@@ -175,64 +210,103 @@ impl CudaStream {
             if !observable && inner.unsealed_ops < SEAL_EVERY {
                 return Ok(());
             }
-            let keep = std::mem::take(&mut inner.unsealed);
+            // The work is queued: what it uses is kept whatever happens below. When no event
+            // can track it, it stays unsealed, released by the next synchronisation (never
+            // earlier, and without waiting here for work that may wait for the caller).
             inner.unsealed_ops = 0;
             let ev = match inner.spare.pop() {
                 Some(ev) => ev,
-                None => result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                    .map_err(|e| vendor("cuEventCreate", e))?,
+                None => match result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        tracing::warn!(target: "unihal::cuda", "{}; kept until a synchronisation",
+                            vendor("cuEventCreate", e));
+                        return Ok(());
+                    }
+                },
             };
             // SAFETY: a live event and stream of the current context.
             if let Err(e) = unsafe { result::event::record(ev, self.raw) } {
-                // The work is queued but cannot be tracked: wait for it before releasing.
                 inner.spare.push(ev);
-                // SAFETY: a live stream.
-                let _ = unsafe { result::stream::synchronize(self.raw) };
-                return Err(vendor("cuEventRecord", e));
+                tracing::warn!(target: "unihal::cuda", "{}; kept until a synchronisation",
+                    vendor("cuEventRecord", e));
+                return Ok(());
             }
-            inner.pending.push_back((ev, keep));
+            let keep = std::mem::take(&mut inner.unsealed);
+            let seq = inner.next_seq;
+            inner.next_seq += 1;
+            inner.pending.push_back(Sealed {
+                seq,
+                event: ev,
+                keep,
+            });
             Ok(())
         })
     }
 
     fn synchronize_inner(&self) -> Result<()> {
-        if let Some(e) = &self.inner.lock().sticky {
-            return Err(e.clone());
-        }
-        // Not under the lock: a communicator's watchdog may fail this stream meanwhile.
+        // What the synchronisation covers: the work queued before it begins. Work other threads
+        // enqueue meanwhile (the driver call is not made under the lock, so a communicator's
+        // watchdog may fail this stream meanwhile) keeps what it uses.
+        let (upto, covered) = {
+            let mut inner = self.inner.lock();
+            if let Some(e) = self.sticky(&mut inner) {
+                return Err(e);
+            }
+            inner.unsealed_ops = 0;
+            (inner.next_seq, std::mem::take(&mut inner.unsealed))
+        };
         let r = self.dev.call("cuStreamSynchronize", || {
             // SAFETY: a live stream.
             unsafe { result::stream::synchronize(self.raw) }
                 .map_err(|e| vendor("cuStreamSynchronize", e))
         });
         let mut inner = self.inner.lock();
-        self.retire(&mut inner, r.is_ok());
+        if r.is_ok() {
+            self.retire_upto(&mut inner, upto);
+            drop(covered);
+        } else {
+            // Not known to have run: kept (released by a later synchronisation).
+            inner.unsealed.extend(covered);
+            self.retire(&mut inner, false);
+        }
         if let Err(e) = &r {
             if poisons(e) {
                 inner.sticky.get_or_insert(e.clone());
             }
         }
-        match &inner.sticky {
-            Some(e) => Err(e.clone()),
+        match self.sticky(&mut inner) {
+            Some(e) => Err(e),
             None => r,
         }
     }
 
-    /// Releases what completed work kept (all of it when `all`, after a synchronisation).
+    /// Releases what the batches sealed before `upto` kept (their work ran: a synchronisation
+    /// that began after they were sealed returned).
+    fn retire_upto(&self, inner: &mut Inner, upto: u64) {
+        while inner.pending.front().is_some_and(|b| b.seq < upto) {
+            let b = inner.pending.pop_front().expect("front exists");
+            drop(b.keep);
+            inner.spare.push(b.event);
+        }
+    }
+
+    /// Releases what completed work kept (all of it when `all`: only under the lock held
+    /// across a driver call that saw the whole stream complete).
     fn retire(&self, inner: &mut Inner, all: bool) {
         if all {
             inner.unsealed.clear();
             inner.unsealed_ops = 0;
         }
-        while let Some((ev, _)) = inner.pending.front() {
+        while let Some(b) = inner.pending.front() {
             // SAFETY: a live event recorded on this stream.
-            let done = all || unsafe { result::event::query(*ev) }.is_ok();
+            let done = all || unsafe { result::event::query(b.event) }.is_ok();
             if !done {
                 break;
             }
-            let (ev, keep) = inner.pending.pop_front().expect("front exists");
-            drop(keep);
-            inner.spare.push(ev);
+            let b = inner.pending.pop_front().expect("front exists");
+            drop(b.keep);
+            inner.spare.push(b.event);
         }
     }
 
@@ -546,33 +620,36 @@ impl Stream for CudaStream {
         // When the callback runs, everything queued before it has completed: the host buffers
         // that work used are free again, so the callback may map them. Their uses are released
         // in the callback (a host-side counter); the handles themselves stay with the stream,
-        // since freeing memory would call the driver, which a host function must not do.
-        let uses: Vec<HostUse> = {
-            let mut inner = self.inner.lock();
-            let mut uses = Vec::new();
-            for (_, keep) in inner.pending.iter_mut() {
-                let (host, mut rest): (Vec<Keep>, Vec<Keep>) = std::mem::take(keep)
-                    .into_iter()
-                    .partition(|k| k.is::<HostUse>());
-                for u in host
-                    .into_iter()
-                    .filter_map(|k| k.downcast::<HostUse>().ok())
-                {
-                    rest.push(Box::new(u.buffer().clone()));
-                    uses.push(*u);
-                }
-                *keep = rest;
-            }
-            uses
-        };
-        self.submit("cuLaunchHostFunc", Vec::new(), |s| {
-            launch_host_fn(
+        // since freeing memory would call the driver, which a host function must not do. They
+        // are taken only once the stream is known healthy (the sticky check comes first) and
+        // given back if the callback cannot be queued.
+        let failed = self.callback_error.clone();
+        self.submit_locked("cuLaunchHostFunc", Vec::new(), |inner, s| {
+            let uses = Arc::new(Mutex::new(take_host_uses(inner)));
+            let taken = uses.clone();
+            let r = launch_host_fn(
                 s,
                 Box::new(move || {
-                    drop(uses);
-                    f();
+                    drop(std::mem::take(&mut *taken.lock()));
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+                        failed
+                            .lock()
+                            .get_or_insert(HalError::Internal("a host callback panicked".into()));
+                    }
                 }),
-            )
+            );
+            match r {
+                Ok(()) => Ok(()),
+                Err((e, f)) => {
+                    // Not queued: the uses go back, released once the work that holds them ran.
+                    let back = std::mem::take(&mut *uses.lock());
+                    drop(f);
+                    inner
+                        .unsealed
+                        .extend(back.into_iter().map(|u| Box::new(u) as Keep));
+                    Err(vendor("cuLaunchHostFunc", e))
+                }
+            }
         })
     }
 
@@ -610,8 +687,8 @@ impl Stream for CudaStream {
             // Memory that exists now is valid for work enqueued after this call.
             return self.dev.alloc(len);
         }
-        if let Some(e) = &self.inner.lock().sticky {
-            return Err(e.clone());
+        if let Some(e) = self.sticky(&mut self.inner.lock()) {
+            return Err(e);
         }
         // From the device's default pool, in this stream's order. The buffer's release is a
         // plain cuMemFree once no queued work holds it, which CUDA documents as not synchronising
@@ -637,8 +714,8 @@ impl Stream for CudaStream {
 
     fn query(&self) -> Result<bool> {
         let mut inner = self.inner.lock();
-        if let Some(e) = &inner.sticky {
-            return Err(e.clone());
+        if let Some(e) = self.sticky(&mut inner) {
+            return Err(e);
         }
         self.dev.call("cuStreamQuery", || {
             // SAFETY: a live stream.
@@ -663,7 +740,7 @@ impl Stream for CudaStream {
     }
 
     fn async_error(&self) -> Option<HalError> {
-        self.inner.lock().sticky.clone()
+        self.sticky(&mut self.inner.lock())
     }
 
     fn native_handle(&self) -> NativeHandle {
@@ -681,7 +758,7 @@ impl Drop for CudaStream {
         let pending: Vec<(usize, Vec<Keep>)> = inner
             .pending
             .drain(..)
-            .map(|(ev, keep)| (ev as usize, keep))
+            .map(|b| (b.event as usize, b.keep))
             .collect();
         let unsealed = std::mem::take(&mut inner.unsealed);
         let spare: Vec<usize> = inner.spare.drain(..).map(|ev| ev as usize).collect();
@@ -708,9 +785,13 @@ impl Drop for CudaStream {
                         }
                     });
                 };
-                if let Err(e) = launch_host_fn(raw, Box::new(release)) {
-                    // The context is gone or poisoned: nothing queued will run any more.
-                    tracing::warn!(target: "unihal::cuda", "stream release: {e}");
+                if let Err((e, release)) = launch_host_fn(raw, Box::new(release)) {
+                    // Queued work may still use what the stream kept, and waiting for it here
+                    // could hang: leaked on purpose (memory, handles, host-buffer uses).
+                    std::mem::forget(release);
+                    tracing::warn!(target: "unihal::cuda",
+                        "stream release: {}; what its work used is leaked",
+                        vendor("cuLaunchHostFunc", e));
                 }
                 // SAFETY: a live stream, destroyed once; CUDA lets queued work finish first.
                 unsafe { result::stream::destroy(raw) }.map_err(|e| vendor("cuStreamDestroy", e))
@@ -719,14 +800,17 @@ impl Drop for CudaStream {
     }
 }
 
+/// A host function that was not queued, given back with the driver's error.
+type NotLaunched = (DriverError, Box<dyn FnOnce() + Send>);
+
 /// Queues `f` on `stream` as a host function (`cuLaunchHostFunc`): it runs once everything
 /// queued before it has completed, with the driver calls its releases would make deferred (a host
-/// function must not call the driver) and panics caught. When the launch fails, `f` is dropped
-/// without running.
+/// function must not call the driver) and panics caught (callers that report them catch them
+/// first). When the launch fails, `f` comes back unrun.
 fn launch_host_fn(
     stream: sys::CUstream,
     f: Box<dyn FnOnce() + Send>,
-) -> std::result::Result<(), DriverError> {
+) -> std::result::Result<(), NotLaunched> {
     unsafe extern "C" fn trampoline(data: *mut std::ffi::c_void) {
         // SAFETY: `data` came from Box::into_raw below and the driver calls this once.
         let call = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
@@ -737,10 +821,28 @@ fn launch_host_fn(
     let data = Box::into_raw(Box::new(f));
     // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
     let r = unsafe { sys::cuLaunchHostFunc(stream, Some(trampoline), data as *mut _) }.result();
-    if r.is_err() {
+    r.map_err(|e| {
         // Not queued: the driver will never call it.
         // SAFETY: from Box::into_raw above, not handed to the driver.
-        drop(unsafe { Box::from_raw(data) });
+        (e, *unsafe { Box::from_raw(data) })
+    })
+}
+
+/// Moves the host-buffer uses out of the sealed batches (their buffers stay kept).
+fn take_host_uses(inner: &mut Inner) -> Vec<HostUse> {
+    let mut uses = Vec::new();
+    for b in inner.pending.iter_mut() {
+        let (host, mut rest): (Vec<Keep>, Vec<Keep>) = std::mem::take(&mut b.keep)
+            .into_iter()
+            .partition(|k| k.is::<HostUse>());
+        for u in host
+            .into_iter()
+            .filter_map(|k| k.downcast::<HostUse>().ok())
+        {
+            rest.push(Box::new(u.buffer().clone()));
+            uses.push(*u);
+        }
+        b.keep = rest;
     }
-    r
+    uses
 }

@@ -1,4 +1,5 @@
 //! Shared by the tests that run the backend on the simulated driver.
+#![allow(dead_code)] // each test uses what it needs
 
 use std::path::PathBuf;
 
@@ -19,4 +20,60 @@ pub fn simulated_driver() -> PathBuf {
             deps.display()
         )
     })
+}
+
+/// The simulated driver's test controls (see `conformance/sim/cuda/src/fault.rs`), called in
+/// the same loaded copy of the library as the backend's.
+pub mod controls {
+    use std::ffi::{c_char, c_int, c_uint, CString};
+    use std::sync::OnceLock;
+
+    fn lib() -> &'static libloading::Library {
+        static LIB: OnceLock<libloading::Library> = OnceLock::new();
+        // SAFETY: the simulated driver, already loaded by the backend (same path, same copy);
+        // its initialisers are benign.
+        LIB.get_or_init(|| unsafe { libloading::Library::new(super::simulated_driver()) }.unwrap())
+    }
+
+    /// The calling thread's `n`th call (from now) of entry point `name` returns `code`.
+    pub fn fail(name: &str, n: u32, code: i32) {
+        let name = CString::new(name).unwrap();
+        // SAFETY: the signature of `unihal_sim_fail`; a NUL-terminated name.
+        let r = unsafe {
+            let f = lib()
+                .get::<unsafe extern "C" fn(*const c_char, c_uint, c_int) -> c_int>(
+                    b"unihal_sim_fail",
+                )
+                .unwrap();
+            f(name.as_ptr(), n, code)
+        };
+        assert_eq!(r, 0);
+    }
+
+    /// Disarms the calling thread's injected failures.
+    pub fn clear() {
+        // SAFETY: the signature of `unihal_sim_fail_clear`.
+        unsafe {
+            lib()
+                .get::<unsafe extern "C" fn()>(b"unihal_sim_fail_clear")
+                .unwrap()()
+        }
+    }
+
+    /// The violations the simulator recorded in this process, and the latest one's message.
+    pub fn violations() -> (u32, String) {
+        let mut buf = vec![0 as c_char; 1024];
+        // SAFETY: the signature of `unihal_sim_last_violation`; a buffer of its length.
+        let n = unsafe {
+            let f = lib()
+                .get::<unsafe extern "C" fn(*mut c_char, usize) -> c_uint>(
+                    b"unihal_sim_last_violation",
+                )
+                .unwrap();
+            f(buf.as_mut_ptr(), buf.len())
+        };
+        // SAFETY: NUL-terminated by the callee.
+        let msg = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        (n, msg.to_string_lossy().into_owned())
+    }
 }

@@ -19,6 +19,7 @@ pub const CUDA_ERROR_LAUNCH_TIMEOUT: i32 = 702;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: i32 = 704;
 pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: i32 = 705;
 pub const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
+pub const CUDA_ERROR_NOT_PERMITTED: i32 = 800;
 pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 pub const CUDA_ERROR_UNKNOWN: i32 = 999;
 
@@ -75,6 +76,7 @@ pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
             c"peer access has not been enabled",
         ),
         CUDA_ERROR_LAUNCH_FAILED => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
+        CUDA_ERROR_NOT_PERMITTED => (c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
         CUDA_ERROR_NOT_SUPPORTED => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
         CUDA_ERROR_UNKNOWN => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
         _ => return None,

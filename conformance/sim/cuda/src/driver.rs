@@ -26,7 +26,7 @@ pub fn device_name(ordinal: usize, mode: unihal_sim::Mode) -> String {
 
 #[no_mangle]
 pub extern "C" fn cuInit(flags: c_uint) -> c_int {
-    api(|| {
+    api("cuInit", || {
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -39,12 +39,12 @@ pub extern "C" fn cuInit(flags: c_uint) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
-    api(|| unsafe { out(v, DRIVER_VERSION) })
+    api("cuDriverGetVersion", || unsafe { out(v, DRIVER_VERSION) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(e: c_int, s: *mut *const c_char) -> c_int {
-    api(|| {
+    api("cuGetErrorName", || {
         let (name, _) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         unsafe { out(s, name.as_ptr()) }
     })
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn cuGetErrorName(e: c_int, s: *mut *const c_char) -> c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorString(e: c_int, s: *mut *const c_char) -> c_int {
-    api(|| {
+    api("cuGetErrorString", || {
         let (_, text) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         unsafe { out(s, text.as_ptr()) }
     })
@@ -60,7 +60,7 @@ pub unsafe extern "C" fn cuGetErrorString(e: c_int, s: *mut *const c_char) -> c_
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
-    api(|| {
+    api("cuDeviceGetCount", || {
         let s = sim()?;
         unsafe { out(n, s.devices.len() as c_int) }
     })
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceGet", || {
         sim()?.device(ordinal)?;
         unsafe { out(d, ordinal) }
     })
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, d: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceGetName", || {
         let mode = sim()?.device(d)?.mode();
         let full = device_name(d as usize, mode);
         let bytes = full.as_bytes();
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, d: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], d: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceGetUuid", || {
         sim()?.device(d)?;
         let mut id = *b"unihal-sim-cuda0";
         id[15] = b'0' + d as u8;
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], d: c_int) -> c_
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, d: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceGetAttribute", || {
         let dev = sim()?.device(d)?;
         let value = attribute(attr, d, &dev.limits()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         unsafe { out(v, value) }
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, d: c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, d: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceTotalMem_v2", || {
         let dev = sim()?.device(d)?;
         unsafe { out(bytes, dev.memory_info().1 as usize) }
     })
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, d: c_int) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, d: c_int) -> c_int {
-    api(|| {
+    api("cuDevicePrimaryCtxRetain", || {
         sim()?.device(d)?;
         unsafe { out(ctx, (PRIMARY_CTX + d as usize) as *mut c_void) }
     })
@@ -135,12 +135,14 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, d: c_in
 
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(d: c_int) -> c_int {
-    api(|| sim()?.device(d).map(|_| ()))
+    api("cuDevicePrimaryCtxRelease_v2", || {
+        sim()?.device(d).map(|_| ())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
-    api(|| {
+    api("cuCtxGetCurrent", || {
         sim()?;
         unsafe { out(ctx, CURRENT.get() as *mut c_void) }
     })
@@ -148,7 +150,7 @@ pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
-    api(|| {
+    api("cuCtxSetCurrent", || {
         let s = sim()?;
         let valid = (PRIMARY_CTX..PRIMARY_CTX + s.devices.len()).contains(&(ctx as usize));
         if !ctx.is_null() && !valid {
@@ -161,12 +163,14 @@ pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> c_int {
-    api(|| sim()?.current_device()?.synchronize().map_err(c))
+    api("cuCtxSynchronize", || {
+        sim()?.current_device()?.synchronize().map_err(c)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int {
-    api(|| {
+    api("cuMemGetInfo_v2", || {
         let (f, t) = sim()?.current_device()?.memory_info();
         unsafe {
             out(free, f as usize)?;
@@ -177,7 +181,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
-    api(|| {
+    api("cuMemAlloc_v2", || {
         if bytes == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -188,7 +192,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(p: u64) -> c_int {
-    api(|| {
+    api("cuMemFree_v2", || {
         let s = sim()?;
         s.memory_owner(p)?.free(p).map_err(c)
     })
@@ -197,7 +201,7 @@ pub extern "C" fn cuMemFree_v2(p: u64) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut c_void) -> c_int {
     // Allocated at once: memory that exists now is valid for work enqueued after this call.
-    api(|| {
+    api("cuMemAllocAsync", || {
         let (dev, id) = sim()?.stream(stream)?;
         if bytes == 0 || dev.query_stream(id).is_err() {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -209,7 +213,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(p: u64, stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuMemFreeAsync", || {
         let (dev, id) = sim()?.stream(stream)?;
         let work = Work {
             touches: vec![(p, 0)],
@@ -231,17 +235,17 @@ fn fill(p: u64, value: u32, width: u64, count: usize, stream: *mut c_void) -> Re
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(p: u64, v: u8, n: usize, stream: *mut c_void) -> c_int {
-    api(|| fill(p, v as u32, 1, n, stream))
+    api("cuMemsetD8Async", || fill(p, v as u32, 1, n, stream))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD16Async(p: u64, v: u16, n: usize, stream: *mut c_void) -> c_int {
-    api(|| fill(p, v as u32, 2, n, stream))
+    api("cuMemsetD16Async", || fill(p, v as u32, 2, n, stream))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(p: u64, v: u32, n: usize, stream: *mut c_void) -> c_int {
-    api(|| fill(p, v, 4, n, stream))
+    api("cuMemsetD32Async", || fill(p, v, 4, n, stream))
 }
 
 #[no_mangle]
@@ -251,7 +255,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     n: usize,
     stream: *mut c_void,
 ) -> c_int {
-    api(|| {
+    api("cuMemcpyHtoDAsync_v2", || {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
         if src.is_null() && n > 0 {
@@ -291,7 +295,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     n: usize,
     stream: *mut c_void,
 ) -> c_int {
-    api(|| {
+    api("cuMemcpyDtoHAsync_v2", || {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
         if dst.is_null() && n > 0 {
@@ -324,7 +328,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuMemcpyDtoDAsync_v2", || {
         let (dev, id) = sim()?.stream(stream)?;
         dev.enqueue(id, dtod(dst, src, n as u64)).map_err(c)
     })
@@ -340,7 +344,7 @@ fn dtod(dst: u64, src: u64, len: u64) -> Work {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint) -> c_int {
-    api(|| {
+    api("cuStreamCreate", || {
         if flags > 1 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -356,7 +360,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint)
 
 #[no_mangle]
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuStreamDestroy_v2", || {
         if stream.is_null() {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -367,7 +371,7 @@ pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuStreamSynchronize", || {
         let (dev, id) = sim()?.stream(stream)?;
         dev.stream_synchronize(id).map_err(c)
     })
@@ -378,16 +382,20 @@ pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 
 #[no_mangle]
 pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, f: HostFn, data: *mut c_void) -> c_int {
-    api(|| {
+    api("cuLaunchHostFunc", || {
         let (dev, id) = sim()?.stream(stream)?;
         let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let data = data as usize;
         let work = Work {
             touches: Vec::new(),
             run: Box::new(move |_| {
+                // It must not call the driver (here the device is locked): such calls are refused
+                // and recorded as violations.
+                let outer = crate::IN_HOST_FN.replace(true);
                 // SAFETY: the caller's function and data, called once in stream order, as the
-                // driver does (it must not call the driver: here the device is locked).
+                // driver does.
                 unsafe { f(data as *mut c_void) };
+                crate::IN_HOST_FN.set(outer);
                 Ok(())
             }),
         };
@@ -397,7 +405,7 @@ pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, f: HostFn, data: *mut c_
 
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuStreamQuery", || {
         let (dev, id) = sim()?.stream(stream)?;
         dev.query_stream_done(id).map_err(c)
     })
@@ -409,7 +417,7 @@ pub extern "C" fn cuStreamWaitEvent(
     event: *mut c_void,
     _flags: c_uint,
 ) -> c_int {
-    api(|| {
+    api("cuStreamWaitEvent", || {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
         let owner = s.owner(event as u64)?;
@@ -423,7 +431,7 @@ pub extern "C" fn cuStreamWaitEvent(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> c_int {
-    api(|| {
+    api("cuEventCreate", || {
         let id = sim()?.current_device()?.create_event().map_err(c)?;
         unsafe { out(event, id.0 as *mut c_void) }
     })
@@ -431,7 +439,7 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) 
 
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> c_int {
-    api(|| {
+    api("cuEventDestroy_v2", || {
         let h = event as u64;
         sim()?.owner(h)?.destroy_event(EventId(h)).map_err(c)
     })
@@ -439,7 +447,7 @@ pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> c_int {
-    api(|| {
+    api("cuEventRecord", || {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
         if !std::ptr::eq(s.owner(event as u64)?.as_ref(), dev.as_ref()) {
@@ -451,7 +459,7 @@ pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> c_in
 
 #[no_mangle]
 pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> c_int {
-    api(|| {
+    api("cuEventSynchronize", || {
         let h = event as u64;
         sim()?.owner(h)?.event_synchronize(EventId(h)).map_err(c)
     })
@@ -459,7 +467,7 @@ pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuEventQuery(event: *mut c_void) -> c_int {
-    api(|| {
+    api("cuEventQuery", || {
         let h = event as u64;
         sim()?.owner(h)?.query(EventId(h)).map_err(c)
     })
@@ -471,7 +479,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     start: *mut c_void,
     end: *mut c_void,
 ) -> c_int {
-    api(|| {
+    api("cuEventElapsedTime", || {
         let v = sim()?
             .owner(start as u64)?
             .elapsed_ms(EventId(start as u64), EventId(end as u64))
@@ -491,7 +499,7 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
-    api(|| {
+    api("cuModuleLoadData", || {
         let dev = sim()?.current_device()?;
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -519,7 +527,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     module: *mut c_void,
     name: *const c_char,
 ) -> c_int {
-    api(|| {
+    api("cuModuleGetFunction", || {
         let dev = sim()?.owner(module as u64)?;
         if name.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -535,7 +543,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
-    api(|| {
+    api("cuModuleUnload", || {
         let h = module as u64;
         sim()?.owner(h)?.unload_module(ModuleId(h)).map_err(c)
     })
@@ -556,7 +564,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> c_int {
-    api(|| {
+    api("cuLaunchKernel", || {
         let s = sim()?;
         if !extra.is_null() {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
@@ -589,7 +597,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetDevice(d: *mut c_int) -> c_int {
-    api(|| {
+    api("cuCtxGetDevice", || {
         let o = sim()?.current()?;
         unsafe { out(d, o as c_int) }
     })
@@ -597,7 +605,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(d: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, d: c_int, peer: c_int) -> c_int {
-    api(|| {
+    api("cuDeviceCanAccessPeer", || {
         let s = sim()?;
         s.device(d)?;
         s.device(peer)?;
@@ -616,7 +624,7 @@ fn context_ordinal(s: &Sim, ctx: *mut c_void) -> Result<usize, i32> {
 
 #[no_mangle]
 pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_int {
-    api(|| {
+    api("cuCtxEnablePeerAccess", || {
         let s = sim()?;
         let (me, other) = (s.current()?, context_ordinal(s, peer)?);
         if flags != 0 {
@@ -634,7 +642,7 @@ pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_i
 
 #[no_mangle]
 pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
-    api(|| {
+    api("cuCtxDisablePeerAccess", || {
         let s = sim()?;
         let (me, other) = (s.current()?, context_ordinal(s, peer)?);
         if !s.peer_access.lock().remove(&(me, other)) {
@@ -653,7 +661,7 @@ pub extern "C" fn cuMemcpyPeerAsync(
     n: usize,
     stream: *mut c_void,
 ) -> c_int {
-    api(|| {
+    api("cuMemcpyPeerAsync", || {
         let s = sim()?;
         let (dev, id) = s.stream(stream)?;
         let (d, sr) = (context_ordinal(s, dst_ctx)?, context_ordinal(s, src_ctx)?);
@@ -709,17 +717,17 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     bytes: usize,
     _flags: c_uint,
 ) -> c_int {
-    api(|| host_alloc(sim()?, p, bytes))
+    api("cuMemHostAlloc", || host_alloc(sim()?, p, bytes))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) -> c_int {
-    api(|| host_alloc(sim()?, p, bytes))
+    api("cuMemAllocHost_v2", || host_alloc(sim()?, p, bytes))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
-    api(|| {
+    api("cuMemFreeHost", || {
         let s = sim()?;
         let layout = {
             let mut table = s.pinned.lock();

@@ -25,6 +25,17 @@
 //! * `UNIHAL_SIM_MEMORY`: capacity of each device in bytes (default 8 GiB).
 //! * `UNIHAL_SIM_WATCHDOG_MS`: how long a synchronisation, or a communicator's initialisation,
 //!   waits for peers that never come before failing (default 60000): real NCCL would hang.
+//! * `UNIHAL_SIM_FAIL=name:n:code,...`: injected failures ([`fault`]): the `n`th call of entry
+//!   point `name` returns `code` (any number, also one `cuda.h` does not list); tests arm them
+//!   per thread with the exported `unihal_sim_fail`.
+//! * `UNIHAL_SIM_NCCL_CALL_US`: how long every call on an NCCL communicator holds it (default 0),
+//!   to widen the windows in which unserialised uses of one communicator overlap.
+//!
+//! Stricter than the real libraries where they leave misuse undefined: a driver or NCCL call
+//! from inside a host function is refused (`CUDA_ERROR_NOT_PERMITTED`), and a use of an NCCL
+//! communicator after `ncclCommAbort`/`ncclCommDestroy` (`ncclInvalidArgument`) or two threads
+//! inside calls on one communicator at once are detected; each is recorded as a violation that
+//! tests read with the exported `unihal_sim_violations` ([`fault`]).
 //!
 //! Contexts follow the driver: each device has one primary context; the calling thread's current
 //! context selects the device for allocations, stream/event/module creation and NCCL's
@@ -47,6 +58,7 @@
 
 pub mod conv;
 pub mod driver;
+pub mod fault;
 pub mod nccl;
 pub mod nccl_conv;
 
@@ -226,8 +238,30 @@ impl Sim {
     }
 }
 
-/// Runs an entry point: panics never cross the C boundary.
-fn api(f: impl FnOnce() -> Result<(), i32>) -> i32 {
+thread_local! {
+    /// True while this thread runs a host function (`cuLaunchHostFunc`).
+    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Refuses (and records as a violation) a call of `name` made from inside a host function: CUDA
+/// forbids driver calls there (`CUDA_ERROR_NOT_PERMITTED`; here the device lock is also held).
+fn outside_host_fn(name: &str) -> Result<(), i32> {
+    if IN_HOST_FN.get() {
+        fault::violation(format!("{name} called from inside a host function"));
+        return Err(CUDA_ERROR_NOT_PERMITTED);
+    }
+    Ok(())
+}
+
+/// Runs entry point `name`: an injected failure ([`fault`]) returns its code instead; a call
+/// from a host function is refused; panics never cross the C boundary.
+fn api(name: &str, f: impl FnOnce() -> Result<(), i32>) -> i32 {
+    if let Err(e) = outside_host_fn(name) {
+        return e;
+    }
+    if let Some(code) = fault::injected(name) {
+        return code;
+    }
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => CUDA_SUCCESS,
         Ok(Err(e)) => e,

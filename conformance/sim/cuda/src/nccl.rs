@@ -5,6 +5,9 @@
 //! streams (see `unihal_sim::ccl`). Nothing hangs: communicator init and synchronisation fail
 //! after `UNIHAL_SIM_WATCHDOG_MS` when peers never come.
 //!
+//! `ncclCommDestroy` and `ncclCommFinalize` wait for the communicator's queued operations, as
+//! NCCL's do (bounded here by the watchdog); `ncclCommAbort` ends them without waiting.
+//!
 //! Errors come back as `ncclResult_t` codes ([`crate::nccl_conv`]) with a message for
 //! `ncclGetLastError`. Not simulated: a split inside a group, non-blocking communicators
 //! (`ncclCommInitRankConfig`), user-defined reductions and FP8 types.
@@ -13,11 +16,12 @@ use crate::nccl_conv::*;
 use crate::{sim, Sim, SIM};
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Registry};
-use unihal_sim::{SimError, StreamId};
+use unihal_sim::{EventId, SimError, StreamId};
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
 #[repr(C)]
@@ -33,11 +37,77 @@ const ID_MAGIC: &[u8; 16] = b"unihal-sim-nccl\0";
 struct NcclComm {
     comm: Comm,
     ordinal: usize,
+    /// Calls inside this communicator now (more than one at a time is a violation: NCCL
+    /// communicators are not thread-safe).
+    users: AtomicUsize,
+    /// Events recorded after this communicator's queued operations (`ncclCommDestroy` waits
+    /// for them, as NCCL does).
+    queued: Mutex<Vec<EventId>>,
+}
+
+impl NcclComm {
+    /// Records that an operation was queued on `stream` (its completion is what destroy waits
+    /// for); forgets completed ones.
+    fn track(&self, s: &Sim, stream: StreamId) {
+        let dev = &s.devices[self.ordinal];
+        let mut queued = self.queued.lock();
+        queued.retain(|&ev| {
+            let done = dev.query(ev).is_ok();
+            if done {
+                let _ = dev.destroy_event(ev);
+            }
+            !done
+        });
+        if let Ok(ev) = dev.create_event() {
+            if dev.record(ev, stream).is_ok() {
+                queued.push(ev);
+            } else {
+                let _ = dev.destroy_event(ev);
+            }
+        }
+    }
+
+    /// Waits until every queued operation completed or failed (a wait for a peer that never
+    /// comes ends after the simulator's watchdog, with the device failed). Their failures are
+    /// the communicator's asynchronous errors, not this call's.
+    fn drain(&self, s: &Sim) {
+        let dev = &s.devices[self.ordinal];
+        for ev in std::mem::take(&mut *self.queued.lock()) {
+            let _ = dev.event_synchronize(ev);
+            let _ = dev.destroy_event(ev);
+        }
+    }
+
+    /// Forgets the queued operations (after an abort, which ends them).
+    fn forget(&self, s: &Sim) {
+        let dev = &s.devices[self.ordinal];
+        for ev in std::mem::take(&mut *self.queued.lock()) {
+            let _ = dev.destroy_event(ev);
+        }
+    }
+}
+
+/// One call inside a communicator: marks it in use until dropped.
+struct Using(Arc<NcclComm>);
+
+impl std::ops::Deref for Using {
+    type Target = NcclComm;
+    fn deref(&self) -> &NcclComm {
+        &self.0
+    }
+}
+
+impl Drop for Using {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Globals {
     registry: Registry,
     comms: Mutex<HashMap<usize, Arc<NcclComm>>>,
+    /// Handles released by `ncclCommAbort` or `ncclCommDestroy` (a later use is a violation).
+    dead: Mutex<HashSet<usize>>,
     next: Mutex<usize>,
 }
 
@@ -46,6 +116,7 @@ fn globals() -> &'static Globals {
     G.get_or_init(|| Globals {
         registry: Registry::new(),
         comms: Mutex::new(HashMap::new()),
+        dead: Mutex::new(HashSet::new()),
         next: Mutex::new(0x7c00_0000),
     })
 }
@@ -68,8 +139,16 @@ thread_local! {
     static GROUP: RefCell<Group> = RefCell::new(Group::default());
 }
 
-/// Runs an entry point: panics never cross the C boundary; failures record their message.
-fn nccl(f: impl FnOnce() -> Result<(), Fail>) -> c_int {
+/// Runs entry point `name`: an injected failure ([`crate::fault`]) returns its code instead; a
+/// call from a host function is refused; panics never cross the C boundary; failures record
+/// their message.
+fn nccl(name: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
+    if crate::outside_host_fn(name).is_err() {
+        return NCCL_INVALID_USAGE;
+    }
+    if let Some(code) = crate::fault::injected(name) {
+        return code;
+    }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .unwrap_or_else(|_| Err(Fail(NCCL_INTERNAL_ERROR, "panic in the simulator".into())));
     match r {
@@ -93,13 +172,56 @@ fn current_ordinal(s: &Sim) -> usize {
     s.current().unwrap_or(0)
 }
 
-fn comm(h: *mut c_void) -> Result<Arc<NcclComm>, Fail> {
-    globals()
-        .comms
-        .lock()
-        .get(&(h as usize))
-        .cloned()
-        .ok_or_else(|| invalid(format!("communicator {h:?} is not a live communicator")))
+/// How long every call on a communicator holds it (`UNIHAL_SIM_NCCL_CALL_US`, default 0): a
+/// test setting that widens the windows in which unserialised uses of one communicator overlap,
+/// so that they are detected.
+fn call_time() -> std::time::Duration {
+    static T: OnceLock<std::time::Duration> = OnceLock::new();
+    *T.get_or_init(|| {
+        let us = std::env::var("UNIHAL_SIM_NCCL_CALL_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        std::time::Duration::from_micros(us)
+    })
+}
+
+/// The communicator behind handle `h`, in use by `call` until the result is dropped. A handle
+/// already aborted or destroyed, and a second call inside one communicator at the same time, are
+/// violations (undefined behaviour with NCCL): recorded, the first refused with
+/// `ncclInvalidArgument`.
+fn comm(h: *mut c_void, call: &str) -> Result<Using, Fail> {
+    let g = globals();
+    let found = g.comms.lock().get(&(h as usize)).cloned();
+    let Some(k) = found else {
+        if g.dead.lock().contains(&(h as usize)) {
+            crate::fault::violation(format!(
+                "{call} on communicator {h:?} after ncclCommAbort/ncclCommDestroy released it"
+            ));
+        }
+        return Err(invalid(format!(
+            "communicator {h:?} is not a live communicator"
+        )));
+    };
+    if k.users.fetch_add(1, Ordering::SeqCst) > 0 {
+        crate::fault::violation(format!(
+            "{call} on communicator {h:?} while another thread is inside a call on it (NCCL \
+             communicators are not thread-safe)"
+        ));
+    }
+    let using = Using(k);
+    let t = call_time();
+    if !t.is_zero() {
+        std::thread::sleep(t);
+    }
+    Ok(using)
+}
+
+/// Releases handle `h` (abort or destroy): later uses are violations.
+fn release(h: *mut c_void) {
+    let g = globals();
+    g.comms.lock().remove(&(h as usize));
+    g.dead.lock().insert(h as usize);
 }
 
 /// Writes `v` through an out-pointer (a null one is an invalid argument).
@@ -117,12 +239,14 @@ unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Result<(), Fail> {
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
-    nccl(|| unsafe { put(version, NCCL_VERSION_CODE, "version") })
+    nccl("ncclGetVersion", || unsafe {
+        put(version, NCCL_VERSION_CODE, "version")
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(id: *mut ncclUniqueId) -> c_int {
-    nccl(|| {
+    nccl("ncclGetUniqueId", || {
         let mut v = ncclUniqueId { internal: [0; 128] };
         let bytes: Vec<u8> = ID_MAGIC.iter().chain(&fresh_id()).copied().collect();
         for (d, b) in v.internal.iter_mut().zip(bytes) {
@@ -167,9 +291,15 @@ fn register(comm: Comm, ordinal: usize) -> usize {
         *next += 16;
         *next
     };
-    g.comms
-        .lock()
-        .insert(h, Arc::new(NcclComm { comm, ordinal }));
+    g.comms.lock().insert(
+        h,
+        Arc::new(NcclComm {
+            comm,
+            ordinal,
+            users: AtomicUsize::new(0),
+            queued: Mutex::new(Vec::new()),
+        }),
+    );
     h
 }
 
@@ -193,7 +323,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
     id: ncclUniqueId,
     rank: c_int,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclCommInitRank", || {
         let s = started()?;
         if out.is_null() {
             return Err(invalid("comm is null"));
@@ -221,7 +351,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
     ndev: c_int,
     devlist: *const c_int,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclCommInitAll", || {
         let s = started()?;
         if comms.is_null() || ndev <= 0 {
             return Err(invalid(format!("comms {comms:?}, ndev {ndev}")));
@@ -253,36 +383,44 @@ pub unsafe extern "C" fn ncclCommInitAll(
     })
 }
 
-/// Finalize flushes a communicator's work; in the simulator queued work completes through its
-/// streams, so it only checks the handle.
+/// Finalize flushes a communicator's work: it waits for its queued operations.
 #[no_mangle]
 pub extern "C" fn ncclCommFinalize(c: *mut c_void) -> c_int {
-    nccl(|| comm(c).map(|_| ()))
-}
-
-#[no_mangle]
-pub extern "C" fn ncclCommDestroy(c: *mut c_void) -> c_int {
-    nccl(|| {
-        comm(c)?;
-        globals().comms.lock().remove(&(c as usize));
+    nccl("ncclCommFinalize", || {
+        comm(c, "ncclCommFinalize")?.drain(started()?);
         Ok(())
     })
 }
 
+/// Waits for the communicator's queued operations, as NCCL's does (so a destroy with an operation
+/// whose peer never comes waits, here up to `UNIHAL_SIM_WATCHDOG_MS`, where NCCL would hang),
+/// then releases the handle.
+#[no_mangle]
+pub extern "C" fn ncclCommDestroy(c: *mut c_void) -> c_int {
+    nccl("ncclCommDestroy", || {
+        let k = comm(c, "ncclCommDestroy")?;
+        k.drain(started()?);
+        release(c);
+        Ok(())
+    })
+}
+
+/// Ends the communicator's operations (they fail) without waiting, and releases the handle.
 #[no_mangle]
 pub extern "C" fn ncclCommAbort(c: *mut c_void) -> c_int {
-    nccl(|| {
-        let k = comm(c)?;
+    nccl("ncclCommAbort", || {
+        let k = comm(c, "ncclCommAbort")?;
         k.comm.abort();
-        globals().comms.lock().remove(&(c as usize));
+        k.forget(started()?);
+        release(c);
         Ok(())
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommGetAsyncError(c: *mut c_void, err: *mut c_int) -> c_int {
-    nccl(|| {
-        let k = comm(c)?;
+    nccl("ncclCommGetAsyncError", || {
+        let k = comm(c, "ncclCommGetAsyncError")?;
         let code = k.comm.error().map_or(NCCL_SUCCESS, |e| async_code(&e));
         unsafe { put(err, code, "asyncError") }
     })
@@ -298,9 +436,9 @@ pub unsafe extern "C" fn ncclCommSplit(
     out: *mut *mut c_void,
     _config: *mut c_void,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclCommSplit", || {
         let s = started()?;
-        let parent = comm(c)?;
+        let parent = comm(c, "ncclCommSplit")?;
         if out.is_null() {
             return Err(invalid("newcomm is null"));
         }
@@ -327,17 +465,23 @@ pub unsafe extern "C" fn ncclCommSplit(
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCount(c: *mut c_void, n: *mut c_int) -> c_int {
-    nccl(|| unsafe { put(n, comm(c)?.comm.nranks() as c_int, "count") })
+    nccl("ncclCommCount", || unsafe {
+        put(n, comm(c, "ncclCommCount")?.comm.nranks() as c_int, "count")
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCuDevice(c: *mut c_void, d: *mut c_int) -> c_int {
-    nccl(|| unsafe { put(d, comm(c)?.ordinal as c_int, "device") })
+    nccl("ncclCommCuDevice", || unsafe {
+        put(d, comm(c, "ncclCommCuDevice")?.ordinal as c_int, "device")
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommUserRank(c: *mut c_void, r: *mut c_int) -> c_int {
-    nccl(|| unsafe { put(r, comm(c)?.comm.rank() as c_int, "rank") })
+    nccl("ncclCommUserRank", || unsafe {
+        put(r, comm(c, "ncclCommUserRank")?.comm.rank() as c_int, "rank")
+    })
 }
 
 /// An init queued in a group (run at `ncclGroupEnd`, all ranks at once).
@@ -396,7 +540,7 @@ fn in_group() -> bool {
 
 #[no_mangle]
 pub extern "C" fn ncclGroupStart() -> c_int {
-    nccl(|| {
+    nccl("ncclGroupStart", || {
         GROUP.with(|g| g.borrow_mut().depth += 1);
         Ok(())
     })
@@ -404,7 +548,7 @@ pub extern "C" fn ncclGroupStart() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> c_int {
-    nccl(|| {
+    nccl("ncclGroupEnd", || {
         let (inits, ops) = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.depth == 0 {
@@ -420,8 +564,9 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
                 (Vec::new(), Vec::new())
             })
         })?;
+        let s = started()?;
         if !inits.is_empty() {
-            run_inits(started()?, inits)?;
+            run_inits(s, inits)?;
         }
         // Collectives in call order; the sends and receives of each (communicator, stream) as
         // one operation, so they may pair up in any order without deadlock.
@@ -429,11 +574,10 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
         let mut first: Result<(), Fail> = Ok(());
         for (k, stream, op) in ops {
             match op {
-                Op::Coll(call) => {
-                    if let Err(e) = k.comm.collective(stream, call) {
-                        first = first.and(Err(e.into()));
-                    }
-                }
+                Op::Coll(call) => match k.comm.collective(stream, call) {
+                    Ok(()) => k.track(s, stream),
+                    Err(e) => first = first.and(Err(e.into())),
+                },
                 Op::P2p(call) => {
                     match p2p
                         .iter_mut()
@@ -446,8 +590,9 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
             }
         }
         for (k, stream, calls) in p2p {
-            if let Err(e) = k.comm.group(stream, &calls) {
-                first = first.and(Err(e.into()));
+            match k.comm.group(stream, &calls) {
+                Ok(()) => k.track(s, stream),
+                Err(e) => first = first.and(Err(e.into())),
             }
         }
         first
@@ -476,16 +621,17 @@ fn comm_stream(s: &Sim, k: &NcclComm, stream: *mut c_void) -> Result<StreamId, F
 /// Queues (or, in a group, collects) one operation.
 fn submit(c: *mut c_void, stream: *mut c_void, op: Op) -> Result<(), Fail> {
     let s = started()?;
-    let k = comm(c)?;
+    let k = comm(c, "an NCCL operation")?;
     let stream = comm_stream(s, &k, stream)?;
     if in_group() {
-        GROUP.with(|g| g.borrow_mut().ops.push((k, stream, op)));
+        GROUP.with(|g| g.borrow_mut().ops.push((k.0.clone(), stream, op)));
         return Ok(());
     }
     match op {
         Op::Coll(call) => k.comm.collective(stream, call)?,
         Op::P2p(call) => k.comm.group(stream, &[call])?,
     }
+    k.track(s, stream);
     Ok(())
 }
 
@@ -529,7 +675,7 @@ pub extern "C" fn ncclAllReduce(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclAllReduce", || {
         collective(
             Kind::AllReduce(op(red)?),
             send,
@@ -552,7 +698,7 @@ pub extern "C" fn ncclBroadcast(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclBroadcast", || {
         let kind = Kind::Broadcast { root: root(r)? };
         collective(kind, send, recv, count, dtype, c, stream)
     })
@@ -582,7 +728,7 @@ pub extern "C" fn ncclReduce(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclReduce", || {
         let kind = Kind::Reduce {
             op: op(red)?,
             root: root(r)?,
@@ -601,7 +747,9 @@ pub extern "C" fn ncclAllGather(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| collective(Kind::AllGather, send, recv, count, dtype, c, stream))
+    nccl("ncclAllGather", || {
+        collective(Kind::AllGather, send, recv, count, dtype, c, stream)
+    })
 }
 
 #[no_mangle]
@@ -614,7 +762,7 @@ pub extern "C" fn ncclReduceScatter(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| {
+    nccl("ncclReduceScatter", || {
         let kind = Kind::ReduceScatter(op(red)?);
         collective(kind, send, recv, count, dtype, c, stream)
     })
@@ -630,7 +778,9 @@ pub extern "C" fn ncclAlltoAll(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| collective(Kind::AllToAll, send, recv, count, dtype, c, stream))
+    nccl("ncclAlltoAll", || {
+        collective(Kind::AllToAll, send, recv, count, dtype, c, stream)
+    })
 }
 
 fn p2p(
@@ -676,7 +826,9 @@ pub extern "C" fn ncclSend(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| p2p(true, send as *mut c_void, count, dtype, peer, c, stream))
+    nccl("ncclSend", || {
+        p2p(true, send as *mut c_void, count, dtype, peer, c, stream)
+    })
 }
 
 #[no_mangle]
@@ -688,5 +840,7 @@ pub extern "C" fn ncclRecv(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> c_int {
-    nccl(|| p2p(false, recv, count, dtype, peer, c, stream))
+    nccl("ncclRecv", || {
+        p2p(false, recv, count, dtype, peer, c, stream)
+    })
 }

@@ -1,0 +1,54 @@
+//! A stream synchronisation releases only what the work queued before it used, not what another
+//! thread enqueued while the driver synchronised (simulated driver, deferred mode: the later work
+//! has certainly not run). The synchronisation is held in the driver by an all-reduce whose
+//! second rank comes late.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::simulated_driver;
+use unihal_cuda::CudaBackend;
+use unihal_hal::{Backend, CommConfig, DType, ReduceOp, Stream};
+
+#[test]
+fn synchronize_keeps_what_work_enqueued_meanwhile_uses() {
+    let lib = simulated_driver();
+    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
+    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
+    std::env::set_var("UNIHAL_SIM_MODE", "deferred");
+    let backend = Arc::new(CudaBackend::new());
+    let ccl = backend.collectives().expect("simulated NCCL loads");
+    let (d0, d1) = (backend.open(0).unwrap(), backend.open(1).unwrap());
+    let comms = ccl
+        .init_all(&[d0.clone(), d1.clone()], &CommConfig::default())
+        .unwrap();
+    let (s0, s1): (Arc<dyn Stream>, Arc<dyn Stream>) =
+        (d0.create_stream().unwrap(), d1.create_stream().unwrap());
+    let (b0, b1) = (d0.alloc(64).unwrap(), d1.alloc(64).unwrap());
+    comms[0]
+        .all_reduce(&b0, &b0, 16, DType::F32, ReduceOp::Sum, &s0)
+        .unwrap();
+    // Rank 0's synchronisation waits in the driver for rank 1.
+    let syncing = {
+        let s0 = s0.clone();
+        std::thread::spawn(move || s0.synchronize())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // Meanwhile: a copy into a host buffer, queued after the synchronisation began.
+    let h = d0.alloc_host(64).unwrap();
+    s0.copy_d2h(&b0, 0, &h, 0, 64).unwrap();
+    // Rank 1 arrives: the synchronisation returns.
+    comms[1]
+        .all_reduce(&b1, &b1, 16, DType::F32, ReduceOp::Sum, &s1)
+        .unwrap();
+    syncing.join().unwrap().unwrap();
+    assert!(
+        h.map().is_err(),
+        "the host buffer is mappable while the copy queued after the synchronisation began has \
+         not run"
+    );
+    s0.synchronize().unwrap();
+    assert!(h.map().is_ok());
+    s1.synchronize().unwrap();
+}
