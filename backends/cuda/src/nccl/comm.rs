@@ -22,19 +22,118 @@ struct InFlight {
     what: String,
 }
 
+/// The raw `ncclComm_t`, behind the lock that serialises every NCCL call on it (NCCL
+/// communicators are not thread-safe: the watchdog, `async_error`, the collectives and abort all
+/// use it from different threads). Released (aborted or destroyed) under that lock, once; later
+/// uses get a typed error.
+struct Handle {
+    /// The communicator; 0 once released.
+    raw: Mutex<usize>,
+    /// An abort was asked for: the next holder of the lock (the current one when its call
+    /// returns) aborts the communicator.
+    abort_requested: AtomicBool,
+    /// True while a holder of the lock is inside its NCCL call.
+    calling: AtomicBool,
+}
+
 /// The state the rank and its watchdog share.
 struct Shared {
     lib: Arc<Nccl>,
-    raw: usize,
+    handle: Handle,
     sticky: Mutex<Option<HalError>>,
-    aborted: AtomicBool,
     inflight: Mutex<Vec<InFlight>>,
     watching: AtomicBool,
 }
 
+/// Aborts (or destroys) communicator `raw` and zeroes it (nothing when already zero). The caller
+/// holds the only access to `raw` (its lock, or ownership).
+pub(crate) fn release(lib: &Nccl, raw: &mut usize, abort: bool) {
+    let comm = std::mem::replace(raw, 0);
+    if comm == 0 {
+        return;
+    }
+    let (call, f) = if abort {
+        ("ncclCommAbort", lib.comm_abort)
+    } else {
+        ("ncclCommDestroy", lib.comm_destroy)
+    };
+    // SAFETY: a live communicator (non-zero: not yet released) that no other call uses now (the
+    // caller's exclusive access), zeroed above so that none will after.
+    let code = unsafe { f(comm as RawComm) };
+    if code != 0 {
+        tracing::warn!(target: "unihal::cuda", "{}", conv::vendor(lib, call, code));
+    }
+}
+
+/// The error of a use after the communicator was released.
+fn released() -> HalError {
+    HalError::Aborted {
+        what: "the NCCL communicator (aborted)".into(),
+    }
+}
+
 impl Shared {
-    fn raw(&self) -> RawComm {
-        self.raw as RawComm
+    /// Runs `f` with the raw communicator, serialised with every other use of it.
+    ///
+    /// # Errors
+    /// [`HalError::Aborted`] once the communicator was aborted (nothing is called then).
+    fn with_raw<T>(&self, f: impl FnOnce(RawComm) -> T) -> Result<T> {
+        self.call_locked(self.handle.raw.lock(), f)
+    }
+
+    /// As [`Shared::with_raw`], waiting at most `wait` for another thread's call (which may be a
+    /// blocking one, such as a split waiting for its peers): None when it is still inside.
+    fn try_with_raw<T>(&self, wait: Duration, f: impl FnOnce(RawComm) -> T) -> Option<Result<T>> {
+        let g = self.handle.raw.try_lock_for(wait)?;
+        Some(self.call_locked(g, f))
+    }
+
+    fn call_locked<T>(
+        &self,
+        mut g: parking_lot::MutexGuard<'_, usize>,
+        f: impl FnOnce(RawComm) -> T,
+    ) -> Result<T> {
+        if self.handle.abort_requested.load(Ordering::SeqCst) {
+            self.release(&mut g, true);
+        }
+        if *g == 0 {
+            return Err(released());
+        }
+        self.handle.calling.store(true, Ordering::SeqCst);
+        let r = f(*g as RawComm);
+        self.handle.calling.store(false, Ordering::SeqCst);
+        // An abort asked for during the call (which did not wait for it) is done now.
+        if self.handle.abort_requested.load(Ordering::SeqCst) {
+            self.release(&mut g, true);
+        }
+        Ok(r)
+    }
+
+    /// Aborts (or destroys) the communicator held by the lock guard `raw`, once.
+    fn release(&self, raw: &mut usize, abort: bool) {
+        release(&self.lib, raw, abort);
+    }
+
+    /// Asks for the communicator to be aborted: now when no call holds it, else by the holder
+    /// as soon as its call returns (a call blocked waiting for peers is never waited for).
+    fn request_abort(&self) {
+        self.handle.abort_requested.store(true, Ordering::SeqCst);
+        loop {
+            if let Some(mut g) = self.handle.raw.try_lock() {
+                self.release(&mut g, true);
+                return;
+            }
+            // The holder reads `abort_requested` after clearing `calling` (both SeqCst): seen
+            // inside its call, it will abort when the call returns.
+            if self.handle.calling.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn aborted(&self) -> bool {
+        self.handle.abort_requested.load(Ordering::SeqCst)
     }
 
     /// Fails every in-flight stream, then aborts the NCCL communicator once (which ends its
@@ -46,30 +145,52 @@ impl Shared {
                 s.fail(e.clone());
             }
         }
-        if !self.aborted.swap(true, Ordering::AcqRel) {
-            // SAFETY: a live communicator, aborted exactly once (destroy is skipped after it).
-            unsafe { (self.lib.comm_abort)(self.raw()) };
-        }
+        self.request_abort();
+    }
+
+    /// `ncclCommGetAsyncError`: Ok(0) when healthy, Ok(code) for an asynchronous error; None
+    /// when another thread's call held the communicator for `wait`.
+    fn query_async(&self, wait: Duration) -> Option<Result<i32>> {
+        let r = self.try_with_raw(wait, |raw| {
+            let mut err = 0;
+            // SAFETY: a live communicator, used by this thread alone (the lock), and an
+            // out-pointer to a local.
+            let code = unsafe { (self.lib.comm_get_async_error)(raw, &mut err) };
+            (code, err)
+        })?;
+        Some(r.and_then(|(code, err)| {
+            if code != 0 {
+                Err(conv::vendor(&self.lib, "ncclCommGetAsyncError", code))
+            } else {
+                Ok(err)
+            }
+        }))
     }
 
     /// One watchdog pass: retire completed operations, react to async errors and timeouts.
     /// Returns false when nothing is left to watch.
     fn watch(&self) -> bool {
-        if self.aborted.load(Ordering::Acquire) {
+        if self.aborted() {
             return false;
         }
-        let mut err = 0;
-        // SAFETY: a live communicator and an out-pointer to a local.
-        unsafe { (self.lib.comm_get_async_error)(self.raw(), &mut err) };
-        if err == REMOTE_ERROR {
-            self.abort_with(HalError::Aborted {
-                what: "a peer rank aborted the NCCL communicator".into(),
-            });
-            return false;
-        }
-        if err != 0 && err != IN_PROGRESS {
-            self.abort_with(conv::vendor(&self.lib, "ncclCommGetAsyncError", err));
-            return false;
+        // Skipped for this pass while another thread is inside a call on the communicator.
+        match self.query_async(Duration::from_millis(5)) {
+            None | Some(Ok(0)) | Some(Ok(IN_PROGRESS)) => {}
+            Some(Ok(REMOTE_ERROR)) => {
+                self.abort_with(HalError::Aborted {
+                    what: "a peer rank aborted the NCCL communicator".into(),
+                });
+                return false;
+            }
+            Some(Ok(err)) => {
+                self.abort_with(conv::vendor(&self.lib, "ncclCommGetAsyncError", err));
+                return false;
+            }
+            // The state cannot be read: the operations cannot be watched.
+            Some(Err(e)) => {
+                self.abort_with(e);
+                return false;
+            }
         }
         let now = Instant::now();
         let mut expired = None;
@@ -95,10 +216,31 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if !self.aborted.load(Ordering::Acquire) {
-            // SAFETY: a live communicator, released exactly once (not after an abort).
-            unsafe { (self.lib.comm_destroy)(self.raw()) };
-        }
+        // Destroying waits for the communicator's operations (forever, when a peer never comes):
+        // with any in flight, or after a failure, it is aborted instead, and the streams of the
+        // operations fail. Deferred out of host callbacks (which must not call CUDA or NCCL).
+        let raw = std::mem::take(self.handle.raw.get_mut());
+        let inflight = std::mem::take(self.inflight.get_mut());
+        let failed = self.sticky.get_mut().is_some() || *self.handle.abort_requested.get_mut();
+        let lib = self.lib.clone();
+        crate::deferred::release(move || {
+            let busy = inflight
+                .iter()
+                .any(|op| !matches!(op.done.query(), Ok(true)));
+            if busy {
+                let e = HalError::Aborted {
+                    what: "the NCCL communicator was dropped with operations in flight".into(),
+                };
+                for op in &inflight {
+                    if let Some(s) = op.stream.as_any().downcast_ref::<CudaStream>() {
+                        s.fail(e.clone());
+                    }
+                }
+            }
+            let mut raw = raw;
+            // The last handle of the communicator is gone: nothing else uses it.
+            release(&lib, &mut raw, busy || failed);
+        });
     }
 }
 
@@ -126,9 +268,12 @@ impl NcclComm {
         Arc::new(NcclComm {
             shared: Arc::new(Shared {
                 lib,
-                raw: raw as usize,
+                handle: Handle {
+                    raw: Mutex::new(raw as usize),
+                    abort_requested: AtomicBool::new(false),
+                    calling: AtomicBool::new(false),
+                },
                 sticky: Mutex::new(None),
-                aborted: AtomicBool::new(false),
                 inflight: Mutex::new(Vec::new()),
                 watching: AtomicBool::new(false),
             }),
@@ -148,7 +293,7 @@ impl NcclComm {
         call: (CollectiveOp, DType, Option<ReduceOp>),
         stream: &'s Arc<dyn Stream>,
     ) -> Result<&'s CudaStream> {
-        if self.shared.aborted.load(Ordering::Acquire) && self.shared.sticky.lock().is_none() {
+        if self.shared.aborted() && self.shared.sticky.lock().is_none() {
             return Err(HalError::Aborted {
                 what: "the NCCL communicator".into(),
             });
@@ -186,17 +331,21 @@ impl NcclComm {
     }
 
     /// Enqueues `f` on `stream` (keeping `keep`), then watches it until it completes.
+    /// Enqueues `f(communicator, stream)` (NCCL calls, serialised with every other use of the
+    /// communicator) on `stream`, then watches it until it completes.
     fn enqueue(
         &self,
         what: String,
         stream: &Arc<dyn Stream>,
         s: &CudaStream,
         keep: Vec<Keep>,
-        f: impl FnOnce(*mut std::ffi::c_void) -> i32,
+        f: impl FnOnce(RawComm, *mut std::ffi::c_void) -> i32,
     ) -> Result<()> {
         let lib = self.shared.lib.clone();
         s.submit_with("nccl", keep, |raw| {
-            let code = f(raw as *mut std::ffi::c_void);
+            let code = self
+                .shared
+                .with_raw(|comm| f(comm, raw as *mut std::ffi::c_void))?;
             if code != 0 && code != IN_PROGRESS {
                 return Err(conv::vendor(&lib, &what, code));
             }
@@ -230,7 +379,7 @@ impl NcclComm {
                     // An operation queued meanwhile restarts the watch.
                     if shared.inflight.lock().is_empty()
                         || shared.watching.swap(true, Ordering::AcqRel)
-                        || shared.aborted.load(Ordering::Acquire)
+                        || shared.aborted()
                     {
                         return;
                     }
@@ -266,9 +415,9 @@ impl NcclComm {
             op.name(),
             red.map(|r| format!(" {r}")).unwrap_or_default()
         );
-        let (dt, raw) = (conv::dtype(dtype).unwrap_or(-1), self.shared.raw());
+        let dt = conv::dtype(dtype).unwrap_or(-1);
         let keep: Vec<Keep> = vec![Box::new(send.clone()), Box::new(recv.clone())];
-        self.enqueue(what, stream, s, keep, |st| f(sa, ra, dt, raw, st))
+        self.enqueue(what, stream, s, keep, |raw, st| f(sa, ra, dt, raw, st))
     }
 }
 
@@ -462,9 +611,9 @@ impl Communicator for NcclComm {
             .iter()
             .map(|c| Box::new(c.parts().buf.clone()) as Keep)
             .collect();
-        let (lib, raw) = (self.shared.lib.clone(), self.shared.raw());
+        let lib = self.shared.lib.clone();
         let what = format!("grouped send/recv of {} calls", calls.len());
-        self.enqueue(what, stream, s, keep, |st| {
+        self.enqueue(what, stream, s, keep, |raw, st| {
             // SAFETY: every range was checked against a live buffer kept until the work ran;
             // the group is closed on every path.
             unsafe {
@@ -526,12 +675,14 @@ impl Communicator for NcclComm {
             move || {
                 dev.call("ncclCommSplit", || {
                     let mut child: RawComm = std::ptr::null_mut();
-                    // SAFETY: a live communicator (`shared` keeps it), an out-pointer to a local
-                    // and no configuration (the child inherits the parent's); the device's
-                    // context is current.
-                    let code = unsafe {
-                        split(shared.raw(), color, key, &mut child, std::ptr::null_mut())
-                    };
+                    // The parent stays held (no other call on it) until the split returns, which
+                    // may be long after this rank's caller timed out.
+                    let code = shared.with_raw(|parent| {
+                        // SAFETY: a live communicator used by this thread alone (the lock), an
+                        // out-pointer to a local and no configuration (the child inherits the
+                        // parent's); the device's context is current.
+                        unsafe { split(parent, color, key, &mut child, std::ptr::null_mut()) }
+                    })?;
                     if code != 0 {
                         return Err(super::NcclCollectives::init_error(
                             &shared.lib,
@@ -543,10 +694,9 @@ impl Communicator for NcclComm {
                 })
             },
             move |late| {
-                if late != 0 {
-                    // SAFETY: a communicator nobody else holds, released once.
-                    unsafe { (late_lib.comm_destroy)(late as RawComm) };
-                }
+                let mut late = late;
+                // A communicator nobody else holds.
+                release(&late_lib, &mut late, false);
             },
         )
         .inspect_err(|e| {
@@ -568,8 +718,8 @@ impl Communicator for NcclComm {
             ]
         };
         if let Some(&code) = codes.iter().find(|&&c| c != 0) {
-            // SAFETY: a live communicator released once, here.
-            unsafe { (lib.comm_destroy)(child) };
+            // A communicator nobody else holds.
+            release(lib, &mut (child as usize), false);
             return Err(conv::vendor(lib, "ncclCommUserRank", code));
         }
         let config = CommConfig {
@@ -596,14 +746,15 @@ impl Communicator for NcclComm {
         if let Some(e) = self.shared.sticky.lock().clone() {
             return Some(e);
         }
-        if self.shared.aborted.load(Ordering::Acquire) {
+        if self.shared.aborted() {
             return None;
         }
-        let mut err = 0;
-        // SAFETY: a live communicator and an out-pointer to a local.
-        unsafe { (self.shared.lib.comm_get_async_error)(self.shared.raw(), &mut err) };
-        (err != 0 && err != IN_PROGRESS)
-            .then(|| conv::vendor(&self.shared.lib, "ncclCommGetAsyncError", err))
+        // None while another thread is inside a (blocking) call on the communicator.
+        match self.shared.query_async(Duration::from_millis(100))? {
+            Ok(0 | IN_PROGRESS) => None,
+            Ok(err) => Some(conv::vendor(&self.shared.lib, "ncclCommGetAsyncError", err)),
+            Err(e) => Some(e),
+        }
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -611,8 +762,5 @@ impl Communicator for NcclComm {
     }
 }
 
-// SAFETY: the raw communicator is only used through NCCL, which is thread-safe for distinct
-// communicators and for one communicator's calls serialised by the caller.
-unsafe impl Send for Shared {}
-// SAFETY: as above; mutable state is behind locks and atomics.
-unsafe impl Sync for Shared {}
+// `Shared` is Send and Sync without an unsafe impl: the raw communicator is kept as an address
+// and used only under `Handle::raw`'s lock, which serialises every NCCL call on it.

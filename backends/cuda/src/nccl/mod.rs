@@ -13,6 +13,12 @@
 //!   The blocking host calls that wait for every rank (`ncclCommInitRank`, `ncclCommSplit`) run on
 //!   a helper thread (`bounded`): past the timeout the caller gets `Timeout`, and a call that
 //!   completes later has its communicator destroyed by the helper.
+//! * **One caller at a time**: NCCL communicators are not thread-safe, so every call on a
+//!   communicator (collectives, the watchdog's and `async_error`'s `ncclCommGetAsyncError`,
+//!   split, abort, destroy) holds its lock. Abort never waits for a call blocked on its peers: the
+//!   holder aborts when that call returns. Once aborted, the handle is gone and later uses get
+//!   `Aborted`. Dropping the last handle destroys the communicator, or aborts it when operations
+//!   are still in flight or it failed (`ncclCommDestroy` would wait for them).
 //! * Capabilities are NCCL's: ten dtypes, five reductions, reductions *in the element type*
 //!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, split when the library has
 //!   `ncclCommSplit`.
@@ -231,10 +237,8 @@ impl Collectives for NcclCollectives {
                     Ok(comm as usize)
                 })
             },
-            // SAFETY: a communicator nobody else holds, released once.
-            move |late| unsafe {
-                (late_lib.comm_destroy)(late as ffi::Comm);
-            },
+            // A communicator nobody else holds.
+            move |late| comm::release(&late_lib, &mut (late as usize), false),
         )? as ffi::Comm;
         Ok(NcclComm::new(
             lib,
