@@ -81,6 +81,9 @@ pub enum Need {
     CclGroups,
     /// The collective engine splits communicators.
     CclSplit,
+    /// The case makes communicators among this process's devices itself (`init_rank` from
+    /// threads, `init_all`): not in an SPMD run, where each process holds one rank.
+    InProcess,
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
     /// A kernel runs while the host and the device's other streams go on (a [`crate::blocker::Blocker`]
@@ -101,6 +104,7 @@ impl Need {
         device: &dyn Device,
         device_count: usize,
         ranks: usize,
+        spmd: bool,
     ) -> Result<(), String> {
         let ccl = backend.collectives().map(|c| c.capabilities());
         let caps = device.capabilities();
@@ -114,6 +118,7 @@ impl Need {
             Need::Ranks(n) => ranks >= *n,
             Need::CclGroups => ccl.is_some_and(|c| c.groups),
             Need::CclSplit => ccl.is_some_and(|c| c.split),
+            Need::InProcess => !spmd,
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
@@ -134,6 +139,7 @@ impl Need {
             Need::Ranks(n) => format!("needs {n} ranks, {ranks} available"),
             Need::CclGroups => "collective engine has no grouped calls".into(),
             Need::CclSplit => "collective engine cannot split communicators".into(),
+            Need::InProcess => "makes in-process communicators; this is an SPMD run".into(),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \

@@ -119,7 +119,13 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
     let count = target.backend.probe().unwrap_or(1);
     let ranks = target.world.as_ref().map_or(count, |w| w.size());
     for need in &case.needs {
-        if let Err(reason) = need.check(&*target.backend, &*target.device, count, ranks) {
+        if let Err(reason) = need.check(
+            &*target.backend,
+            &*target.device,
+            count,
+            ranks,
+            target.world.is_some(),
+        ) {
             return Plan::Skip(reason);
         }
     }

@@ -590,6 +590,81 @@ pub fn check_rank(arg: &'static str, r: usize, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Bytes of `factor * count` elements of `dtype` (`factor` is 1, or the number of ranks for the
+/// whole-world buffers of all_gather, reduce_scatter and all_to_all).
+///
+/// # Errors
+/// [`crate::Invalid::Value`] when the size does not fit in 64 bits (no buffer can hold it).
+pub fn checked_bytes(arg: &'static str, count: u64, factor: u64, dtype: DType) -> Result<u64> {
+    count
+        .checked_mul(factor)
+        .and_then(|n| n.checked_mul(dtype.size() as u64))
+        .ok_or_else(|| {
+            crate::HalError::invalid(
+                arg,
+                crate::Invalid::Value {
+                    value: format!("{factor} x {count} elements of {dtype}"),
+                    accepted: "a size in bytes below 2^64".into(),
+                },
+            )
+        })
+}
+
+/// `Err` when the `send_len` bytes of `send` and the `recv_len` bytes of `recv` overlap other
+/// than exactly in place. In place means the two views begin where the operation expects
+/// (NCCL's definitions): `send + at.0 == recv + at.1`, that is `(0, 0)` for all_reduce, reduce and
+/// broadcast, `(0, rank * bytes)` for all_gather (send is this rank's block of recv) and
+/// `(rank * bytes, 0)` for reduce_scatter (recv is this rank's block of send). Any other overlap
+/// would let one rank's writes race with its peers' reads.
+///
+/// # Errors
+/// [`crate::Invalid::Overlap`] with the overlapping range.
+pub fn check_send_recv(
+    send: &Buffer,
+    send_len: u64,
+    recv: &Buffer,
+    recv_len: u64,
+    at: (u64, u64),
+) -> Result<()> {
+    if !send.same_allocation(recv) || send_len == 0 || recv_len == 0 {
+        return Ok(());
+    }
+    let (s, r) = (send.device_addr() as u128, recv.device_addr() as u128);
+    let (s_end, r_end) = (s + send_len as u128, r + recv_len as u128);
+    let (lo, hi) = (s.max(r), s_end.min(r_end));
+    if lo >= hi || s + at.0 as u128 == r + at.1 as u128 {
+        return Ok(());
+    }
+    Err(crate::HalError::invalid(
+        "recv",
+        crate::Invalid::Overlap {
+            src: send.device_addr(),
+            dst: recv.device_addr(),
+            len: (hi - lo) as u64,
+        },
+    ))
+}
+
+/// `Err` when a device appears twice in `devices` (`init_all`): two ranks on one device would
+/// share its streams' ordering and memory, which no engine supports (NCCL rejects it too).
+///
+/// # Errors
+/// [`crate::Invalid::Value`] naming the device.
+pub fn check_distinct_devices(devices: &[Arc<dyn Device>]) -> Result<()> {
+    for (i, d) in devices.iter().enumerate() {
+        if let Some(j) = devices[..i].iter().position(|e| e.id() == d.id()) {
+            return Err(crate::HalError::invalid(
+                "devices",
+                crate::Invalid::Value {
+                    value: format!("{} as ranks {j} and {i}", d.id()),
+                    accepted: "each device at most once".into(),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `Err` when `send` and `recv` are views of one allocation (all-to-all cannot run in place).
 ///
 /// # Errors

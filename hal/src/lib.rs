@@ -65,6 +65,7 @@ pub mod module;
 pub mod op;
 pub mod registry;
 pub mod stream;
+pub mod sync;
 
 pub use backend::{Backend, BackendInfo, LibraryInfo};
 pub use buffer::{Buffer, DeviceAllocation};

@@ -118,7 +118,7 @@ impl Event for CpuEvent {
         let Some(r) = self.record() else {
             return Ok(());
         };
-        r.worker.wait_for(r.pos);
+        r.worker.wait_for(r.pos)?;
         r.outcome().map(drop)
     }
 

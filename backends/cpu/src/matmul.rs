@@ -13,8 +13,9 @@ pub(crate) struct MatmulJob {
     m: usize,
     n: usize,
     k: usize,
-    /// Element offsets of each batch's a, b, c from the views' first elements.
-    batches: Vec<[i64; 3]>,
+    /// The batch shape (c's leading dims) and each operand's element strides over it.
+    batch: Vec<u64>,
+    batch_strides: [Vec<i64>; 3],
     base: [usize; 3],
     /// (row, column) strides of a, b, c in elements.
     strides: [[isize; 2]; 3],
@@ -22,20 +23,29 @@ pub(crate) struct MatmulJob {
     beta: f64,
 }
 
-/// Element offsets of every index of `shape` under each operand's strides (row-major order).
-fn offsets(shape: &[u64], strides: &[Vec<i64>; 3]) -> Vec<[i64; 3]> {
-    let total: u64 = shape.iter().product();
-    let mut out = Vec::with_capacity(total as usize);
+/// Calls `f` with the element offsets of a, b and c for every index of `shape` under each
+/// operand's strides (row-major order), computed as it goes: nothing is allocated in proportion
+/// to a caller-given dimension. Only called for a non-empty `c`, whose batches all exist in its
+/// buffer, so the offsets fit (validation checked every element is inside its buffer).
+fn for_each_batch(shape: &[u64], strides: &[Vec<i64>; 3], mut f: impl FnMut([i64; 3])) {
+    if shape.contains(&0) {
+        return;
+    }
     let mut idx = vec![0u64; shape.len()];
-    for _ in 0..total {
+    loop {
         let mut o = [0i64; 3];
         for (d, &i) in idx.iter().enumerate() {
             for (k, s) in strides.iter().enumerate() {
                 o[k] += i as i64 * s[d];
             }
         }
-        out.push(o);
-        for d in (0..shape.len()).rev() {
+        f(o);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
             idx[d] += 1;
             if idx[d] < shape[d] {
                 break;
@@ -43,13 +53,16 @@ fn offsets(shape: &[u64], strides: &[Vec<i64>; 3]) -> Vec<[i64; 3]> {
             idx[d] = 0;
         }
     }
-    out
 }
 
 impl MatmulJob {
-    /// Prepares `call` (already validated by `OpCall::validate`).
-    pub(crate) fn new(call: &OpCall) -> Result<MatmulJob> {
+    /// Prepares `call` (validated here); `None` when `c` is empty (nothing to do, whatever the
+    /// other dims say).
+    pub(crate) fn new(call: &OpCall) -> Result<Option<MatmulJob>> {
         call.validate()?;
+        if call.tensors[2].numel() == 0 {
+            return Ok(None);
+        }
         let (a, b, c) = (&call.tensors[0], &call.tensors[1], &call.tensors[2]);
         let (na, nb, nc) = (a.shape.len(), b.shape.len(), c.shape.len());
         let batch = &c.shape[..nc - 2];
@@ -61,17 +74,18 @@ impl MatmulJob {
         let pair =
             |t: &TensorView, n: usize| [t.strides[n - 2] as isize, t.strides[n - 1] as isize];
         let addr = |t: &TensorView| (t.buffer.device_addr() + t.offset) as usize;
-        Ok(MatmulJob {
+        Ok(Some(MatmulJob {
             dtype: a.dtype,
             m: c.shape[nc - 2] as usize,
             n: c.shape[nc - 1] as usize,
             k: a.shape[na - 1] as usize,
-            batches: offsets(batch, &strides),
+            batch: batch.to_vec(),
+            batch_strides: strides,
             base: [addr(a), addr(b), addr(c)],
             strides: [pair(a, na), pair(b, nb), pair(c, nc)],
             alpha: call.scalars[0].as_f64(),
             beta: call.scalars[1].as_f64(),
-        })
+        }))
     }
 
     /// Runs every batch. `threads` > 1 parallelises inside the calling rayon pool.
@@ -89,7 +103,7 @@ impl MatmulJob {
         let [sa, sb, sc] = self.strides;
         let (m, n, k) = (self.m, self.n, self.k);
         let esz = self.dtype.size() as isize;
-        for o in &self.batches {
+        for_each_batch(&self.batch, &self.batch_strides, |o| {
             let at = |i: usize| (self.base[i] as isize + o[i] as isize * esz) as usize;
             let (pa, pb, pc) = (at(0), at(1), at(2));
             // SAFETY (every arm): the caller's contract; sizes and strides are the validated views'.
@@ -147,7 +161,7 @@ impl MatmulJob {
                 },
                 _ => unreachable!("validated: float dtypes only"),
             }
-        }
+        });
     }
 }
 

@@ -1,4 +1,5 @@
-//! Device and host memory of the CPU backend: aligned heap allocations with per-device accounting.
+//! Device and host memory of the CPU backend: aligned, zeroed heap allocations with per-device
+//! accounting.
 
 use std::alloc::Layout;
 use std::any::Any;
@@ -59,14 +60,28 @@ impl MemAccount {
     }
 }
 
-/// An aligned heap block reserved from a budget; dropping it frees the memory and returns the
-/// reservation. Zero-sized blocks use a dangling aligned pointer and no heap.
+/// An aligned, zeroed heap block reserved from a budget; dropping it frees the memory and
+/// returns the reservation. Zero-sized blocks use a dangling aligned pointer and no heap.
+///
+/// Zeroed because safe code sees these bytes (a mapped host buffer is a `&[u8]`, and device
+/// bytes reach it through copies): uninitialised memory there is undefined behaviour and would
+/// show one user's old data to the next. The block comes from `alloc_zeroed` with a small
+/// alignment and is aligned by hand inside a slightly larger block, so the allocator can use
+/// `calloc`, whose large blocks are fresh zero pages from the kernel, faulted in lazily: zeroing
+/// costs nothing up front, where an aligned allocation plus `memset` would touch every page.
 struct RawBlock {
+    /// The aligned first byte, `off` bytes into the heap block.
     ptr: NonNull<u8>,
     len: usize,
-    align: usize,
+    /// Offset of `ptr` from the start of the heap block.
+    off: usize,
+    /// The heap block's layout (`len + align` bytes, small alignment); `None` for `len == 0`.
+    heap: Option<Layout>,
     account: Arc<MemAccount>,
 }
+
+/// Alignment asked of the allocator: no more than `malloc`'s, so that zeroed requests are `calloc`.
+const HEAP_ALIGN: usize = 8;
 
 impl RawBlock {
     fn new(len: usize, align: usize, account: Arc<MemAccount>) -> Result<RawBlock> {
@@ -77,7 +92,8 @@ impl RawBlock {
             return Ok(RawBlock {
                 ptr,
                 len,
-                align,
+                off: 0,
+                heap: None,
                 account,
             });
         }
@@ -88,34 +104,37 @@ impl RawBlock {
                 free: account.free(),
             }
         };
-        let Ok(layout) = Layout::from_size_align(len, align) else {
+        let Some(layout) = len
+            .checked_add(align)
+            .and_then(|total| Layout::from_size_align(total, HEAP_ALIGN).ok())
+        else {
             return Err(fail(&account));
         };
         // SAFETY: layout has a non-zero size (len > 0 checked above).
-        let p = unsafe { std::alloc::alloc(layout) };
-        match NonNull::new(p) {
-            Some(ptr) => Ok(RawBlock {
-                ptr,
-                len,
-                align,
-                account,
-            }),
-            None => Err(fail(&account)),
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            return Err(fail(&account));
         }
+        let off = (align - base as usize % align) % align;
+        // SAFETY: off < align, so base + off .. base + off + len lies inside the len + align bytes
+        // of the block.
+        let ptr = unsafe { NonNull::new_unchecked(base.add(off)) };
+        Ok(RawBlock {
+            ptr,
+            len,
+            off,
+            heap: Some(layout),
+            account,
+        })
     }
 }
 
 impl Drop for RawBlock {
     fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: ptr came from alloc with exactly this size and alignment and is freed once
-            // (RawBlock is dropped once).
-            unsafe {
-                std::alloc::dealloc(
-                    self.ptr.as_ptr(),
-                    Layout::from_size_align_unchecked(self.len, self.align),
-                )
-            };
+        if let Some(layout) = self.heap {
+            // SAFETY: ptr - off is the block alloc_zeroed returned for exactly this layout, freed
+            // once (RawBlock is dropped once).
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().sub(self.off), layout) };
         }
         self.account.release(self.len as u64);
     }
@@ -134,7 +153,7 @@ unsafe impl Send for CpuAllocation {}
 unsafe impl Sync for CpuAllocation {}
 
 impl CpuAllocation {
-    /// Reserves `len` bytes from `account` and allocates them.
+    /// Reserves `len` bytes from `account` and allocates them, zeroed.
     pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
         let block = RawBlock::new(len, ALLOC_ALIGN, account)?;
         tracing::trace!(%device, len, "cpu alloc");
@@ -177,8 +196,7 @@ unsafe impl Sync for CpuHostAllocation {}
 const PAGE: usize = 4096;
 
 impl CpuHostAllocation {
-    /// Allocates `len` page-aligned bytes (contents unspecified), accounted against the
-    /// host budget `account`.
+    /// Allocates `len` page-aligned, zeroed bytes, accounted against the host budget `account`.
     pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
         let block = RawBlock::new(len, PAGE, account)?;
         Ok(CpuHostAllocation { block, device })

@@ -308,15 +308,19 @@ impl Stream for CpuStream {
         }
         let pool = self.dev.pool();
         if call.op == OpId::Matmul && self.dev.matmul_engine() == crate::MatmulEngine::Gemm {
-            let job = crate::matmul::MatmulJob::new(call)?;
+            let Some(job) = crate::matmul::MatmulJob::new(call)? else {
+                return Ok(()); // empty output
+            };
             let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
             let threads = caps.mandatory.compute_units as usize;
             return self.submit(Box::new(move |err| {
                 if err.is_none() {
                     let _span = tracing::trace_span!("cpu matmul").entered();
                     // SAFETY: validation checked every element of the views against its buffer
-                    // and that c overlaps neither input; `keep` holds the buffers and the stream
-                    // orders this work against every other use of them.
+                    // and that c overlaps neither input; `keep` holds the buffers; this stream
+                    // orders the work after its own earlier uses of them, and ordering against
+                    // other streams is the caller's contract (memory rule 6: an unordered use is
+                    // a race on device bytes, never a Rust reference).
                     match &pool {
                         Some(p) => p.install(|| unsafe { job.run(threads) }),
                         None => unsafe { job.run(1) },
@@ -342,13 +346,25 @@ impl Stream for CpuStream {
             });
         }
         let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
+        // Scratch memory of the plan, taken now so that a size the host cannot give is an error of
+        // this call, never an abort.
+        let words = usize::try_from(plan.scratch_bytes.div_ceil(8)).unwrap_or(usize::MAX);
+        let mut scratch: Vec<u64> = Vec::new();
+        scratch
+            .try_reserve_exact(words)
+            .map_err(|_| HalError::OutOfMemory {
+                requested: plan.scratch_bytes,
+                free: 0,
+            })?;
+        scratch.resize(words, 0);
         self.submit(Box::new(move |err| {
             if err.is_some() {
                 return Ok(());
             }
-            // Scratch memory of the plan: a host allocation that lives for these launches.
-            let scratch = vec![0u64; plan.scratch_bytes.div_ceil(8) as usize];
-            plan.bind_scratch(scratch.as_ptr() as u64);
+            let mut scratch = scratch;
+            // The plan: a host allocation that lives for these launches.
+            // Written by the kernels: bound through a mutable pointer.
+            plan.bind_scratch(scratch.as_mut_ptr() as u64);
             let mut r = Ok(());
             for (f, l) in launches.iter().zip(&plan.launches) {
                 let _span = tracing::trace_span!("cpu op", kernel = %f.name).entered();
@@ -423,7 +439,7 @@ impl Stream for CpuStream {
                 if err.is_some() || ignore {
                     return Ok(());
                 }
-                record.worker.wait_for(record.pos);
+                record.worker.wait_for(record.pos)?;
                 // Work this stream depends on failed: so does this stream.
                 record.outcome().map(drop)
             }))

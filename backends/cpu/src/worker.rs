@@ -12,7 +12,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::{HalError, Result};
+use unihal_hal::{HalError, Invalid, Result};
+
+thread_local! {
+    /// The worker whose thread this is (its shared state's address), or 0 on other threads.
+    static CURRENT_WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// A queued operation. It receives the stream's sticky error, if one is set when its turn comes: it
 /// must then only release what it holds (and signal events), not do its work.
@@ -124,8 +129,12 @@ impl WorkerShared {
     }
 
     /// Blocks until the operations enqueued so far have completed; returns the sticky error.
+    ///
+    /// # Errors
+    /// The sticky error; `InvalidArgument` when called from one of this stream's own operations
+    /// (a host callback), which would wait for itself forever.
     pub(crate) fn synchronize(&self) -> Result<()> {
-        self.wait_for(self.position());
+        self.wait_for(self.position())?;
         match self.error() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -133,9 +142,23 @@ impl WorkerShared {
     }
 
     /// Blocks until position `pos` is reached.
-    pub(crate) fn wait_for(&self, pos: u64) {
+    ///
+    /// # Errors
+    /// `InvalidArgument` when called on this worker's own thread (from a host callback) for a
+    /// position it has not reached: the worker would wait for itself forever.
+    pub(crate) fn wait_for(&self, pos: u64) -> Result<()> {
         if self.reached(pos) {
-            return;
+            return Ok(());
+        }
+        if CURRENT_WORKER.with(|c| c.get()) == self as *const WorkerShared as usize {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::Other(
+                    "a host callback waited for work queued on its own stream after it, which \
+                     would never complete (deadlock)"
+                        .into(),
+                ),
+            ));
         }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut g = self.done_lock.lock();
@@ -144,6 +167,7 @@ impl WorkerShared {
         }
         drop(g);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Asks the worker to exit once its queue is empty.
@@ -201,6 +225,7 @@ impl WorkerShared {
     }
 
     fn run(self: Arc<Self>) {
+        CURRENT_WORKER.with(|c| c.set(Arc::as_ptr(&self) as usize));
         let mut popped = 0;
         while let Some(op) = self.next(&mut popped) {
             self.execute(op);

@@ -697,6 +697,136 @@ fn abort_unblocks(ctx: &Ctx) -> CaseResult {
     })
 }
 
+/// Sizes that overflow and send/recv views that partially overlap are rejected at the call (a
+/// partial overlap would let one rank's writes race with its peers' reads); exact in-place views
+/// stay legal (the op cases run them).
+fn overlap_and_overflow(ctx: &Ctx) -> CaseResult {
+    on_ranks(ctx, 2, &config(), |rk| {
+        let (c, s) = (&rk.comm, &rk.stream);
+        let (b, b2) = (rk.device.alloc(256)?, rk.device.alloc(256)?);
+        let (lo, hi, mid) = (b.slice(0, 128)?, b.slice(64, 128)?, b.slice(32, 64)?);
+        for (what, r) in [
+            (
+                "all_reduce",
+                c.all_reduce(&lo, &hi, 32, DType::F32, ReduceOp::Sum, s),
+            ),
+            (
+                "reduce",
+                // Each rank its own root: only the root's recv is used, and both calls are
+                // rejected before anything is enqueued.
+                c.reduce(&lo, &hi, 32, DType::F32, ReduceOp::Sum, c.rank(), s),
+            ),
+            // Off every rank's in-place position (rank * 64 bytes): overlapping on both ranks.
+            ("all_gather", c.all_gather(&mid, &b, 16, DType::F32, s)),
+            (
+                "reduce_scatter",
+                c.reduce_scatter(&b, &mid, 16, DType::F32, ReduceOp::Sum, s),
+            ),
+        ] {
+            ensure!(
+                matches!(expect_invalid(r, "recv")?, Invalid::Overlap { .. }),
+                "{what} with partially overlapping send and recv"
+            );
+        }
+        for (what, r) in [
+            (
+                "all_reduce",
+                c.all_reduce(&b, &b, u64::MAX / 2, DType::F32, ReduceOp::Sum, s),
+            ),
+            (
+                "all_gather",
+                c.all_gather(&b, &b, u64::MAX / 4, DType::U8, s),
+            ),
+            (
+                "all_to_all",
+                c.all_to_all(&b, &b2, u64::MAX / 2, DType::U8, s),
+            ),
+            (
+                "send",
+                c.send(&b, u64::MAX / 2, DType::F64, 1 - c.rank(), s),
+            ),
+        ] {
+            ensure!(
+                matches!(r, Err(HalError::InvalidArgument { .. })),
+                "{what} with a count whose size overflows: {r:?}"
+            );
+        }
+        s.synchronize()?;
+        ensure!(c.async_error().is_none(), "rejected calls left an error");
+        Ok(())
+    })
+}
+
+/// `init_all` with one device twice is rejected (two ranks on one device share its streams and
+/// memory; NCCL rejects it too).
+fn device_twice(ctx: &Ctx) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let r = ccl.init_all(&[ctx.device.clone(), ctx.device.clone()], &config());
+    match r {
+        Err(HalError::InvalidArgument { arg, .. }) => {
+            ensure_eq!(arg, "devices", "the argument named");
+            Ok(())
+        }
+        other => Err(Failure::new(format!(
+            "init_all with one device twice: {:?}",
+            other.map(|v| v.len())
+        ))),
+    }
+}
+
+/// Two `init_rank` calls that claim the same rank of one id: one is rejected, and neither hangs
+/// (the communicator can never complete, so the other times out).
+fn duplicate_rank(ctx: &Ctx) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let other = ctx.other_device()?;
+    let id = ccl.unique_id()?;
+    let cfg = CommConfig {
+        timeout: Some(Duration::from_millis(500)),
+    };
+    let t0 = Instant::now();
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = [ctx.device.clone(), other]
+            .into_iter()
+            .map(|d| {
+                let (id, cfg) = (&id, &cfg);
+                sc.spawn(move || ccl.init_rank(id, 2, 0, &d, cfg).map(drop))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(HalError::Internal("panicked".into())))
+            })
+            .collect()
+    });
+    let rejected = results
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Err(HalError::InvalidArgument { .. }) | Err(HalError::Vendor { .. })
+            )
+        })
+        .count();
+    ensure!(rejected >= 1, "two init_rank calls for rank 0: {results:?}");
+    ensure!(
+        results.iter().all(|r| r.is_err()),
+        "a communicator with a duplicate rank was made: {results:?}"
+    );
+    ensure!(
+        t0.elapsed() < Duration::from_secs(10),
+        "init_rank with a duplicate rank took {:?}",
+        t0.elapsed()
+    );
+    Ok(())
+}
+
 /// The collective cases.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -746,6 +876,29 @@ pub fn cases() -> Vec<Case> {
         all_reduce,
         Need::Collective(CollectiveOp::SendRecv, DType::F32),
     ]));
+    v.push(
+        Case::new("ccl.misuse.overlap_and_overflow", overlap_and_overflow).needs(&[
+            Need::Ranks(2),
+            all_reduce,
+            Need::Collective(CollectiveOp::Reduce, DType::F32),
+            Need::Collective(CollectiveOp::AllGather, DType::F32),
+            Need::Collective(CollectiveOp::ReduceScatter, DType::F32),
+            Need::Collective(CollectiveOp::AllToAll, DType::U8),
+            Need::Collective(CollectiveOp::AllGather, DType::U8),
+            Need::Collective(CollectiveOp::SendRecv, DType::F64),
+        ]),
+    );
+    v.push(
+        Case::new("ccl.misuse.init_all_device_twice", device_twice)
+            .needs(&[Need::InProcess, all_reduce]),
+    );
+    v.push(
+        Case::new("ccl.misuse.init_rank_duplicate_rank", duplicate_rank).needs(&[
+            Need::InProcess,
+            Need::Devices(2),
+            all_reduce,
+        ]),
+    );
     v.push(
         Case::new("ccl.misuse.mismatched_counts", mismatched)
             .needs(&[Need::Ranks(2), all_reduce])

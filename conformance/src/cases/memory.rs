@@ -20,6 +20,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.fill.u8", fill_u8),
         Case::new("memory.fill.wide", fill_wide).needs(&[Need::WideFill]),
         Case::new("memory.host.pinned", pinned),
+        Case::new("memory.host.zeroed", host_zeroed),
         Case::new("memory.host.busy_while_queued", host_busy)
             .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
@@ -311,6 +312,33 @@ fn pinned(ctx: &Ctx) -> CaseResult {
         ctx.download(&d)? == pattern(4096, 8),
         "copy from a host buffer differs"
     );
+    Ok(())
+}
+
+/// Host buffers are zeroed at allocation on every backend: their bytes become a `&[u8]`, and
+/// must never show a previous user's data. Freed dirty buffers of the same sizes come first, so
+/// an allocator that reuses blocks without clearing them is caught.
+fn host_zeroed(ctx: &Ctx) -> CaseResult {
+    const SIZES: [usize; 4] = [64, 4096, 200 * 1024, 4 << 20];
+    for round in 0..2 {
+        let dirty: Vec<_> = SIZES
+            .iter()
+            .map(|&n| ctx.device.alloc_host(n))
+            .collect::<Result<_, _>>()?;
+        for h in &dirty {
+            h.map()?.fill(0xa5);
+        }
+        drop(dirty);
+        for &n in &SIZES {
+            let h = ctx.device.alloc_host(n)?;
+            let m = h.map()?;
+            let nonzero = m.iter().filter(|&&b| b != 0).count();
+            ensure!(
+                nonzero == 0,
+                "round {round}: {nonzero} of {n} bytes of a fresh host buffer are not zero"
+            );
+        }
+    }
     Ok(())
 }
 

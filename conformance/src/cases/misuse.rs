@@ -215,16 +215,35 @@ fn free_enqueued(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
-/// A device allocation no backend made.
-struct FakeAllocation(DeviceId);
-// SAFETY: deliberately false (address 0x1000 is not memory): the case checks that the backend
-// rejects the foreign allocation before touching its address.
+/// A device allocation no backend made. It owns 64 real host bytes (zeroed), so a backend that
+/// wrongly touches its address reads or writes memory the case then checks, and the case fails
+/// instead of crashing the suite.
+struct FakeAllocation {
+    device: DeviceId,
+    bytes: Box<[std::cell::UnsafeCell<u8>; 64]>,
+}
+
+impl FakeAllocation {
+    fn new(device: DeviceId) -> FakeAllocation {
+        FakeAllocation {
+            device,
+            bytes: Box::new(std::array::from_fn(|_| std::cell::UnsafeCell::new(0))),
+        }
+    }
+}
+
+// SAFETY: the bytes are plain memory owned by this allocation; nothing in the suite forms a
+// reference to them while a backend may write them through the address.
+unsafe impl Sync for FakeAllocation {}
+
+// SAFETY: addr..addr+len is the allocation's own 64 bytes, live and fixed for its whole life (it
+// is not memory of the device it names, which is what the case checks backends notice).
 unsafe impl DeviceAllocation for FakeAllocation {
     fn device(&self) -> DeviceId {
-        self.0
+        self.device
     }
     fn addr(&self) -> u64 {
-        0x1000
+        self.bytes.as_ptr() as u64
     }
     fn len(&self) -> u64 {
         64
@@ -236,8 +255,15 @@ unsafe impl DeviceAllocation for FakeAllocation {
 
 fn foreign_buffer(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
-    let fake = Buffer::from_allocation(Box::new(FakeAllocation(ctx.device.id())));
+    let alloc = FakeAllocation::new(ctx.device.id());
+    let untouched = |b: &Buffer| {
+        let a = b.allocation().as_any().downcast_ref::<FakeAllocation>();
+        // SAFETY: the stream was synchronised: no backend operation may still use the bytes.
+        a.is_some_and(|a| a.bytes.iter().all(|c| unsafe { *c.get() } == 0))
+    };
+    let fake = Buffer::from_allocation(Box::new(alloc));
     let real = ctx.device.alloc(64)?;
+    s.fill(&real, 0, 64, FillValue::U8(7))?;
     for (what, r) in [
         (
             "d2d source",
@@ -249,7 +275,7 @@ fn foreign_buffer(ctx: &Ctx) -> CaseResult {
         ),
         (
             "fill",
-            expect_invalid(s.fill(&fake, 0, 8, FillValue::U8(0)), "dst"),
+            expect_invalid(s.fill(&fake, 0, 8, FillValue::U8(5)), "dst"),
         ),
         (
             "staged h2d",
@@ -262,6 +288,10 @@ fn foreign_buffer(ctx: &Ctx) -> CaseResult {
         );
     }
     s.synchronize()?;
+    ensure!(
+        untouched(&fake),
+        "a rejected call wrote the foreign buffer's bytes"
+    );
     Ok(())
 }
 

@@ -29,6 +29,11 @@ pub fn cases() -> Vec<Case> {
         Case::new("streams.query.pending_then_done", query).needs(KB),
         Case::new("streams.synchronize.empty", sync_empty),
         Case::new("streams.host_callback.order", host_callback).needs(&[Need::HostCallbacks]),
+        Case::new(
+            "streams.host_callback.waiting_on_own_stream_is_an_error",
+            callback_self_wait,
+        )
+        .needs(&[Need::HostCallbacks]),
         Case::new("streams.synchronize.device", device_sync).needs(KB),
         Case::new("streams.error.sticky", sticky_error)
             .needs(K)
@@ -270,6 +275,36 @@ fn host_callback(ctx: &Ctx) -> CaseResult {
         (0..10).map(Some).collect::<Vec<_>>(),
         "values seen by callbacks in order"
     );
+    Ok(())
+}
+
+/// A host callback that waits for its own stream (synchronize, an event recorded after it, the
+/// whole device) would wait for itself forever: each wait returns `InvalidArgument` instead, and
+/// the stream goes on.
+fn callback_self_wait(ctx: &Ctx) -> CaseResult {
+    let s = ctx.stream()?;
+    let ev = ctx.device.create_event(Default::default())?;
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let (s2, ev2, dev, got2) = (s.clone(), ev.clone(), ctx.device.clone(), got.clone());
+    s.host_callback(Box::new(move || {
+        let mut g = got2.lock().unwrap();
+        g.push(("stream synchronize", s2.synchronize()));
+        g.push(("event synchronize", ev2.synchronize()));
+        g.push(("device synchronize", dev.synchronize()));
+    }))?;
+    s.record_event(&ev)?;
+    let b = ctx.device.alloc(4)?;
+    s.fill(&b, 0, 4, FillValue::U8(9))?;
+    s.synchronize()?;
+    let got = std::mem::take(&mut *got.lock().unwrap());
+    ensure_eq!(got.len(), 3, "the callback ran its three waits");
+    for (what, r) in got {
+        ensure!(
+            matches!(r, Err(HalError::InvalidArgument { .. })),
+            "{what} inside a callback of the same stream: {r:?}"
+        );
+    }
+    ensure_eq!(ctx.download(&b)?, vec![9; 4], "work after the callback");
     Ok(())
 }
 

@@ -472,9 +472,16 @@ impl TensorView {
         self
     }
 
-    /// Number of elements.
+    /// Number of elements: 0 when any dim is 0, saturating at `u64::MAX` (a shape that large
+    /// never passes validation, but asking is never a panic).
     pub fn numel(&self) -> u64 {
-        self.shape.iter().product()
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 
     /// Element offsets `(lowest, highest)` reached by the view (`None` when empty).
@@ -482,13 +489,14 @@ impl TensorView {
         if self.numel() == 0 {
             return None;
         }
+        // Each reach is below 2^127 in size; the sums saturate (and then fail the range check).
         let (mut lo, mut hi) = (0i128, 0i128);
         for (&d, &s) in self.shape.iter().zip(&self.strides) {
-            let reach = (d as i128 - 1) * s as i128;
+            let reach = (d as i128 - 1).saturating_mul(s as i128);
             if reach < 0 {
-                lo += reach
+                lo = lo.saturating_add(reach)
             } else {
-                hi += reach
+                hi = hi.saturating_add(reach)
             }
         }
         Some((lo, hi))
@@ -514,14 +522,14 @@ impl TensorView {
             return Ok(None);
         };
         let esz = self.dtype.size() as i128;
-        let start = self.offset as i128 + lo * esz;
-        let end = self.offset as i128 + (hi + 1) * esz;
+        let start = (self.offset as i128).saturating_add(lo.saturating_mul(esz));
+        let end = (self.offset as i128).saturating_add(hi.saturating_add(1).saturating_mul(esz));
         if start < 0 || end > self.buffer.len() as i128 {
             let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
             return Err(HalError::out_of_range(
                 arg,
                 clamp(start),
-                clamp(end - start),
+                clamp(end.saturating_sub(start)),
                 self.buffer.len(),
             ));
         }
@@ -801,6 +809,9 @@ impl OpCall {
 
 /// True when no two elements of a view with this shape and these strides share memory.
 fn non_overlapping(shape: &[u64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true; // no elements
+    }
     let mut dims: Vec<(u64, u64)> = shape
         .iter()
         .zip(strides)
@@ -845,5 +856,45 @@ mod tests {
         assert!(!non_overlapping(&[2, 3], &[0, 1]));
         assert!(!non_overlapping(&[4, 4], &[2, 1]));
         assert!(non_overlapping(&[4, 1], &[1, 0]));
+        assert!(non_overlapping(&[1 << 40, 0, 1], &[0, 0, 0]));
+    }
+
+    /// Huge shapes are never a panic: numel saturates, spans fail the range check.
+    #[test]
+    fn huge_shapes_are_errors_not_panics() {
+        struct NoMemory;
+        // SAFETY: a zero-length allocation: no byte is ever accessed.
+        unsafe impl crate::DeviceAllocation for NoMemory {
+            fn device(&self) -> crate::DeviceId {
+                crate::DeviceId {
+                    backend: "test",
+                    ordinal: 0,
+                }
+            }
+            fn addr(&self) -> u64 {
+                4096
+            }
+            fn len(&self) -> u64 {
+                0
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+        let b = Buffer::from_allocation(Box::new(NoMemory));
+        let huge = [1u64 << 40, 1 << 40, 1 << 40];
+        let v = TensorView::contiguous(&b, DType::F32, &huge);
+        assert_eq!(v.numel(), u64::MAX);
+        let v0 = TensorView::contiguous(&b, DType::F32, &[1 << 40, 0, 1 << 40]);
+        assert_eq!(v0.numel(), 0);
+        assert_eq!(v0.byte_span("x").unwrap(), None);
+        let extreme = v.clone().strided(u64::MAX, &[i64::MAX, i64::MIN, i64::MAX]);
+        assert!(matches!(
+            extreme.byte_span("x"),
+            Err(HalError::InvalidArgument { .. })
+        ));
+        let wide = TensorView::contiguous(&b, DType::F64, &[u64::MAX; MAX_DIMS])
+            .strided(0, &[i64::MAX; MAX_DIMS]);
+        assert!(wide.byte_span("x").is_err());
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use unihal_hal::ccl::{split_place, P2pParts};
+use unihal_hal::ccl::{check_send_recv, checked_bytes, split_place, P2pParts};
 use unihal_hal::host_reduce::{reduce, reducible};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
@@ -109,19 +109,20 @@ impl CpuComm {
     }
 
     /// Enqueues a round: every rank publishes (send, recv), then `body` runs with all ranks'
-    /// addresses, with `phases` barriers after it.
-    #[allow(clippy::too_many_arguments)]
+    /// addresses. `in_place` is where send and recv may coincide ([`check_send_recv`]); any other
+    /// overlap is rejected.
     fn round(
         &self,
         s: &CpuStream,
         what: String,
-        send: (&Buffer, u64),
-        recv: (&Buffer, u64),
+        (send, recv): ((&Buffer, u64), (&Buffer, u64)),
+        in_place: (u64, u64),
         body: impl FnOnce(&[(u64, u64)], &Rendezvous, u64) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let id = self.device.id();
         let sa = Addr(cpu_addr(send.0, "send", id, 0, send.1)? as u64);
         let ra = Addr(cpu_addr(recv.0, "recv", id, 0, recv.1)? as u64);
+        check_send_recv(send.0, send.1, recv.0, recv.1, in_place)?;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let (rank, shared, keep) = (
             self.rank,
@@ -134,11 +135,10 @@ impl CpuComm {
                 return Ok(());
             }
             let (sa, ra) = (sa, ra);
-            let r = shared
-                .rv
-                .arrive(seq, rank, &sig, sa.0, ra.0)
-                .and_then(|ptrs| body(&ptrs, &shared.rv, seq));
-            shared.rv.leave(seq);
+            let r = shared.rv.run_round(seq, rank, &sig, (sa.0, ra.0), |ptrs| {
+                body(ptrs, &shared.rv, seq)
+            });
+            // Only now: run_round returns once no peer can still touch these buffers.
             drop(keep);
             if let Err(e) = &r {
                 shared.fail(e);
@@ -176,7 +176,7 @@ impl CpuComm {
             } = c.parts();
             s = Some(self.check(CollectiveOp::SendRecv, dtype, None, stream)?);
             self.rank_arg("peer", peer)?;
-            let bytes = count * dtype.size() as u64;
+            let bytes = checked_bytes("count", count, 1, dtype)?;
             let addr = Addr(cpu_addr(buf, "buf", self.device.id(), 0, bytes)? as u64);
             plan.push(P2p {
                 sending: !recv,
@@ -279,11 +279,12 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, n, me) = (dtype.size() as u64, self.n(), self.rank);
+        let bytes = checked_bytes("count", count, 1, dtype)?;
         self.round(
             s,
             format!("all_reduce {count} {dtype} {op}"),
-            (send, count * esz),
-            (recv, count * esz),
+            ((send, bytes), (recv, bytes)),
+            (0, 0),
             move |p, rv, seq| {
                 let (lo, hi) = chunk(count, n, me);
                 let srcs: Vec<*const u8> = p
@@ -328,12 +329,13 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, me) = (dtype.size() as u64, self.rank);
-        let send_len = if me == root { count * esz } else { 0 };
+        let bytes = checked_bytes("count", count, 1, dtype)?;
+        let send_len = if me == root { bytes } else { 0 };
         self.round(
             s,
             format!("broadcast {count} {dtype} root {root}"),
-            (send, send_len),
-            (recv, count * esz),
+            ((send, send_len), (recv, bytes)),
+            (0, 0),
             move |p, rv, seq| {
                 // SAFETY: root's send holds count elements; each rank writes only its own recv.
                 unsafe { copy(p[root].0, p[me].1, count * esz) };
@@ -358,12 +360,13 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, n, me) = (dtype.size() as u64, self.n(), self.rank);
-        let recv_len = if me == root { count * esz } else { 0 };
+        let bytes = checked_bytes("count", count, 1, dtype)?;
+        let recv_len = if me == root { bytes } else { 0 };
         self.round(
             s,
             format!("reduce {count} {dtype} {op} root {root}"),
-            (send, count * esz),
-            (recv, recv_len),
+            ((send, bytes), (recv, recv_len)),
+            (0, 0),
             move |p, rv, seq| {
                 let (lo, hi) = chunk(count, n, me);
                 let srcs: Vec<*const u8> = p
@@ -398,11 +401,15 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank);
+        let (bytes, world) = (
+            checked_bytes("count", count, 1, dtype)?,
+            checked_bytes("count", count, n, dtype)?,
+        );
         self.round(
             s,
             format!("all_gather {count} {dtype}"),
-            (send, count * esz),
-            (recv, n * count * esz),
+            ((send, bytes), (recv, world)),
+            (0, me as u64 * bytes),
             move |p, rv, seq| {
                 for (j, &(sj, _)) in p.iter().enumerate() {
                     // SAFETY: each rank writes only its own recv; sends are only read.
@@ -427,11 +434,15 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank);
+        let (bytes, world) = (
+            checked_bytes("count", count, 1, dtype)?,
+            checked_bytes("count", count, n, dtype)?,
+        );
         self.round(
             s,
             format!("reduce_scatter {count} {dtype} {op}"),
-            (send, n * count * esz),
-            (recv, count * esz),
+            ((send, world), (recv, bytes)),
+            (me as u64 * bytes, 0),
             move |p, rv, seq| {
                 let off = me as u64 * count * esz;
                 let srcs: Vec<*const u8> =
@@ -465,8 +476,9 @@ impl Communicator for CpuComm {
         let all = self
             .shared
             .rv
-            .arrive(round, self.rank, &sig, enc, key as u32 as u64);
-        self.shared.rv.leave(round);
+            .run_round(round, self.rank, &sig, (enc, key as u32 as u64), |p| {
+                Ok(p.to_vec())
+            });
         let asks: Vec<(Option<u32>, i32)> = all?
             .iter()
             .map(|&(c, k)| ((c != u64::MAX).then_some(c as u32), k as u32 as i32))
@@ -511,11 +523,12 @@ impl Communicator for CpuComm {
             return Ok(());
         }
         let (esz, n, me) = (dtype.size() as u64, self.n() as u64, self.rank as u64);
+        let world = checked_bytes("count", count, n, dtype)?;
         self.round(
             s,
             format!("all_to_all {count} {dtype}"),
-            (send, n * count * esz),
-            (recv, n * count * esz),
+            ((send, world), (recv, world)),
+            (0, 0),
             move |p, rv, seq| {
                 for (j, &(sj, _)) in p.iter().enumerate() {
                     // SAFETY: each rank writes only its own recv, which is not any rank's send.

@@ -82,6 +82,8 @@ fn engine_caps() -> CclCaps {
 /// Communicators being formed by `init_rank`, by id.
 struct Pending {
     shared: Arc<CommShared>,
+    /// Which ranks have joined.
+    ranks: Vec<bool>,
     joined: usize,
 }
 
@@ -207,6 +209,7 @@ impl Collectives for CpuCollectives {
         let mut g = lock.lock();
         let p = g.entry(id.0.clone()).or_insert_with(|| Pending {
             shared: self.shared(nranks, config),
+            ranks: vec![false; nranks],
             joined: 0,
         });
         if p.shared.rv.nranks != nranks {
@@ -218,6 +221,16 @@ impl Collectives for CpuCollectives {
                 },
             ));
         }
+        if p.ranks[rank] {
+            return Err(HalError::invalid(
+                "rank",
+                Invalid::Value {
+                    value: format!("rank {rank}"),
+                    accepted: "a rank no other init_rank call with this id has taken".into(),
+                },
+            ));
+        }
+        p.ranks[rank] = true;
         p.joined += 1;
         let shared = p.shared.clone();
         cv.notify_all();
@@ -250,6 +263,7 @@ impl Collectives for CpuCollectives {
             ));
         }
         devices.iter().try_for_each(check_device)?;
+        unihal_hal::ccl::check_distinct_devices(devices)?;
         let shared = self.shared(devices.len(), config);
         Ok(devices
             .iter()

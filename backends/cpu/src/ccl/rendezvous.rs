@@ -1,11 +1,21 @@
 //! Where the ranks of one in-process communicator meet: per-operation rounds with phase barriers,
-//! and mailboxes for point-to-point messages. Every wait has a deadline and wakes on abort, so a
-//! missing rank is a `Timeout` and `abort` unblocks everyone; nothing waits forever.
+//! and mailboxes for point-to-point messages. Every wait for a peer has a deadline and wakes on
+//! abort, so a missing rank is a `Timeout` and `abort` unblocks everyone; nothing waits forever.
+//!
+//! # Who may touch whose memory
+//!
+//! A round publishes every rank's (send, recv) addresses; a rank that has received them (it is
+//! *started*) reads and writes its peers' buffers until it leaves. So [`Rendezvous::run_round`]
+//! does not let a rank leave (and its operation drop the buffers it holds) while any started peer
+//! is still inside the round, whatever the outcome: on success, a timeout or an abort alike. The
+//! wait is bounded: a started rank only copies, reduces and waits at barriers, and a failed round
+//! wakes every barrier at once. A round that failed accepts no new arrivals (they fail at once and
+//! never see the addresses), so a late rank can never start on buffers whose owners have gone.
 
-use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use unihal_hal::{HalError, Result};
+use unihal_hal::sync::{Condvar, Mutex, MutexGuard};
+use unihal_hal::{HalError, Invalid, Result};
 
 /// What a rank says it is doing in a round; every rank must say the same.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,15 +23,48 @@ pub(crate) struct Signature {
     pub what: String,
 }
 
-#[derive(Default)]
+/// Where one rank is in a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Seat {
+    /// Not arrived yet.
+    Absent,
+    /// Published its addresses, waiting for the others.
+    Waiting,
+    /// Has every rank's addresses: may touch peers' buffers.
+    Started,
+    /// Left (or was turned away); touches nothing of the round any more.
+    Gone,
+}
+
 struct Round {
     sig: Option<Signature>,
     /// (send, recv) addresses of each rank.
-    ptrs: Vec<Option<(u64, u64)>>,
-    arrived: usize,
+    ptrs: Vec<(u64, u64)>,
+    seats: Vec<Seat>,
     /// Ranks past each phase barrier.
     passed: Vec<usize>,
-    left: usize,
+    /// Every rank has arrived (set by the last arrival; the round can then no longer fail
+    /// before every rank is started).
+    complete: bool,
+    /// The first error a rank left with: the round can no longer complete.
+    failed: Option<HalError>,
+}
+
+impl Round {
+    fn new(n: usize) -> Round {
+        Round {
+            sig: None,
+            ptrs: vec![(0, 0); n],
+            seats: vec![Seat::Absent; n],
+            passed: vec![0; 3],
+            complete: false,
+            failed: None,
+        }
+    }
+
+    fn count(&self, s: Seat) -> usize {
+        self.seats.iter().filter(|&&x| x == s).count()
+    }
 }
 
 #[derive(Default)]
@@ -31,12 +74,23 @@ struct State {
     aborted: bool,
 }
 
-/// The shared meeting point of one communicator.
+/// The shared meeting point of one communicator. Thread-safe; every rank's worker calls it.
 pub(crate) struct Rendezvous {
     pub nranks: usize,
     pub timeout: Duration,
     state: Mutex<State>,
     cv: Condvar,
+}
+
+/// The error a rank gets from a round a peer failed.
+fn peer_failed(seq: u64, e: &HalError) -> HalError {
+    match e {
+        HalError::Aborted { .. } | HalError::Timeout { .. } => e.clone(),
+        e => HalError::invalid(
+            "call",
+            Invalid::Other(format!("collective #{seq} failed on another rank: {e}")),
+        ),
+    }
 }
 
 impl Rendezvous {
@@ -49,18 +103,19 @@ impl Rendezvous {
         }
     }
 
-    /// Fails every pending and later wait with `Aborted`.
+    /// Fails every pending and later wait for a peer with `Aborted`.
     pub fn abort(&self) {
         self.state.lock().aborted = true;
         self.cv.notify_all();
     }
 
+    /// Waits until `done` (which may also end the wait with an error), an abort or `deadline`.
     fn wait_until(
         &self,
         what: &str,
         deadline: Instant,
-        mut done: impl FnMut(&mut State) -> bool,
-    ) -> Result<parking_lot::MutexGuard<'_, State>> {
+        mut done: impl FnMut(&mut State) -> Option<Result<()>>,
+    ) -> Result<MutexGuard<'_, State>> {
         let mut g = self.state.lock();
         loop {
             if g.aborted {
@@ -68,12 +123,12 @@ impl Rendezvous {
                     what: format!("communicator aborted during {what}"),
                 });
             }
-            if done(&mut g) {
-                return Ok(g);
+            if let Some(r) = done(&mut g) {
+                return r.map(|()| g);
             }
-            if self.cv.wait_until(&mut g, deadline).timed_out() && !done(&mut g) {
-                if g.aborted {
-                    continue;
+            if self.cv.wait_until(&mut g, deadline) && !g.aborted {
+                if let Some(r) = done(&mut g) {
+                    return r.map(|()| g);
                 }
                 return Err(HalError::Timeout {
                     what: what.to_string(),
@@ -83,38 +138,71 @@ impl Rendezvous {
         }
     }
 
-    /// Joins round `seq`, publishing this rank's addresses; returns every rank's addresses once all
-    /// have arrived with the same signature.
-    pub fn arrive(
+    /// Runs round `seq` for `rank`: publishes (send, recv), waits until every rank has arrived
+    /// with the same signature, runs `body` with all ranks' addresses, then leaves — only once no
+    /// peer that received the addresses is still inside the round (see the module docs), so the
+    /// caller may release its buffers when this returns, whatever the result.
+    pub fn run_round<R>(
+        &self,
+        seq: u64,
+        rank: usize,
+        sig: &Signature,
+        (send, recv): (u64, u64),
+        body: impl FnOnce(&[(u64, u64)]) -> Result<R>,
+    ) -> Result<R> {
+        let r = match self.arrive(seq, rank, sig, send, recv) {
+            Ok(ptrs) => body(&ptrs),
+            Err((e, true)) => Err(e),
+            // Turned away before publishing anything: nothing to leave.
+            Err((e, false)) => return Err(e),
+        };
+        self.leave(seq, rank, r.as_ref().err());
+        r
+    }
+
+    /// Joins round `seq`; returns every rank's addresses once all have arrived. On an error, says
+    /// whether this rank had published its addresses (and so must leave).
+    fn arrive(
         &self,
         seq: u64,
         rank: usize,
         sig: &Signature,
         send: u64,
         recv: u64,
-    ) -> Result<Vec<(u64, u64)>> {
+    ) -> std::result::Result<Vec<(u64, u64)>, (HalError, bool)> {
         let deadline = Instant::now() + self.timeout;
         {
             let mut g = self.state.lock();
             let n = self.nranks;
-            let r = g.rounds.entry(seq).or_insert_with(|| Round {
-                ptrs: vec![None; n],
-                passed: vec![0; 3],
-                ..Default::default()
-            });
+            let r = g.rounds.entry(seq).or_insert_with(|| Round::new(n));
+            if let Some(e) = &r.failed {
+                // Turned away: this rank never sees the addresses of a round that cannot complete.
+                let e = peer_failed(seq, e);
+                r.seats[rank] = Seat::Gone;
+                Self::retire(&mut g, seq);
+                return Err((e, false));
+            }
             match &r.sig {
                 Some(s) if s != sig => {
-                    let msg = format!(
-                        "collective #{seq}: rank {rank} called {} but another rank called {}",
-                        sig.what, s.what
+                    let e = HalError::invalid(
+                        "call",
+                        Invalid::Other(format!(
+                            "collective #{seq}: rank {rank} called {} but another rank called {}",
+                            sig.what, s.what
+                        )),
                     );
+                    r.failed = Some(e.clone());
+                    r.seats[rank] = Seat::Gone;
+                    Self::retire(&mut g, seq);
                     drop(g);
-                    return Err(HalError::invalid("call", unihal_hal::Invalid::Other(msg)));
+                    self.cv.notify_all();
+                    return Err((e, false));
                 }
                 _ => r.sig = Some(sig.clone()),
             }
-            r.ptrs[rank] = Some((send, recv));
-            r.arrived += 1;
+            r.ptrs[rank] = (send, recv);
+            r.seats[rank] = Seat::Waiting;
+            r.complete = r.count(Seat::Absent) == 0;
         }
         self.cv.notify_all();
         let what = format!(
@@ -122,32 +210,41 @@ impl Rendezvous {
             sig.what
         );
         let mut missing = Vec::new();
+        let n = self.nranks;
         let g = self.wait_until(&what, deadline, |s| {
             let r = &s.rounds[&seq];
-            missing = r
-                .ptrs
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_none())
-                .map(|(i, _)| i)
-                .collect();
-            r.arrived == self.nranks
+            match &r.failed {
+                // Peers that timed out waiting for the same missing ranks: time out on our own
+                // deadline, with our own message.
+                Some(HalError::Timeout { .. }) => None,
+                Some(e) => Some(Err(peer_failed(seq, e))),
+                None if r.complete => Some(Ok(())),
+                None => {
+                    missing = (0..n).filter(|&i| r.seats[i] == Seat::Absent).collect();
+                    None
+                }
+            }
         });
-        let g = g.map_err(|e| match e {
-            HalError::Timeout { millis, .. } => HalError::Timeout {
-                what: format!("{what}; ranks {missing:?} never arrived"),
-                millis,
-            },
-            e => e,
+        let mut g = g.map_err(|e| {
+            let e = match e {
+                HalError::Timeout { millis, .. } => HalError::Timeout {
+                    what: format!("{what}; ranks {missing:?} never arrived"),
+                    millis,
+                },
+                e => e,
+            };
+            (e, true)
         })?;
-        Ok(g.rounds[&seq]
-            .ptrs
-            .iter()
-            .map(|p| p.expect("all arrived"))
-            .collect())
+        let r = g
+            .rounds
+            .get_mut(&seq)
+            .expect("a round lives while a rank waits in it");
+        r.seats[rank] = Seat::Started;
+        Ok(r.ptrs.clone())
     }
 
-    /// Waits until every rank has finished phase `phase` of round `seq`.
+    /// Waits until every rank has finished phase `phase` of round `seq`; fails at once when a
+    /// peer left the round with an error.
     pub fn barrier(&self, seq: u64, phase: usize) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         if let Some(r) = self.state.lock().rounds.get_mut(&seq) {
@@ -156,18 +253,52 @@ impl Rendezvous {
         self.cv.notify_all();
         let n = self.nranks;
         self.wait_until(&format!("collective #{seq} phase {phase}"), deadline, |s| {
-            s.rounds.get(&seq).is_none_or(|r| r.passed[phase] >= n)
+            let r = s.rounds.get(&seq)?;
+            match &r.failed {
+                Some(e) => Some(Err(peer_failed(seq, e))),
+                None => (r.passed[phase] >= n).then_some(Ok(())),
+            }
         })
         .map(drop)
     }
 
-    /// Leaves round `seq` (the last rank out frees it).
-    pub fn leave(&self, seq: u64) {
+    /// Leaves round `seq`, recording `error` as the round's failure, then waits until no peer that
+    /// has or may still get the addresses is inside the round (it may read or write this rank's
+    /// buffers).
+    fn leave(&self, seq: u64, rank: usize, error: Option<&HalError>) {
         let mut g = self.state.lock();
-        if let Some(r) = g.rounds.get_mut(&seq) {
-            r.left += 1;
-            if r.left == self.nranks {
-                g.rounds.remove(&seq);
+        let Some(r) = g.rounds.get_mut(&seq) else {
+            return;
+        };
+        r.seats[rank] = Seat::Gone;
+        if let (Some(e), None) = (error, &r.failed) {
+            r.failed = Some(e.clone());
+        }
+        self.cv.notify_all();
+        // No deadline and no abort check: a started peer is bounded (copies, then barriers that
+        // wake on this round's failure, a timeout or an abort), and leaving earlier would free
+        // memory it uses.
+        // A waiting rank of a round that has not failed may still start (it has not yet seen that
+        // everyone arrived); once the round failed, waiting ranks never start.
+        while g.rounds.get(&seq).is_some_and(|r| {
+            r.count(Seat::Started) > 0 || (r.failed.is_none() && r.count(Seat::Waiting) > 0)
+        }) {
+            self.cv.wait(&mut g);
+        }
+        Self::retire(&mut g, seq);
+    }
+
+    /// Frees round `seq` once every rank is gone from it. A failed round whose missing ranks never
+    /// come stays as a small tombstone, so that they are turned away if they ever arrive.
+    fn retire(g: &mut State, seq: u64) {
+        if g.rounds
+            .get(&seq)
+            .is_some_and(|r| r.count(Seat::Gone) == r.seats.len())
+        {
+            g.rounds.remove(&seq);
+        } else if let Some(r) = g.rounds.get_mut(&seq) {
+            if r.failed.is_some() && r.count(Seat::Started) == 0 && r.count(Seat::Waiting) == 0 {
+                r.ptrs.clear();
             }
         }
     }
@@ -190,7 +321,91 @@ impl Rendezvous {
     pub fn take(&self, src: usize, dst: usize, k: u64) -> Result<Vec<u8>> {
         let deadline = Instant::now() + self.timeout;
         let what = format!("recv on rank {dst} of message #{k} from rank {src}");
-        let mut g = self.wait_until(&what, deadline, |s| s.mail.contains_key(&(src, dst, k)))?;
-        Ok(g.mail.remove(&(src, dst, k)).expect("present"))
+        let mut g = self.wait_until(&what, deadline, |s| {
+            s.mail.contains_key(&(src, dst, k)).then_some(Ok(()))
+        })?;
+        Ok(g.mail.remove(&(src, dst, k)).unwrap_or_default())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    fn sig() -> Signature {
+        Signature { what: "op".into() }
+    }
+
+    /// A rank whose round fails returns only once its started peer has left: before, it freed
+    /// buffers the peer was still copying.
+    #[test]
+    fn a_failing_rank_leaves_only_after_started_peers() {
+        let rv = Arc::new(Rendezvous::new(2, Duration::from_secs(30)));
+        let peer_done = Arc::new(AtomicBool::new(false));
+        let (rv0, done0) = (rv.clone(), peer_done.clone());
+        let peer = std::thread::spawn(move || {
+            rv0.run_round(0, 0, &sig(), (1, 2), |_| {
+                std::thread::sleep(Duration::from_millis(100));
+                done0.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+        });
+        let r: Result<()> = rv.run_round(0, 1, &sig(), (3, 4), |p| {
+            assert_eq!(p, &[(1, 2), (3, 4)]);
+            Err(HalError::Aborted {
+                what: "test".into(),
+            })
+        });
+        assert!(matches!(r, Err(HalError::Aborted { .. })));
+        assert!(
+            peer_done.load(Ordering::SeqCst),
+            "left before the started peer"
+        );
+        peer.join().unwrap().unwrap();
+        assert!(rv.state.lock().rounds.is_empty(), "round not freed");
+    }
+
+    /// Once a round failed, a late rank is turned away at once and never gets the addresses.
+    #[test]
+    fn late_ranks_are_turned_away_from_a_failed_round() {
+        let rv = Rendezvous::new(2, Duration::from_millis(20));
+        let r = rv.run_round(7, 0, &sig(), (1, 2), |_| Ok(()));
+        match r {
+            Err(HalError::Timeout { what, .. }) => assert!(what.contains("[1]"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        let t0 = Instant::now();
+        let late = rv.run_round(7, 1, &sig(), (3, 4), |_| -> Result<()> {
+            panic!("a late rank started on a failed round")
+        });
+        assert!(matches!(late, Err(HalError::Timeout { .. })), "{late:?}");
+        assert!(
+            t0.elapsed() < Duration::from_millis(20),
+            "the late rank waited"
+        );
+        assert!(rv.state.lock().rounds.is_empty(), "round not freed");
+    }
+
+    /// A rank that calls something else fails the round for every rank at once.
+    #[test]
+    fn a_mismatched_call_fails_every_rank_without_waiting() {
+        let rv = Arc::new(Rendezvous::new(2, Duration::from_secs(30)));
+        let rv0 = rv.clone();
+        let t0 = Instant::now();
+        let first = std::thread::spawn(move || rv0.run_round(0, 0, &sig(), (1, 2), |_| Ok(())));
+        std::thread::sleep(Duration::from_millis(20));
+        let other = Signature {
+            what: "other".into(),
+        };
+        let r = rv.run_round(0, 1, &other, (3, 4), |_| Ok(()));
+        assert!(matches!(r, Err(HalError::InvalidArgument { .. })), "{r:?}");
+        let r0 = first.join().unwrap();
+        assert!(
+            matches!(r0, Err(HalError::InvalidArgument { .. })),
+            "{r0:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(5));
     }
 }

@@ -282,6 +282,70 @@ fn run(ctx: &Ctx, op: OpId) -> CaseResult {
     Ok(())
 }
 
+/// Empty outputs whose other dims are huge (2^40): the op succeeds at once, with no work and no
+/// allocation in proportion to any dim (a backend that plans per batch or per row first would
+/// abort on an allocation of 2^40 entries, or run for hours).
+fn empty_with_huge_dims(ctx: &Ctx) -> CaseResult {
+    const HUGE: u64 = 1 << 40;
+    let s = ctx.stream()?;
+    let b = ctx.device.alloc(4096)?;
+    let v = |shape: &[u64], strides: &[i64]| {
+        TensorView::contiguous(&b, DType::F32, shape).strided(0, strides)
+    };
+    let caps = ctx.device.capabilities();
+    let mut calls = Vec::new();
+    if caps.supports(OpId::Matmul, DType::F32) {
+        // c: 2^40 batches of 0 x 1; a (a broadcast batch) and b broadcast over the batch.
+        calls.push((
+            "matmul [2^40, 0, 1]",
+            OpCall::matmul(
+                v(&[HUGE, 0, 3], &[0, 3, 1]),
+                v(&[1, 3, 1], &[0, 1, 1]),
+                TensorView::contiguous(&b, DType::F32, &[HUGE, 0, 1]),
+                1.0,
+                0.0,
+            ),
+        ));
+        calls.push((
+            "matmul [0, 4, 4] with k = 2^40",
+            OpCall::matmul(
+                v(&[0, 4, HUGE], &[0, 0, 0]),
+                v(&[0, HUGE, 4], &[0, 0, 0]),
+                v(&[0, 4, 4], &[16, 4, 1]),
+                1.0,
+                0.0,
+            ),
+        ));
+    }
+    if caps.supports(OpId::Softmax, DType::F32) {
+        calls.push((
+            "softmax [2^40, 0]",
+            OpCall::softmax(
+                OpId::Softmax,
+                v(&[HUGE, 0], &[0, 1]),
+                v(&[HUGE, 0], &[0, 1]),
+            ),
+        ));
+    }
+    if caps.supports(OpId::ReduceSum, DType::F32) {
+        calls.push((
+            "reduce_sum [0, 2^40] along 1",
+            OpCall::reduce(
+                OpId::ReduceSum,
+                v(&[0, HUGE], &[0, 0]),
+                v(&[0, 1], &[1, 1]),
+                1,
+            ),
+        ));
+    }
+    for (what, call) in calls {
+        s.run_op(&call)
+            .map_err(|e| crate::case::Failure::new(format!("{what}: {e}")))?;
+    }
+    s.synchronize()?;
+    Ok(())
+}
+
 /// One misuse case per op family.
 pub fn cases() -> Vec<Case> {
     let ops = [
@@ -295,12 +359,18 @@ pub fn cases() -> Vec<Case> {
         (OpId::Matmul, DType::F32),
         (OpId::IndexSelect, DType::F32),
     ];
-    ops.into_iter()
+    let mut v: Vec<Case> = ops
+        .into_iter()
         .map(|(op, d)| {
             Case::new(format!("ops.nn.misuse.{}", op.name()), move |ctx| {
                 run(ctx, op)
             })
             .needs(&[Need::Op(op, d)])
         })
-        .collect()
+        .collect();
+    v.push(
+        Case::new("ops.nn.empty_output_with_huge_dims", empty_with_huge_dims)
+            .needs(&[Need::Op(OpId::Matmul, DType::F32)]),
+    );
+    v
 }

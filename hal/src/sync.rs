@@ -1,0 +1,165 @@
+//! The synchronisation primitives of unihal's own concurrency protocols (host buffer states, the
+//! CPU stream worker, the collective rendezvous), in one place so that a model checker can replace
+//! them.
+//!
+//! Normally these are `parking_lot`'s lock and condition variable and `std`'s atomics. Built with
+//! `RUSTFLAGS="--cfg loom"`, they are [loom](https://docs.rs/loom)'s, and the same production code
+//! runs under loom's exhaustive scheduler (see `tests/loom.rs` in the crates that use it). A timed
+//! wait is modelled as "may time out": under loom, [`Condvar::wait_until`] waits for a
+//! notification and then reports a timeout when the test's clock ([`loom_clock`]) has expired, so
+//! every interleaving of a timeout with the other threads' steps is explored.
+//!
+//! The API is `parking_lot`'s shape (no poisoning, guards waited on in place), which both
+//! implementations provide. Thread-safe: these are synchronisation primitives.
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub use std::sync::Arc;
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub use loom::sync::Arc;
+
+#[cfg(not(loom))]
+mod imp {
+    use std::time::Instant;
+
+    /// A mutex without poisoning.
+    #[derive(Debug, Default)]
+    pub struct Mutex<T>(parking_lot::Mutex<T>);
+
+    /// The guard of a locked [`Mutex`].
+    pub type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    impl<T> Mutex<T> {
+        /// A new unlocked mutex holding `v`.
+        pub fn new(v: T) -> Mutex<T> {
+            Mutex(parking_lot::Mutex::new(v))
+        }
+        /// Locks, blocking until the mutex is free.
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+
+    /// A condition variable for [`Mutex`].
+    #[derive(Debug, Default)]
+    pub struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        /// A new condition variable.
+        pub fn new() -> Condvar {
+            Condvar(parking_lot::Condvar::new())
+        }
+        /// Releases the guard's lock until notified (or spuriously woken), then relocks.
+        pub fn wait<T>(&self, g: &mut MutexGuard<'_, T>) {
+            self.0.wait(g)
+        }
+        /// As [`Condvar::wait`], also waking at `deadline`; true when the deadline has passed.
+        pub fn wait_until<T>(&self, g: &mut MutexGuard<'_, T>, deadline: Instant) -> bool {
+            self.0.wait_until(g, deadline).timed_out()
+        }
+        /// Wakes every waiter.
+        pub fn notify_all(&self) {
+            self.0.notify_all();
+        }
+        /// Wakes one waiter.
+        pub fn notify_one(&self) {
+            self.0.notify_one();
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use std::ops::{Deref, DerefMut};
+    use std::time::Instant;
+
+    /// loom's mutex, without poisoning.
+    #[derive(Debug, Default)]
+    pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+    /// The guard of a locked [`Mutex`]; `None` only while a wait has lent it to loom.
+    pub struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().expect("guard present outside a wait")
+        }
+    }
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0.as_mut().expect("guard present outside a wait")
+        }
+    }
+
+    impl<T> Mutex<T> {
+        /// A new unlocked mutex holding `v`.
+        pub fn new(v: T) -> Mutex<T> {
+            Mutex(loom::sync::Mutex::new(v))
+        }
+        /// Locks, blocking until the mutex is free.
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard(Some(self.0.lock().unwrap_or_else(|e| e.into_inner())))
+        }
+    }
+
+    /// loom's condition variable.
+    #[derive(Debug, Default)]
+    pub struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        /// A new condition variable.
+        pub fn new() -> Condvar {
+            Condvar(loom::sync::Condvar::new())
+        }
+        /// Releases the guard's lock until notified, then relocks.
+        pub fn wait<T>(&self, g: &mut MutexGuard<'_, T>) {
+            let inner = g.0.take().expect("guard present");
+            g.0 = Some(self.0.wait(inner).unwrap_or_else(|e| e.into_inner()));
+        }
+        /// Waits for a notification; true when the model's clock has expired ("may time out").
+        pub fn wait_until<T>(&self, g: &mut MutexGuard<'_, T>, _deadline: Instant) -> bool {
+            if super::loom_clock::expired() {
+                return true;
+            }
+            self.wait(g);
+            super::loom_clock::expired()
+        }
+        /// Wakes every waiter.
+        pub fn notify_all(&self) {
+            self.0.notify_all();
+        }
+        /// Wakes one waiter.
+        pub fn notify_one(&self) {
+            self.0.notify_one();
+        }
+    }
+}
+
+pub use imp::{Condvar, Mutex, MutexGuard};
+
+/// The clock of timed waits under loom: a test thread calls [`loom_clock::expire`] at some point
+/// of the model (and notifies the condition variables it wants woken); from then on every timed
+/// wait reports a timeout. Fresh (not expired) in each loom execution.
+#[cfg(loom)]
+pub mod loom_clock {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    loom::lazy_static! {
+        static ref EXPIRED: AtomicBool = AtomicBool::new(false);
+    }
+
+    /// True once the clock has expired in this execution.
+    pub fn expired() -> bool {
+        EXPIRED.load(Ordering::SeqCst)
+    }
+
+    /// Expires the clock: every later timed wait times out.
+    pub fn expire() {
+        EXPIRED.store(true, Ordering::SeqCst);
+    }
+}
