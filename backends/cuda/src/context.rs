@@ -4,7 +4,7 @@ use crate::conv::vendor;
 use cudarc::driver::{result, sys};
 use unihal_hal::{DeviceId, Result};
 
-/// The primary context of one device. Retained for the process's life (released on drop).
+/// The primary context of one device. Retained while a handle lives (released on drop).
 pub struct Context {
     pub(crate) id: DeviceId,
     pub(crate) dev: sys::CUdevice,
@@ -42,7 +42,15 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: retained in `retain`, released once.
-        let _ = unsafe { result::primary_ctx::release(self.dev) };
+        // The last handle may go in a host function (a callback's closure holding a device),
+        // which must not call the driver: then the release is deferred to the next backend call
+        // made outside a callback.
+        let dev = self.dev;
+        crate::deferred::release(move || {
+            // SAFETY: retained in `retain`, released once (this context is being dropped).
+            if let Err(e) = unsafe { result::primary_ctx::release(dev) } {
+                tracing::warn!(target: "unihal::cuda", "{}", vendor("cuDevicePrimaryCtxRelease", e));
+            }
+        });
     }
 }

@@ -40,9 +40,12 @@ type Split = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void) ->
 /// `NCCL_SPLIT_NOCOLOR`: the rank joins no communicator of the split.
 pub const SPLIT_NOCOLOR: c_int = -1;
 
-/// The resolved entry points (function pointers valid while `_lib` is loaded, i.e. forever).
+/// The resolved entry points (function pointers valid while `_lib` is loaded: forever, since it
+/// is never unloaded).
 pub struct Nccl {
-    _lib: libloading::Library,
+    /// Leaked on purpose: NCCL is never unloaded (its threads, and memory it handed out, may
+    /// outlive every handle of ours; unloading it under them is undefined behaviour).
+    _lib: &'static libloading::Library,
     /// Where it was found.
     pub path: String,
     pub get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
@@ -87,7 +90,7 @@ impl Nccl {
         for name in &names {
             // SAFETY: loading NCCL runs its initialisers, which are benign.
             match unsafe { libloading::Library::new(name) } {
-                Ok(lib) => return Nccl::resolve(lib, name.clone()),
+                Ok(lib) => return Nccl::resolve(Box::leak(Box::new(lib)), name.clone()),
                 Err(e) => tried.push(format!("{name}: {e}")),
             }
         }
@@ -97,7 +100,7 @@ impl Nccl {
         })
     }
 
-    fn resolve(lib: libloading::Library, path: String) -> Result<Nccl> {
+    fn resolve(lib: &'static libloading::Library, path: String) -> Result<Nccl> {
         /// # Safety
         /// `T` must be the C signature of `name`.
         unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T> {
@@ -112,30 +115,30 @@ impl Nccl {
         // SAFETY: each type is the signature of the symbol of that name in nccl.h (and rccl.h).
         unsafe {
             Ok(Nccl {
-                get_version: sym(&lib, "ncclGetVersion")?,
-                get_unique_id: sym(&lib, "ncclGetUniqueId")?,
-                comm_init_rank: sym(&lib, "ncclCommInitRank")?,
-                comm_init_all: sym(&lib, "ncclCommInitAll")?,
-                comm_destroy: sym(&lib, "ncclCommDestroy")?,
-                comm_abort: sym(&lib, "ncclCommAbort")?,
-                comm_get_async_error: sym(&lib, "ncclCommGetAsyncError")?,
-                comm_count: sym(&lib, "ncclCommCount")?,
-                comm_user_rank: sym(&lib, "ncclCommUserRank")?,
-                get_error_string: sym(&lib, "ncclGetErrorString")?,
-                get_last_error: sym(&lib, "ncclGetLastError").ok(),
-                group_start: sym(&lib, "ncclGroupStart")?,
-                group_end: sym(&lib, "ncclGroupEnd")?,
-                all_reduce: sym(&lib, "ncclAllReduce")?,
-                broadcast: sym(&lib, "ncclBroadcast")?,
-                reduce: sym(&lib, "ncclReduce")?,
-                all_gather: sym(&lib, "ncclAllGather")?,
-                reduce_scatter: sym(&lib, "ncclReduceScatter")?,
-                send: sym(&lib, "ncclSend")?,
-                recv: sym(&lib, "ncclRecv")?,
-                all_to_all: sym(&lib, "ncclAlltoAll")
-                    .or_else(|_| sym(&lib, "ncclAllToAll"))
+                get_version: sym(lib, "ncclGetVersion")?,
+                get_unique_id: sym(lib, "ncclGetUniqueId")?,
+                comm_init_rank: sym(lib, "ncclCommInitRank")?,
+                comm_init_all: sym(lib, "ncclCommInitAll")?,
+                comm_destroy: sym(lib, "ncclCommDestroy")?,
+                comm_abort: sym(lib, "ncclCommAbort")?,
+                comm_get_async_error: sym(lib, "ncclCommGetAsyncError")?,
+                comm_count: sym(lib, "ncclCommCount")?,
+                comm_user_rank: sym(lib, "ncclCommUserRank")?,
+                get_error_string: sym(lib, "ncclGetErrorString")?,
+                get_last_error: sym(lib, "ncclGetLastError").ok(),
+                group_start: sym(lib, "ncclGroupStart")?,
+                group_end: sym(lib, "ncclGroupEnd")?,
+                all_reduce: sym(lib, "ncclAllReduce")?,
+                broadcast: sym(lib, "ncclBroadcast")?,
+                reduce: sym(lib, "ncclReduce")?,
+                all_gather: sym(lib, "ncclAllGather")?,
+                reduce_scatter: sym(lib, "ncclReduceScatter")?,
+                send: sym(lib, "ncclSend")?,
+                recv: sym(lib, "ncclRecv")?,
+                all_to_all: sym(lib, "ncclAlltoAll")
+                    .or_else(|_| sym(lib, "ncclAllToAll"))
                     .ok(),
-                comm_split: sym(&lib, "ncclCommSplit").ok(),
+                comm_split: sym(lib, "ncclCommSplit").ok(),
                 _lib: lib,
                 path,
             })
