@@ -34,6 +34,8 @@
 //! Not yet: peer copies, stream-ordered allocation and `ncclCommSplit` (the capabilities report
 //! each honestly).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod context;
 pub mod conv;
 pub mod cublas;

@@ -238,7 +238,7 @@ impl Collectives for NcclCollectives {
                 })
             },
             // A communicator nobody else holds.
-            move |late| comm::release(&late_lib, &mut (late as usize), false),
+            move |late| comm::release(&late_lib, &mut { late }, false),
         )? as ffi::Comm;
         Ok(NcclComm::new(
             lib,

@@ -39,6 +39,7 @@ pub extern "C" fn cuInit(flags: c_uint) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
+    // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     api("cuDriverGetVersion", || unsafe { out(v, DRIVER_VERSION) })
 }
 
@@ -46,6 +47,7 @@ pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
 pub unsafe extern "C" fn cuGetErrorName(e: c_int, s: *mut *const c_char) -> c_int {
     api("cuGetErrorName", || {
         let (name, _) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(s, name.as_ptr()) }
     })
 }
@@ -54,6 +56,7 @@ pub unsafe extern "C" fn cuGetErrorName(e: c_int, s: *mut *const c_char) -> c_in
 pub unsafe extern "C" fn cuGetErrorString(e: c_int, s: *mut *const c_char) -> c_int {
     api("cuGetErrorString", || {
         let (_, text) = names(e).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(s, text.as_ptr()) }
     })
 }
@@ -62,6 +65,7 @@ pub unsafe extern "C" fn cuGetErrorString(e: c_int, s: *mut *const c_char) -> c_
 pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
     api("cuDeviceGetCount", || {
         let s = sim()?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(n, s.devices.len() as c_int) }
     })
 }
@@ -70,6 +74,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
 pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
     api("cuDeviceGet", || {
         sim()?.device(ordinal)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(d, ordinal) }
     })
 }
@@ -99,12 +104,14 @@ pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], d: c_int) -> c_int
         sim()?.device(d)?;
         let mut id = *b"unihal-sim-cuda0";
         id[15] = b'0' + d as u8;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(uuid, id) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], d: c_int) -> c_int {
+    // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe { cuDeviceGetUuid(uuid, d) }
 }
 
@@ -113,6 +120,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, d: c_i
     api("cuDeviceGetAttribute", || {
         let dev = sim()?.device(d)?;
         let value = attribute(attr, d, &dev.limits()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(v, value) }
     })
 }
@@ -121,6 +129,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, d: c_i
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, d: c_int) -> c_int {
     api("cuDeviceTotalMem_v2", || {
         let dev = sim()?.device(d)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(bytes, dev.memory_info().1 as usize) }
     })
 }
@@ -129,6 +138,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, d: c_int) -> c_i
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, d: c_int) -> c_int {
     api("cuDevicePrimaryCtxRetain", || {
         sim()?.device(d)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(ctx, (PRIMARY_CTX + d as usize) as *mut c_void) }
     })
 }
@@ -144,6 +154,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(d: c_int) -> c_int {
 pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
     api("cuCtxGetCurrent", || {
         sim()?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(ctx, CURRENT.get() as *mut c_void) }
     })
 }
@@ -172,6 +183,7 @@ pub extern "C" fn cuCtxSynchronize() -> c_int {
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int {
     api("cuMemGetInfo_v2", || {
         let (f, t) = sim()?.current_device()?.memory_info();
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe {
             out(free, f as usize)?;
             out(total, t as usize)
@@ -186,6 +198,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let a = sim()?.current_device()?.alloc(bytes as u64).map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(p, a) }
     })
 }
@@ -207,6 +220,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let a = dev.alloc(bytes as u64).map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(p, a) }
     })
 }
@@ -272,10 +286,10 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
             })
         } else {
             // Pageable source: captured now, as the driver stages it before returning.
-            // SAFETY: the caller provides `n` readable bytes at `src`.
             let data = if n == 0 {
                 Vec::new()
             } else {
+                // SAFETY: the caller provides `n` readable bytes at `src`.
                 unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec()
             };
             Box::new(move |m| m.write(dst, &data))
@@ -354,6 +368,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint)
             .current_device()?
             .create_stream_with(blocking)
             .map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(stream, id.0 as *mut c_void) }
     })
 }
@@ -433,6 +448,7 @@ pub extern "C" fn cuStreamWaitEvent(
 pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> c_int {
     api("cuEventCreate", || {
         let id = sim()?.current_device()?.create_event().map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(event, id.0 as *mut c_void) }
     })
 }
@@ -484,6 +500,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(
             .owner(start as u64)?
             .elapsed_ms(EventId(start as u64), EventId(end as u64))
             .map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(ms, v) }
     })
 }
@@ -494,6 +511,7 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     start: *mut c_void,
     end: *mut c_void,
 ) -> c_int {
+    // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe { cuEventElapsedTime(ms, start, end) }
 }
 
@@ -517,6 +535,7 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
             unsafe { CStr::from_ptr(image as *const c_char) }.to_bytes()
         };
         let id = dev.load_module(bytes).map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(module, id.0 as *mut c_void) }
     })
 }
@@ -537,6 +556,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
             .to_str()
             .map_err(|_| CUDA_ERROR_NOT_FOUND)?;
         let id = dev.function(ModuleId(module as u64), name).map_err(c)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(f, id.0 as *mut c_void) }
     })
 }
@@ -599,6 +619,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
 pub unsafe extern "C" fn cuCtxGetDevice(d: *mut c_int) -> c_int {
     api("cuCtxGetDevice", || {
         let o = sim()?.current()?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(d, o as c_int) }
     })
 }
@@ -610,6 +631,7 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, d: c_int, peer: 
         s.device(d)?;
         s.device(peer)?;
         // Distinct devices reach each other (a device is not its own peer).
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(can, c_int::from(d != peer)) }
     })
 }

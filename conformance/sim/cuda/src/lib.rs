@@ -53,6 +53,7 @@
 //! copies between their memories in the stream's order only, and `cuStreamWaitEvent` accepts
 //! another device's event (the core's two-device gates).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)] // every entry point follows its vendor API's contract
 

@@ -239,6 +239,7 @@ unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Result<(), Fail> {
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
+    // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     nccl("ncclGetVersion", || unsafe {
         put(version, NCCL_VERSION_CODE, "version")
     })
@@ -252,6 +253,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut ncclUniqueId) -> c_int {
         for (d, b) in v.internal.iter_mut().zip(bytes) {
             *d = b as c_char;
         }
+        // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { put(id, v, "uniqueId") }
     })
 }
@@ -422,6 +424,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(c: *mut c_void, err: *mut c_int) 
     nccl("ncclCommGetAsyncError", || {
         let k = comm(c, "ncclCommGetAsyncError")?;
         let code = k.comm.error().map_or(NCCL_SUCCESS, |e| async_code(&e));
+        // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { put(err, code, "asyncError") }
     })
 }
@@ -465,6 +468,7 @@ pub unsafe extern "C" fn ncclCommSplit(
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCount(c: *mut c_void, n: *mut c_int) -> c_int {
+    // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     nccl("ncclCommCount", || unsafe {
         put(n, comm(c, "ncclCommCount")?.comm.nranks() as c_int, "count")
     })
@@ -472,6 +476,7 @@ pub unsafe extern "C" fn ncclCommCount(c: *mut c_void, n: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCuDevice(c: *mut c_void, d: *mut c_int) -> c_int {
+    // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     nccl("ncclCommCuDevice", || unsafe {
         put(d, comm(c, "ncclCommCuDevice")?.ordinal as c_int, "device")
     })
@@ -479,6 +484,7 @@ pub unsafe extern "C" fn ncclCommCuDevice(c: *mut c_void, d: *mut c_int) -> c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommUserRank(c: *mut c_void, r: *mut c_int) -> c_int {
+    // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     nccl("ncclCommUserRank", || unsafe {
         put(r, comm(c, "ncclCommUserRank")?.comm.rank() as c_int, "rank")
     })
