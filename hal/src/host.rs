@@ -8,12 +8,10 @@
 
 use crate::device::DeviceId;
 use crate::error::{HalError, Invalid, Result};
-use parking_lot::Mutex;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use std::any::Any;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Host memory allocated by a backend (pinned where it can). Dropping it frees the memory.
 ///
@@ -45,6 +43,26 @@ struct Shared {
     /// Held by stream workers while they read or write the bytes, so two queued operations on
     /// different streams never access them at once.
     device_side: Mutex<()>,
+    /// Model-checking only: the planted bug of the loom suite (see [`HostBuffer::plant_relaxed_use_end`]).
+    #[cfg(loom)]
+    planted_relaxed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// The ordering with which a use ends: `AcqRel`, so that a later `map` (whose `Acquire` reads the
+    /// count this drop leaves) sees every byte the use wrote. Under loom, `Relaxed` when the planted
+    /// bug is switched on.
+    #[inline(always)]
+    fn use_end_order(&self) -> Ordering {
+        #[cfg(loom)]
+        if self
+            .planted_relaxed
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ordering::Relaxed;
+        }
+        Ordering::AcqRel
+    }
 }
 
 /// A handle to HAL-owned host memory. Clones share the memory.
@@ -64,8 +82,21 @@ impl HostBuffer {
                 alloc,
                 state: AtomicU64::new(0),
                 device_side: Mutex::new(()),
+                #[cfg(loom)]
+                planted_relaxed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Model-checking only (`--cfg loom`): plants a bug — uses of this buffer end with a `Relaxed`
+    /// decrement instead of `AcqRel`, so a host `map` no longer synchronises with the bytes a use
+    /// wrote. The loom suite switches it on to prove it catches exactly this class of bug.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn plant_relaxed_use_end(&self) {
+        self.shared
+            .planted_relaxed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Length in bytes.
@@ -221,6 +252,7 @@ impl HostUse {
 
 impl Drop for HostUse {
     fn drop(&mut self) {
-        self.buf.shared.state.fetch_sub(1, Ordering::AcqRel);
+        let shared = &self.buf.shared;
+        shared.state.fetch_sub(1, shared.use_end_order());
     }
 }

@@ -10,7 +10,14 @@
 //! every interleaving of a timeout with the other threads' steps is explored.
 //!
 //! The API is `parking_lot`'s shape (no poisoning, guards waited on in place), which both
-//! implementations provide. Thread-safe: these are synchronisation primitives.
+//! implementations provide. Thread-safe: these are synchronisation primitives. Besides the lock,
+//! condition variable, atomics and `Arc`, the module has what a protocol needs around them so that
+//! it has no `cfg(loom)` branches of its own: [`spawn`] (a named, detached thread), [`spin_loop`]
+//! (a busy-wait hint; a yield under loom) and [`thread_local!`] (loom's per-model-thread locals
+//! under loom: loom runs every model thread on one OS thread, so `std`'s would be shared).
+//!
+//! Normal builds are unchanged: every wrapper is a `#[inline]` call of the `parking_lot` or `std`
+//! item it wraps.
 
 #[cfg(not(loom))]
 pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +28,42 @@ pub use std::sync::Arc;
 pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub use loom::sync::Arc;
+
+/// `std::thread_local!` (loom's under `cfg(loom)`: one value per model thread).
+#[cfg(not(loom))]
+pub use std::thread_local;
+
+/// `std::thread_local!` (loom's under `cfg(loom)`: one value per model thread).
+#[cfg(loom)]
+pub use loom::thread_local;
+
+/// Starts a detached thread named `name` running `f` (`std::thread::Builder`; under loom, a model
+/// thread, which the model must let finish).
+///
+/// # Errors
+/// The OS refused to create the thread.
+#[inline]
+pub fn spawn<F>(name: String, f: F) -> std::io::Result<()>
+where
+    F: FnOnce() + Send + 'static,
+{
+    #[cfg(not(loom))]
+    let spawned = std::thread::Builder::new().name(name).spawn(f);
+    #[cfg(loom)]
+    let spawned = loom::thread::Builder::new().name(name).spawn(f);
+    spawned.map(drop)
+}
+
+/// One step of a busy wait: `std::hint::spin_loop`; under loom a yield, so that the model
+/// scheduler runs the other threads (a loom spin must also be bounded by a count, not by time:
+/// executions must be deterministic).
+#[inline(always)]
+pub fn spin_loop() {
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
 
 #[cfg(not(loom))]
 mod imp {
@@ -35,10 +78,12 @@ mod imp {
 
     impl<T> Mutex<T> {
         /// A new unlocked mutex holding `v`.
+        #[inline]
         pub fn new(v: T) -> Mutex<T> {
             Mutex(parking_lot::Mutex::new(v))
         }
         /// Locks, blocking until the mutex is free.
+        #[inline]
         pub fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
@@ -50,22 +95,27 @@ mod imp {
 
     impl Condvar {
         /// A new condition variable.
+        #[inline]
         pub fn new() -> Condvar {
             Condvar(parking_lot::Condvar::new())
         }
         /// Releases the guard's lock until notified (or spuriously woken), then relocks.
+        #[inline]
         pub fn wait<T>(&self, g: &mut MutexGuard<'_, T>) {
             self.0.wait(g)
         }
         /// As [`Condvar::wait`], also waking at `deadline`; true when the deadline has passed.
+        #[inline]
         pub fn wait_until<T>(&self, g: &mut MutexGuard<'_, T>, deadline: Instant) -> bool {
             self.0.wait_until(g, deadline).timed_out()
         }
         /// Wakes every waiter.
+        #[inline]
         pub fn notify_all(&self) {
             self.0.notify_all();
         }
         /// Wakes one waiter.
+        #[inline]
         pub fn notify_one(&self) {
             self.0.notify_one();
         }
@@ -143,8 +193,19 @@ mod imp {
 pub use imp::{Condvar, Mutex, MutexGuard};
 
 /// The clock of timed waits under loom: a test thread calls [`loom_clock::expire`] at some point
-/// of the model (and notifies the condition variables it wants woken); from then on every timed
-/// wait reports a timeout. Fresh (not expired) in each loom execution.
+/// of the model, then notifies the condition variables it wants woken **while holding (or after
+/// locking once) their mutex** — a waiter checks the clock under its mutex before it sleeps, so a
+/// notification sent without the lock could fall between the check and the sleep and be lost.
+/// From then on every timed wait reports a timeout. Fresh (not expired) in each loom execution.
+///
+/// Call [`loom_clock::start`] first thing in a model that uses timed waits: the clock is a loom
+/// lazy static, and loom makes every later reader of a lazy static synchronise with the thread
+/// that initialised it (it models `std::sync::Once`); initialised on the model's main thread before
+/// it spawns, that edge adds nothing, initialised by whichever thread first waits it would order
+/// that thread before every later waiter — an edge production code does not have, which could hide
+/// a race. The clock's own load and store are `Relaxed` for the same reason: a timeout does not
+/// synchronise with the thread that let the time pass; the mutex of the notified condition variable
+/// orders the store before the woken waiter's check.
 #[cfg(loom)]
 pub mod loom_clock {
     use loom::sync::atomic::{AtomicBool, Ordering};
@@ -153,13 +214,18 @@ pub mod loom_clock {
         static ref EXPIRED: AtomicBool = AtomicBool::new(false);
     }
 
-    /// True once the clock has expired in this execution.
-    pub fn expired() -> bool {
-        EXPIRED.load(Ordering::SeqCst)
+    /// Initialises the clock (not expired) on the calling thread; see the module docs.
+    pub fn start() {
+        let _: &AtomicBool = &EXPIRED;
     }
 
-    /// Expires the clock: every later timed wait times out.
+    /// True once the clock has expired in this execution.
+    pub fn expired() -> bool {
+        EXPIRED.load(Ordering::Relaxed)
+    }
+
+    /// Expires the clock: every later timed wait times out (once woken; see the module docs).
     pub fn expire() {
-        EXPIRED.store(true, Ordering::SeqCst);
+        EXPIRED.store(true, Ordering::Relaxed);
     }
 }
