@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails:
+# the unit tests of hal and the CPU backend (collective early-leave tests included), the CPU
+# conformance suite (collectives included), and the CUDA backend's whole suite on the simulated
+# driver and NCCL. First it proves the sanitizer works: planted bugs must be reported.
+#
+# Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
+# --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
+# that loads the sanitized simulated driver must export the ASan runtime's symbols
+# (`-Wl,--export-dynamic`). Suppressions (scripts/lsan.supp) only for vendor libraries, each with
+# its reason. Fails, never skips, when the nightly toolchain or NVRTC is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TRIPLE=x86_64-unknown-linux-gnu
+export CARGO_TARGET_DIR="$PWD/target/asan"
+export RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes -Clink-arg=-Wl,--export-dynamic"
+export RUSTDOCFLAGS="-Zsanitizer=address"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+BIN="$CARGO_TARGET_DIR/$TRIPLE/debug"
+CARGO="cargo +nightly"
+
+step() { echo "== asan: $* ($(date +%T))"; }
+
+step "planted bugs must be reported"
+$CARGO build -q --target "$TRIPLE" -p unihal-hal --example asan_planted
+for bug in use-after-free:heap-use-after-free leak:detected\ memory\ leaks; do
+    arg="${bug%%:*}"; want="${bug#*:}"
+    if out="$("$BIN/examples/asan_planted" "$arg" 2>&1)"; then
+        echo "$out"; echo "AddressSanitizer missed the planted $arg" >&2; exit 1
+    fi
+    grep -q "$want" <<<"$out" || { echo "$out"; echo "no '$want' report for the planted $arg" >&2; exit 1; }
+    echo "planted $arg: reported ($want)"
+done
+
+step "hal and CPU backend unit and integration tests"
+$CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
+
+step "CPU conformance suite (collectives included)"
+UNIHAL_BACKENDS=cpu $CARGO test -q --target "$TRIPLE" -p unihal-conformance --test conformance
+
+step "CUDA backend's conformance suite on the simulated driver and NCCL"
+$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal --bin unihal
+SIM="$BIN/libunihal_sim_cuda.so"
+test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
+UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NCCL_LIB="$SIM" \
+    UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+    "$BIN/unihal" conformance --backend cuda --report target/asan-conformance-cuda
+grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
+    || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
+step "done"
