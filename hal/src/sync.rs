@@ -54,6 +54,21 @@ where
     spawned.map(drop)
 }
 
+/// Marks where a protocol relies on `SeqCst` accesses to order a store before a later load of
+/// *another* atomic (the store-buffering / Dekker pattern: "I announce, then check yours; you
+/// announce, then check mine; one of us sees the other"). Normally a no-op: the `SeqCst` accesses
+/// themselves give that order. Under loom a `SeqCst` fence, because loom models `SeqCst` accesses
+/// as `AcqRel` (it does not forbid store buffering between them: tokio-rs/loom#180) but does model
+/// `SeqCst` fences. Call it between the store (or read-modify-write) and the load, on both sides.
+///
+/// The fence only restores what the production accesses already guarantee; it cannot stand in for
+/// them, so keep those `SeqCst` (loom would not notice them weakened to `AcqRel` at these points).
+#[inline(always)]
+pub fn seq_cst_store_load() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// One step of a busy wait: `std::hint::spin_loop`; under loom a yield, so that the model
 /// scheduler runs the other threads (a loom spin must also be bounded by a count, not by time:
 /// executions must be deterministic).

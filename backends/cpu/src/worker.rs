@@ -5,18 +5,24 @@
 //! a steady stream of work), then sleeps on a condition variable: an idle stream uses no CPU.
 //! Completion is a counter; host waiters sleep on a second condition variable and are notified only
 //! when someone waits.
+//!
+//! The protocol's primitives come from [`unihal_hal::sync`], so the loom suite
+//! (`tests/loom.rs`, `--cfg loom`) model-checks this very code. Under loom the spin phase is bounded
+//! by a count (one look at the push counter, a yield, a second look) instead of a time: executions
+//! must be deterministic, and the spin only decides how soon the worker sleeps, never what it runs
+//! (it always takes the queue lock before popping).
 
 use crate::fault::{Fault, FaultSwitch};
-use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+use unihal_hal::sync::{self, Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use unihal_hal::{HalError, Invalid, Result};
 
-thread_local! {
+sync::thread_local! {
     /// The worker whose thread this is (its shared state's address), or 0 on other threads.
-    static CURRENT_WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    // (No `const { }` initialiser: loom's `thread_local!` does not take one; read only on the way to a
+    // blocking wait.)
+    static CURRENT_WORKER: std::cell::Cell<usize> = std::cell::Cell::new(0);
 }
 
 /// A queued operation. It receives the stream's sticky error, if one is set when its turn comes: it
@@ -48,6 +54,19 @@ pub(crate) struct WorkerShared {
 /// How long an idle worker spins before sleeping.
 const SPIN: Duration = Duration::from_micros(20);
 
+/// Whether the idle spin is over after `spins` looks at the push counter: at `until` (checked every
+/// 64 looks); under loom after 2 looks (see the module docs).
+#[inline(always)]
+fn spin_over(spins: u32, until: Instant) -> bool {
+    #[cfg(not(loom))]
+    return spins % 64 == 0 && Instant::now() >= until;
+    #[cfg(loom)]
+    {
+        let _ = until;
+        spins >= 2
+    }
+}
+
 impl WorkerShared {
     /// Starts a worker thread named `name`.
     pub(crate) fn spawn(name: String, fault: FaultSwitch) -> Result<Arc<WorkerShared>> {
@@ -69,9 +88,7 @@ impl WorkerShared {
             fault,
         });
         let w = shared.clone();
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || w.run())
+        sync::spawn(name, move || WorkerShared::run(w))
             .map_err(|e| HalError::Internal(format!("cannot start a stream worker thread: {e}")))?;
         Ok(shared)
     }
@@ -161,6 +178,9 @@ impl WorkerShared {
             ));
         }
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        // Announce, then check `completed`; `execute` adds to `completed`, then checks `waiters`:
+        // one of the two sees the other, so a waiter never sleeps through its completion.
+        sync::seq_cst_store_load();
         let mut g = self.done_lock.lock();
         while !self.reached(pos) {
             self.done.wait(&mut g);
@@ -189,6 +209,7 @@ impl WorkerShared {
         // The op (and everything it held: buffers, host-buffer uses) is dropped before completion
         // becomes visible.
         self.completed.fetch_add(1, Ordering::SeqCst);
+        sync::seq_cst_store_load(); // Pairs with `wait_for`'s.
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.done_lock.lock();
             self.done.notify_all();
@@ -202,10 +223,10 @@ impl WorkerShared {
         let mut spins = 0u32;
         while self.pushed.load(Ordering::Acquire) == *popped {
             spins += 1;
-            if spins % 64 == 0 && Instant::now() >= spin_until {
+            if spin_over(spins, spin_until) {
                 break;
             }
-            std::hint::spin_loop();
+            sync::spin_loop();
         }
         let mut q = self.queue.lock();
         while q.ops.is_empty() && !q.shutdown {
@@ -224,11 +245,12 @@ impl WorkerShared {
         op
     }
 
-    fn run(self: Arc<Self>) {
-        CURRENT_WORKER.with(|c| c.set(Arc::as_ptr(&self) as usize));
+    /// The worker thread's loop (`this` keeps the shared state alive until the thread exits).
+    fn run(this: Arc<Self>) {
+        CURRENT_WORKER.with(|c| c.set(Arc::as_ptr(&this) as usize));
         let mut popped = 0;
-        while let Some(op) = self.next(&mut popped) {
-            self.execute(op);
+        while let Some(op) = this.next(&mut popped) {
+            this.execute(op);
         }
     }
 }

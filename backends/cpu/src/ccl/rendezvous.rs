@@ -109,6 +109,14 @@ impl Rendezvous {
         self.cv.notify_all();
     }
 
+    /// Model checking: wakes every waiter, taking the state lock first so that a waiter between
+    /// its clock check and its sleep cannot miss it (see `unihal_hal::sync::loom_clock`).
+    #[cfg(loom)]
+    pub(crate) fn notify_all(&self) {
+        drop(self.state.lock());
+        self.cv.notify_all();
+    }
+
     /// Waits until `done` (which may also end the wait with an error), an abort or `deadline`.
     fn wait_until(
         &self,
