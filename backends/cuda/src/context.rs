@@ -1,7 +1,8 @@
 //! A device's primary context, bound to the calling thread before every driver call.
 
 use crate::conv::vendor;
-use cudarc::driver::{result, sys};
+use crate::drv::result;
+use cudarc::driver::sys;
 use unihal_hal::{DeviceId, Result};
 
 /// The primary context of one device. Retained while a handle lives (released on drop).

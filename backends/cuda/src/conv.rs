@@ -1,42 +1,38 @@
 //! Conversions of the CUDA backend: driver errors to [`HalError`] (the CUDA name and number are
 //! kept), and the device attributes it reads.
 
-use cudarc::driver::sys::{CUdevice_attribute, CUresult};
-use cudarc::driver::DriverError;
+use crate::drv::{codes, error_text, DriverError};
+use cudarc::driver::sys::CUdevice_attribute;
 use unihal_hal::HalError;
 
 /// A failed driver call as a vendor error: `CUDA driver: <call> failed with CUDA_ERROR_X (n): text`.
+/// The code is kept as the driver returned it, listed in `cuda.h` or not.
 pub(crate) fn vendor(call: &str, e: DriverError) -> HalError {
-    let code = e.0 as i64;
-    // The names come from the driver itself (cuGetErrorName/String); a driver without them still
-    // gives the number.
-    let name =
-        std::panic::catch_unwind(|| e.error_name().map(|s| s.to_string_lossy().into_owned()))
+    let code = e.0;
+    // The names come from the driver itself (cuGetErrorName/String); a code the driver does not
+    // name (or a driver without them) still gives the number.
+    let text = |name| {
+        std::panic::catch_unwind(|| error_text(code, name))
             .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_else(|| format!("CUresult {code}"));
-    let message =
-        std::panic::catch_unwind(|| e.error_string().map(|s| s.to_string_lossy().into_owned()))
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default();
+            .flatten()
+    };
     HalError::Vendor {
         library: "CUDA driver".into(),
         call: call.into(),
-        code,
-        name,
-        message,
+        code: code as i64,
+        name: text(true).unwrap_or_else(|| format!("CUresult {code}")),
+        message: text(false).unwrap_or_default(),
     }
 }
 
 /// True for `CUDA_ERROR_NOT_READY` (work still running: not an error for queries).
 pub(crate) fn not_ready(e: &DriverError) -> bool {
-    e.0 == CUresult::CUDA_ERROR_NOT_READY
+    e.0 == codes::NOT_READY
 }
 
 /// True for `CUDA_ERROR_OUT_OF_MEMORY`.
 pub(crate) fn out_of_memory(e: &DriverError) -> bool {
-    e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+    e.0 == codes::OUT_OF_MEMORY
 }
 
 /// The attributes the backend reads into its capabilities.
@@ -64,5 +60,5 @@ pub(crate) mod attr {
 
 /// `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`: enabling twice is not a failure.
 pub(crate) fn already_enabled(e: &DriverError) -> bool {
-    e.0 == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+    e.0 == codes::PEER_ACCESS_ALREADY_ENABLED
 }

@@ -23,6 +23,11 @@ pub(crate) fn as_callback(f: impl FnOnce()) {
     IN_CALLBACK.set(false);
 }
 
+/// True on a thread running a host callback.
+pub(crate) fn in_callback() -> bool {
+    IN_CALLBACK.get()
+}
+
 /// Runs `release` now, or later when called from a host callback.
 pub(crate) fn release(release: impl FnOnce() + Send + 'static) {
     if IN_CALLBACK.get() {

@@ -3,12 +3,13 @@
 
 use crate::context::Context;
 use crate::conv::{already_enabled, attr, out_of_memory, vendor};
+use crate::drv::result;
 use crate::event::CudaEvent;
 use crate::loader::guard;
 use crate::memory::{CudaAllocation, PinnedHost};
 use crate::module::CudaModule;
 use crate::stream::CudaStream;
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
@@ -48,7 +49,7 @@ fn peers(ctx: &Context) -> Result<Vec<u32>> {
         let other = result::device::get(o).map_err(|e| vendor("cuDeviceGet", e))?;
         let mut can = 0;
         // SAFETY: two valid devices and an out-pointer to a local.
-        unsafe { sys::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }
+        unsafe { crate::drv::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }
             .result()
             .map_err(|e| vendor("cuDeviceCanAccessPeer", e))?;
         if can != 0 {
@@ -136,7 +137,20 @@ impl CudaDevice {
     }
 
     /// Runs a driver call with this device's context current, panics turned into errors.
+    ///
+    /// # Errors
+    /// `f`'s; [`HalError::InvalidArgument`] from a host callback, where CUDA forbids driver
+    /// calls (a wait there would wait for the callback itself).
     pub(crate) fn call<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if crate::deferred::in_callback() {
+            return Err(HalError::invalid(
+                "stream",
+                unihal_hal::Invalid::Other(format!(
+                    "{what} inside a host callback: CUDA forbids driver calls there (a wait \
+                     would wait for the callback itself)"
+                )),
+            ));
+        }
         guard(what, || {
             self.ctx.bind()?;
             f()
@@ -165,7 +179,7 @@ impl CudaDevice {
         &self,
         call: &str,
         len: usize,
-        alloc: impl FnOnce() -> std::result::Result<sys::CUdeviceptr, cudarc::driver::DriverError>,
+        alloc: impl FnOnce() -> std::result::Result<sys::CUdeviceptr, crate::drv::DriverError>,
     ) -> Result<Buffer> {
         let ptr = if len == 0 {
             0
@@ -199,7 +213,7 @@ impl CudaDevice {
         }
         self.call("cuCtxEnablePeerAccess", || {
             // SAFETY: a retained primary context of another device; flags must be 0.
-            match unsafe { sys::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
+            match unsafe { crate::drv::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
                 Ok(()) => Ok(()),
                 Err(e) if already_enabled(&e) => Ok(()),
                 Err(e) => Err(vendor("cuCtxEnablePeerAccess", e)),

@@ -3,7 +3,8 @@
 
 use crate::conv::{not_ready, vendor};
 use crate::device::CudaDevice;
-use cudarc::driver::{result, sys};
+use crate::drv::result;
+use cudarc::driver::sys;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,9 @@
 //! # unihal-cuda: the CUDA backend
 //!
-//! NVIDIA GPUs through the CUDA driver API, bound with cudarc's thin `result`/`sys` layer and
-//! opened at run time, so one unihal binary builds with no CUDA toolkit and runs wherever it lands.
+//! NVIDIA GPUs through the CUDA driver API, opened at run time through cudarc's loader (its types
+//! and library lookup; the entry points themselves are declared with integer results in `drv`, so
+//! a result code `cuda.h` does not list stays a number instead of an invalid enum value), so one
+//! unihal binary builds with no CUDA toolkit and runs wherever it lands.
 //!
 //! * **Loading** ([`loader`]): `UNIHAL_CUDA_LIB=/path/to/libcuda.so*` chooses the driver (unihal's
 //!   simulated driver in CI, `conformance/sim/cuda`); otherwise the system loader finds
@@ -16,8 +18,12 @@
 //!   every stream.
 //! * **Memory** ([`memory`]): `cuMemAlloc` device memory and `cuMemHostAlloc` pinned host memory.
 //! * **Streams** ([`stream`]) are non-blocking `CUstream`s. What queued work uses (buffers, host
-//!   buffers, functions, events) is kept until an event recorded after the work completes, so
-//!   dropping a buffer that queued work still uses is safe.
+//!   buffers, functions, events) is kept until an event recorded after the work completes (or a
+//!   synchronisation that began after it was queued), so dropping a buffer that queued work still
+//!   uses is safe; when that cannot be tracked (a failed driver call), it is kept longer or
+//!   leaked, never released early. Host callbacks must not call the driver: backend calls made
+//!   there fail with `InvalidArgument`, releases they trigger are deferred, and a panic in one
+//!   fails its stream.
 //! * **Events** ([`event`]) with timing unless disabled; cross-device waits are the driver's.
 //! * **Modules** ([`module`]): PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
 //!   so launches are size-checked) and cubin.
@@ -41,6 +47,7 @@ pub mod conv;
 pub mod cublas;
 mod deferred;
 pub mod device;
+mod drv;
 pub mod event;
 pub mod library;
 pub mod loader;

@@ -72,7 +72,7 @@ fn open() -> Result<Driver> {
         )));
     }
     guard("cuInit", || {
-        cudarc::driver::result::init().map_err(|e| match vendor("cuInit", e) {
+        crate::drv::result::init().map_err(|e| match vendor("cuInit", e) {
             HalError::Vendor { name, code, .. } => {
                 unavailable(format!("cuInit failed with {name} ({code}): no usable GPU"))
             }
@@ -80,16 +80,16 @@ fn open() -> Result<Driver> {
         })?;
         let mut version = 0;
         // SAFETY: an out-pointer to a local.
-        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+        unsafe { crate::drv::cuDriverGetVersion(&mut version) }
             .result()
             .map_err(|e| vendor("cuDriverGetVersion", e))?;
-        let count = cudarc::driver::result::device::get_count()
-            .map_err(|e| vendor("cuDeviceGetCount", e))?;
+        let count =
+            crate::drv::result::device::get_count().map_err(|e| vendor("cuDeviceGetCount", e))?;
         if count <= 0 {
             return Err(unavailable("the driver reports no CUDA device".into()));
         }
-        let name = cudarc::driver::result::device::get(0)
-            .and_then(cudarc::driver::result::device::get_name)
+        let name = crate::drv::result::device::get(0)
+            .and_then(crate::drv::result::device::get_name)
             .map_err(|e| vendor("cuDeviceGetName", e))?;
         Ok(Driver {
             path,

@@ -2,7 +2,8 @@
 
 use crate::context::Context;
 use crate::conv::vendor;
-use cudarc::driver::{result, sys};
+use crate::drv::result;
+use cudarc::driver::sys;
 use std::any::Any;
 use std::sync::Arc;
 use unihal_hal::{DeviceAllocation, DeviceId, HostAllocation};

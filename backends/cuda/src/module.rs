@@ -3,7 +3,8 @@
 
 use crate::conv::vendor;
 use crate::device::CudaDevice;
-use cudarc::driver::{result, sys};
+use crate::drv::result;
+use cudarc::driver::sys;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -121,8 +122,8 @@ impl Module for CudaModule {
         })?;
         let raw = self.dev.call("cuModuleGetFunction", || {
             // SAFETY: a loaded module and a NUL-terminated name.
-            unsafe { result::module::get_function(self.raw, cname) }.map_err(|e| {
-                if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            unsafe { result::module::get_function(self.raw, &cname) }.map_err(|e| {
+                if e.0 == crate::drv::codes::NOT_FOUND {
                     HalError::invalid(
                         "name",
                         Invalid::Value {

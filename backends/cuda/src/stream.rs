@@ -10,10 +10,11 @@
 
 use crate::conv::{not_ready, vendor};
 use crate::device::CudaDevice;
+use crate::drv::{self, result, DriverError};
 use crate::event::CudaEvent;
 use crate::memory::CudaAllocation;
 use crate::module::CudaFunction;
-use cudarc::driver::{result, sys, DriverError};
+use cudarc::driver::sys;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::VecDeque;
@@ -96,8 +97,7 @@ pub(crate) fn cuda_addr(
 impl CudaStream {
     pub(crate) fn new(dev: Arc<CudaDevice>) -> Result<Arc<CudaStream>> {
         let raw = dev.call("cuStreamCreate", || {
-            result::stream::create(result::stream::StreamKind::NonBlocking)
-                .map_err(|e| vendor("cuStreamCreate", e))
+            result::stream::create_non_blocking().map_err(|e| vendor("cuStreamCreate", e))
         })?;
         let dyn_dev: Arc<dyn Device> = dev.clone();
         Ok(Arc::new(CudaStream {
@@ -334,9 +334,9 @@ impl CudaStream {
                 // until the copy ran; the device range was checked and `keep` holds it.
                 unsafe {
                     if to_device {
-                        sys::cuMemcpyHtoDAsync_v2(device_addr, p as *const _, n, s).result()
+                        drv::cuMemcpyHtoDAsync_v2(device_addr, p as *const _, n, s).result()
                     } else {
-                        sys::cuMemcpyDtoHAsync_v2(p as *mut _, device_addr, n, s).result()
+                        drv::cuMemcpyDtoHAsync_v2(p as *mut _, device_addr, n, s).result()
                     }
                 }
             })
@@ -481,9 +481,9 @@ impl Stream for CudaStream {
             // SAFETY: the range was checked (and its alignment) and the buffer is kept.
             unsafe {
                 match value {
-                    FillValue::U8(v) => sys::cuMemsetD8Async(d, v, n, s).result(),
-                    FillValue::U16(v) => sys::cuMemsetD16Async(d, v, n, s).result(),
-                    FillValue::U32(v) => sys::cuMemsetD32Async(d, v, n, s).result(),
+                    FillValue::U8(v) => drv::cuMemsetD8Async(d, v, n, s).result(),
+                    FillValue::U16(v) => drv::cuMemsetD16Async(d, v, n, s).result(),
+                    FillValue::U32(v) => drv::cuMemsetD32Async(d, v, n, s).result(),
                 }
             }
         })
@@ -546,7 +546,7 @@ impl Stream for CudaStream {
             // sizes match the kernel's parameters where known; the driver copies the values
             // during the call; the buffers they name are kept until the kernel ran.
             unsafe {
-                sys::cuLaunchKernel(
+                drv::cuLaunchKernel(
                     f.raw,
                     g.x,
                     g.y,
@@ -719,7 +719,7 @@ impl Stream for CudaStream {
         }
         self.dev.call("cuStreamQuery", || {
             // SAFETY: a live stream.
-            match unsafe { sys::cuStreamQuery(self.raw) }.result() {
+            match unsafe { drv::cuStreamQuery(self.raw) }.result() {
                 Ok(()) => {
                     self.retire(&mut inner, true);
                     Ok(true)
@@ -820,7 +820,7 @@ fn launch_host_fn(
     }
     let data = Box::into_raw(Box::new(f));
     // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
-    let r = unsafe { sys::cuLaunchHostFunc(stream, Some(trampoline), data as *mut _) }.result();
+    let r = unsafe { drv::cuLaunchHostFunc(stream, Some(trampoline), data as *mut _) }.result();
     r.map_err(|e| {
         // Not queued: the driver will never call it.
         // SAFETY: from Box::into_raw above, not handed to the driver.

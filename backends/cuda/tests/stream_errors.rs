@@ -149,3 +149,25 @@ fn a_panicking_host_callback_fails_its_stream() {
     assert!(s.async_error().is_some());
     assert!(s.host_callback(Box::new(|| {})).is_err());
 }
+
+#[test]
+fn a_result_code_cuda_h_does_not_list_is_a_vendor_error_with_its_number() {
+    let dev = device();
+    let s = dev.create_stream().unwrap();
+    let d = dev.alloc(64).unwrap();
+    // 12345 is no CUresult: the backend must read it as the integer it is.
+    controls::fail("cuMemAlloc_v2", 1, 12345);
+    let a = dev.alloc(64);
+    controls::fail("cuMemsetD8Async", 1, 12345);
+    let f = s.fill(&d, 0, 64, unihal_hal::FillValue::U8(0));
+    controls::clear();
+    for r in [a.map(|_| ()), f] {
+        assert!(
+            matches!(&r, Err(HalError::Vendor { code: 12345, name, .. }) if name == "CUresult 12345"),
+            "{r:?}"
+        );
+    }
+    // Not a poisoning error: the stream goes on.
+    s.fill(&d, 0, 64, unihal_hal::FillValue::U8(1)).unwrap();
+    s.synchronize().unwrap();
+}
