@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Model checking with loom (https://docs.rs/loom) of unihal's own concurrency protocols, over the
+# production code: the host buffer's map/use states (hal/tests/loom.rs, with a planted Relaxed
+# ordering loom must report) and the CPU backend's stream worker and collective rendezvous
+# (backends/cpu/tests/loom.rs). Their primitives come from `unihal_hal::sync`, which is loom's
+# under `--cfg loom`; the loom build of unihal-cpu compiles only those protocols (not faer, rayon
+# or the kernels' C++).
+#
+# Its own target dir, so the ordinary build cache stays valid. Release mode: loom explores many
+# thousands of executions. Exits non-zero when a model fails (a race, a deadlock, a failed
+# assertion) or when the planted bug goes unreported. Environment: LOOM_* variables (see loom's
+# docs), e.g. LOOM_LOG=1 or LOOM_LOCATION=1 to investigate a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export RUSTFLAGS="--cfg loom"
+export CARGO_TARGET_DIR=target/loom
+
+echo "== loom: unihal-hal (host buffer) ($(date +%T))"
+cargo test --release -p unihal-hal --test loom
+echo "== loom: unihal-cpu (stream worker, collective rendezvous) ($(date +%T))"
+cargo test --release -p unihal-cpu --test loom
+echo "== loom: all models passed ($(date +%T))"
