@@ -112,7 +112,7 @@ fn check<T>(t: &Target, what: &str, r: unihal_hal::Result<T>) -> Option<T> {
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::Bf16, DType::I32, DType::U8];
 const UNARY: [OpId; 3] = [OpId::Neg, OpId::Relu, OpId::Abs];
-const BINARY: [OpId; 3] = [OpId::Add, OpId::Mul, OpId::Max];
+const BINARY: [OpId; 3] = [OpId::Add, OpId::Mul, OpId::Maximum];
 
 /// Runs one input on `t`. Panics on a broken invariant.
 pub fn run(t: &Target, data: &[u8]) {
@@ -120,7 +120,11 @@ pub fn run(t: &Target, data: &[u8]) {
     let Some(dev) = check(t, "open", t.backend.open(0)) else {
         return;
     };
-    let free0 = dev.memory_info().expect("memory_info").free;
+    let devices: Vec<Arc<dyn Device>> = (0..t.backend.probe().unwrap_or(1).min(2))
+        .filter_map(|i| t.backend.open(i).ok())
+        .collect();
+    let free = |d: &Arc<dyn Device>| d.memory_info().expect("memory_info").free;
+    let free0: Vec<u64> = devices.iter().map(free).collect();
     {
         let mut st = State::new(t, dev.clone());
         let mut steps = 0;
@@ -130,9 +134,16 @@ pub fn run(t: &Target, data: &[u8]) {
         }
         st.finish();
     }
-    // Every handle is gone and every stream was synchronised: the memory is back.
-    let free1 = dev.memory_info().expect("memory_info").free;
-    assert_eq!(free1, free0, "device memory not returned after every handle dropped");
+    // Every handle is gone; once the devices are idle (a dropped stream's queued work still
+    // completes), the memory is back.
+    for d in &devices {
+        let _ = d.synchronize();
+    }
+    let free1: Vec<u64> = devices.iter().map(free).collect();
+    assert_eq!(
+        free1, free0,
+        "device memory not returned after every handle dropped"
+    );
 }
 
 struct State<'t> {
@@ -174,7 +185,10 @@ impl<'t> State<'t> {
 
     fn alloc(&mut self, len: usize) {
         #[cfg(feature = "planted-panic")]
-        assert_ne!(len, 4242, "planted panic: the fuzzer found the allocation of 4242 bytes");
+        assert_ne!(
+            len, 4242,
+            "planted panic: the fuzzer found the allocation of 4242 bytes"
+        );
         if let Some(buf) = check(self.t, "alloc", self.dev.alloc(len)) {
             let model = if self.t.zeroed_device_memory {
                 Known::Bytes(vec![0; len])
@@ -276,7 +290,8 @@ impl<'t> State<'t> {
                         FillValue::U16(v) => v.to_le_bytes().to_vec(),
                         FillValue::U32(v) => v.to_le_bytes().to_vec(),
                     };
-                    let bytes: Vec<u8> = pattern.iter().copied().cycle().take(len as usize).collect();
+                    let bytes: Vec<u8> =
+                        pattern.iter().copied().cycle().take(len as usize).collect();
                     write_model(&mut self.bufs[i].model, off, &Known::Bytes(bytes), si == 0);
                     self.touched(i);
                 }
@@ -301,7 +316,13 @@ impl<'t> State<'t> {
                 let i = inp.pick(self.bufs.len());
                 let len = self.bufs[i].buf.len() as usize;
                 let mut out = vec![0u8; len];
-                if check(t, "read", self.streams[0].read(&self.bufs[i].buf, 0, &mut out)).is_some() {
+                if check(
+                    t,
+                    "read",
+                    self.streams[0].read(&self.bufs[i].buf, 0, &mut out),
+                )
+                .is_some()
+                {
                     if let Known::Bytes(want) = &self.bufs[i].model {
                         assert!(&out == want, "device buffer differs from the model");
                     }
@@ -321,10 +342,7 @@ impl<'t> State<'t> {
                             h.model = Known::Bytes(vec![write; m.len()]);
                         }
                     }
-                    Err(e) => assert!(
-                        matches!(e, HalError::InvalidArgument { .. }),
-                        "map: {e:?}"
-                    ),
+                    Err(e) => assert!(matches!(e, HalError::InvalidArgument { .. }), "map: {e:?}"),
                 }
             }
             11 => {
@@ -415,10 +433,7 @@ impl<'t> State<'t> {
                         }
                     }));
                     if let Err(e) = r {
-                        assert!(
-                            allowed(t, &e),
-                            "host_callback: unexpected error {e:?}"
-                        );
+                        assert!(allowed(t, &e), "host_callback: unexpected error {e:?}");
                     }
                 }
             }
@@ -428,7 +443,9 @@ impl<'t> State<'t> {
                 let (off, len) = (inp.size(blen), inp.size(blen));
                 if let Some(sub) = check(t, "slice", self.bufs[i].buf.slice(off, len)) {
                     let model = match &self.bufs[i].model {
-                        Known::Bytes(b) => Known::Bytes(b[off as usize..(off + len) as usize].to_vec()),
+                        Known::Bytes(b) => {
+                            Known::Bytes(b[off as usize..(off + len) as usize].to_vec())
+                        }
                         Known::Unknown => Known::Unknown,
                     };
                     // The slice aliases the parent: the parent's model no longer follows writes
@@ -450,7 +467,7 @@ impl<'t> State<'t> {
         let d = DTYPES[inp.pick(DTYPES.len())];
         let ndim = inp.pick(4);
         let shape: Vec<u64> = (0..ndim).map(|_| inp.size(6) % 1000).collect();
-        let mut view = |inp: &mut Input, bufs: &[DevBuf]| {
+        let view = |inp: &mut Input, bufs: &[DevBuf]| {
             let b = &bufs[inp.pick(bufs.len())].buf;
             let strides: Vec<i64> = (0..ndim)
                 .map(|_| match inp.u8() % 4 {
@@ -569,7 +586,9 @@ impl<'t> State<'t> {
         self.pair = None;
         self.streams.clear();
         assert!(
-            !self.callback_violation.load(std::sync::atomic::Ordering::SeqCst),
+            !self
+                .callback_violation
+                .load(std::sync::atomic::Ordering::SeqCst),
             "a host callback synchronised its own stream successfully"
         );
     }

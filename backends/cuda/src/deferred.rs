@@ -28,6 +28,25 @@ pub(crate) fn in_callback() -> bool {
     IN_CALLBACK.get()
 }
 
+/// `Err` on a thread running a host callback, where CUDA forbids driver calls. Checked before
+/// any lock is taken: the thread that enqueued the callback may hold the stream's lock while the
+/// driver runs it (the simulated driver runs an idle stream's host function at once).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming `what`.
+pub(crate) fn refuse_in_callback(what: &str) -> unihal_hal::Result<()> {
+    if !in_callback() {
+        return Ok(());
+    }
+    Err(unihal_hal::HalError::invalid(
+        "stream",
+        unihal_hal::Invalid::Other(format!(
+            "{what} inside a host callback: CUDA forbids driver calls there (a wait would wait \
+             for the callback itself)"
+        )),
+    ))
+}
+
 /// Runs `release` now, or later when called from a host callback.
 pub(crate) fn release(release: impl FnOnce() + Send + 'static) {
     if IN_CALLBACK.get() {

@@ -142,15 +142,7 @@ impl CudaDevice {
     /// `f`'s; [`HalError::InvalidArgument`] from a host callback, where CUDA forbids driver
     /// calls (a wait there would wait for the callback itself).
     pub(crate) fn call<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        if crate::deferred::in_callback() {
-            return Err(HalError::invalid(
-                "stream",
-                unihal_hal::Invalid::Other(format!(
-                    "{what} inside a host callback: CUDA forbids driver calls there (a wait \
-                     would wait for the callback itself)"
-                )),
-            ));
-        }
+        crate::deferred::refuse_in_callback(what)?;
         guard(what, || {
             self.ctx.bind()?;
             f()

@@ -186,6 +186,7 @@ impl CudaStream {
         keep: Vec<Keep>,
         f: impl FnOnce(&mut Inner, sys::CUstream) -> Result<()>,
     ) -> Result<()> {
+        crate::deferred::refuse_in_callback(call)?;
         crate::deferred::flush();
         let mut inner = self.inner.lock();
         if let Some(e) = self.sticky(&mut inner) {
@@ -248,6 +249,7 @@ impl CudaStream {
         // What the synchronisation covers: the work queued before it begins. Work other threads
         // enqueue meanwhile (the driver call is not made under the lock, so a communicator's
         // watchdog may fail this stream meanwhile) keeps what it uses.
+        crate::deferred::refuse_in_callback("cuStreamSynchronize")?;
         let (upto, covered) = {
             let mut inner = self.inner.lock();
             if let Some(e) = self.sticky(&mut inner) {
@@ -713,6 +715,7 @@ impl Stream for CudaStream {
     }
 
     fn query(&self) -> Result<bool> {
+        crate::deferred::refuse_in_callback("cuStreamQuery")?;
         let mut inner = self.inner.lock();
         if let Some(e) = self.sticky(&mut inner) {
             return Err(e);
