@@ -82,7 +82,10 @@ pub trait Device: Send + Sync {
     /// [`crate::HalError::Vendor`] or [`crate::HalError::DeviceLost`] when the query fails.
     fn memory_info(&self) -> Result<MemoryInfo>;
 
-    /// Allocates `len` bytes of device memory (contents unspecified). `len == 0` gives a valid empty
+    /// Allocates `len` bytes of device memory. Contents: zeroed on the CPU backend (where device
+    /// memory is host memory that copies hand to safe code); unspecified but initialised on GPU
+    /// backends, as `cuMemAlloc` gives it (observable only through copies, never as a Rust
+    /// reference). `len == 0` gives a valid empty
     /// buffer. The memory is freed when the last handle to it, including those held by queued work,
     /// is gone, or earlier in stream order by `Stream::free_async`.
     ///
@@ -91,7 +94,9 @@ pub trait Device: Send + Sync {
     fn alloc(&self, len: usize) -> Result<Buffer>;
 
     /// Allocates `len` bytes of host memory owned by the HAL (pinned where the backend can), usable
-    /// as the source or destination of asynchronous copies.
+    /// as the source or destination of asynchronous copies. Zeroed on every backend: the bytes
+    /// become a `&[u8]` through [`crate::HostBuffer::map`], and must never be uninitialised nor
+    /// show a previous user's data.
     ///
     /// # Errors
     /// [`crate::HalError::OutOfMemory`].

@@ -258,7 +258,15 @@ impl Device for CudaDevice {
             self.call("cuMemHostAlloc", || {
                 // SAFETY: a non-zero size; flags 0 = page-locked, portable to this context.
                 unsafe { result::malloc_host(len, 0) }
-                    .map(|p| p as *mut u8)
+                    .map(|p| {
+                        let p = p as *mut u8;
+                        // cuMemHostAlloc leaves the memory uninitialised; `HostBuffer::map` shows
+                        // it to safe code as `&[u8]`, so every backend's host memory is zeroed.
+                        // SAFETY: `p` is `len` bytes of host-accessible memory just allocated,
+                        // not yet shared with anything.
+                        unsafe { std::ptr::write_bytes(p, 0, len) };
+                        p
+                    })
                     .map_err(|e| {
                         if out_of_memory(&e) {
                             HalError::OutOfMemory {

@@ -8,7 +8,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::{check_call, check_not_in_place, check_rank};
+use unihal_hal::ccl::{check_call, check_not_in_place, check_rank, check_send_recv};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, Event, EventFlags,
     GroupCall, HalError, Invalid, ReduceOp, Result, Stream,
@@ -394,6 +394,9 @@ impl NcclComm {
 
     /// A collective over a send and a receive buffer: the checks, then `f(send address, receive
     /// address, NCCL dtype, communicator, stream)` enqueued and watched (nothing for `count == 0`).
+    /// `in_place` is where send and recv may coincide, in elements ([`check_send_recv`]); `None`
+    /// when this rank uses only one of them (broadcast and reduce off the root).
+    #[allow(clippy::too_many_arguments)]
     fn two_buffers(
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
@@ -401,12 +404,19 @@ impl NcclComm {
         (send, send_elems): (&Buffer, u64),
         (recv, recv_elems): (&Buffer, u64),
         count: u64,
+        in_place: Option<(u64, u64)>,
         f: impl FnOnce(u64, u64, i32, RawComm, *mut std::ffi::c_void) -> i32,
     ) -> Result<()> {
         let (op, dtype, red) = call;
         let s = self.check(call, stream)?;
         let sa = self.addr(send, "send", send_elems, dtype)?;
         let ra = self.addr(recv, "recv", recv_elems, dtype)?;
+        if let Some((so, ro)) = in_place {
+            // Both sizes fit 64 bits (checked just above); the offsets lie inside them.
+            let esz = dtype.size() as u64;
+            let (sl, rl) = (send_elems * esz, recv_elems * esz);
+            check_send_recv(send, sl, recv, rl, (so * esz, ro * esz))?;
+        }
         if count == 0 {
             return Ok(());
         }
@@ -452,6 +462,7 @@ impl Communicator for NcclComm {
             (send, count),
             (recv, count),
             count,
+            Some((0, 0)),
             |s, r, dt, c, st| {
                 // SAFETY: both ranges were checked against live buffers kept until the work ran.
                 unsafe { (lib.all_reduce)(s as _, r as _, count as usize, dt, red, c, st) }
@@ -477,6 +488,7 @@ impl Communicator for NcclComm {
             (send, count),
             (recv, count),
             count,
+            (self.rank == root).then_some((0, 0)),
             |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
                 unsafe { (lib.broadcast)(s as _, r as _, count as usize, dt, root as i32, c, st) }
@@ -504,6 +516,7 @@ impl Communicator for NcclComm {
             (send, count),
             (recv, count),
             count,
+            (self.rank == root).then_some((0, 0)),
             |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
                 unsafe { (lib.reduce)(s as _, r as _, count as usize, dt, red, root as i32, c, st) }
@@ -528,6 +541,7 @@ impl Communicator for NcclComm {
             (send, count),
             (recv, total),
             count,
+            Some((0, self.rank as u64 * count)),
             |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
                 unsafe { (lib.all_gather)(s as _, r as _, count as usize, dt, c, st) }
@@ -554,6 +568,7 @@ impl Communicator for NcclComm {
             (send, total),
             (recv, count),
             count,
+            Some((self.rank as u64 * count, 0)),
             |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
                 unsafe { (lib.reduce_scatter)(s as _, r as _, count as usize, dt, red, c, st) }
@@ -582,6 +597,7 @@ impl Communicator for NcclComm {
             (send, total),
             (recv, total),
             count,
+            Some((0, 0)),
             |s, r, dt, c, st| {
                 // SAFETY: as for all_reduce.
                 unsafe { f(s as _, r as _, count as usize, dt, c, st) }

@@ -257,6 +257,7 @@ impl Collectives for NcclCollectives {
         config: &CommConfig,
     ) -> Result<Vec<Arc<dyn Communicator>>> {
         let lib = self.lib()?.clone();
+        unihal_hal::ccl::check_distinct_devices(devices)?;
         let ordinals: Vec<i32> = devices
             .iter()
             .map(|d| NcclCollectives::cuda_device(d).map(|_| d.id().ordinal as i32))

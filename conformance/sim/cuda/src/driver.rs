@@ -706,6 +706,9 @@ pub extern "C" fn cuMemcpyPeerAsync(
 
 /// Allocates pinned host memory (page-aligned, zeroed), registered so that async copies from
 /// and to it happen when the stream executes them.
+/// The byte fresh pinned host memory holds (cuMemHostAlloc leaves it uninitialised).
+const GARBAGE: u8 = 0xcd;
+
 fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
     if bytes == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -717,6 +720,11 @@ fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
     if a.is_null() {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
+    // cuMemHostAlloc does not clear what it returns: the simulated driver hands out a garbage
+    // pattern, so a backend that shows fresh pinned memory to safe code without clearing it is
+    // caught (`memory.host.zeroed`).
+    // SAFETY: `a` is valid for `bytes` bytes, just allocated, not yet shared.
+    unsafe { std::ptr::write_bytes(a, GARBAGE, bytes) };
     s.pinned.lock().insert(
         a as u64,
         crate::Pinned {

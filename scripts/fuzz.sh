@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fuzzing in CI (cargo fuzz, libFuzzer, AddressSanitizer; the nightly toolchain):
+# 1. the planted panic (an allocation of exactly 4242 bytes, feature `planted-panic`) must be found
+#    by a short run from an empty corpus: proves the fuzzer reaches and reports a panic;
+# 2. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
+#    fuzz/regressions/<target>) replays without a failure: they are the regression tests;
+# 3. a short run of each target from its corpus.
+# A soak is the same command with a longer FUZZ_SECONDS (docs/RELIABILITY.md has its figures).
+# Fails, never skips, when the nightly toolchain or cargo-fuzz cannot be had.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+CARGO_FUZZ_VERSION="0.13.2"
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+TRIPLE=x86_64-unknown-linux-gnu
+OUT="target/$TRIPLE/release"
+
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+    cargo install -q cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
+step() { echo "== fuzz: $* ($(date +%T))"; }
+
+step "planted panic must be found"
+cargo +nightly fuzz build -O --features planted-panic cpu_hal
+rm -rf target/planted-corpus && mkdir -p target/planted-corpus target/planted-artifacts/
+if out="$("$OUT/cpu_hal" target/planted-corpus -max_total_time=300 -timeout=30 \
+        -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
+    echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 300 s" >&2; exit 1
+fi
+grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
+echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
+
+step "build (no planted bug)"
+cargo +nightly fuzz build -O
+
+for t in cpu_hal cuda_sim_hal; do
+    # Per-input leak detection is off for the CUDA target: the NCCL watchdog is a detached thread
+    # whose start-up allocation LeakSanitizer reports as a leak when an input ends while it is
+    # being spawned. The memory-accounting invariant and the sanitized conformance run
+    # (scripts/asan.sh) cover leaks there.
+    extra=()
+    if [ "$t" = cuda_sim_hal ]; then extra=(-detect_leaks=0); fi
+    mkdir -p "corpus/$t" "regressions/$t" "target/work-corpus/$t"
+    step "$t: replay the corpus and the crash reproducers"
+    "$OUT/$t" "${extra[@]}" -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
+    step "$t: ${FUZZ_SECONDS} s from the corpus"
+    cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
+    "$OUT/$t" "${extra[@]}" "target/work-corpus/$t" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
+        -rss_limit_mb=6144 -max_len=1024 -print_final_stats=1 -artifact_prefix="target/artifacts-$t-" \
+        2>&1 | grep -E "^#[0-9]+\s+DONE|^Done|stat::number_of_executed_units|ERROR|panicked" || true
+    if ls target/artifacts-"$t"-* >/dev/null 2>&1; then
+        echo "the fuzzer found a failure in $t: target/artifacts-$t-*" >&2; exit 1
+    fi
+done
+step "done"
