@@ -17,7 +17,8 @@ use std::ops::{Deref, DerefMut};
 ///
 /// # Safety
 /// Implementers promise that `ptr()..ptr()+len()` is readable and writable host memory owned by this
-/// object for its whole life (any pointer when `len()` is 0), and that `ptr` and `len` never change:
+/// object for its whole life (any pointer when `len()` is 0), initialised (zeroed at allocation:
+/// the vendor calls do not clear it, so backends do), and that `ptr` and `len` never change:
 /// [`HostBuffer::map`] hands it out as a slice.
 pub unsafe trait HostAllocation: Send + Sync + 'static {
     /// The device whose backend allocated it.
@@ -198,8 +199,10 @@ impl Deref for HostMap<'_> {
         if a.is_empty() {
             return &[];
         }
-        // SAFETY: the allocation is valid for len bytes while the HostBuffer lives (we borrow it), and
-        // the MAPPED bit guarantees no queued operation accesses it while this map exists.
+        // SAFETY: the allocation is valid and initialised for len bytes while the HostBuffer lives
+        // (we borrow it; HostAllocation's contract: zeroed at allocation, and since then written
+        // only with initialised bytes by copies), and the MAPPED bit guarantees no queued operation
+        // accesses it while this map exists.
         unsafe { std::slice::from_raw_parts(a.ptr(), a.len()) }
     }
 }

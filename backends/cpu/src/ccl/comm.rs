@@ -247,7 +247,11 @@ fn chunk(count: u64, n: usize, i: usize) -> (u64, u64) {
 /// Copies `bytes` from `src` to `dst` unless they are the same address.
 ///
 /// # Safety
-/// Both ranges are inside live CPU buffers held by the rounds of every rank, and disjoint.
+/// Both ranges are inside live CPU buffers: every rank's queued operation holds its buffers until
+/// [`Rendezvous::run_round`] returns, which is only once every peer that received its addresses
+/// has left the round. The ranges are disjoint unless `src == dst` (no copy): each rank's send and
+/// recv are checked at enqueue to be disjoint or exactly in place, and different ranks' buffers
+/// are allocations of different devices.
 unsafe fn copy(src: u64, dst: u64, bytes: u64) {
     if src != dst && bytes > 0 {
         std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes as usize);
