@@ -18,10 +18,14 @@ use std::time::{Duration, Instant};
 use unihal_hal::sync::{self, Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use unihal_hal::{HalError, Invalid, Result};
 
-sync::thread_local! {
+#[cfg(not(loom))]
+std::thread_local! {
     /// The worker whose thread this is (its shared state's address), or 0 on other threads.
-    // (No `const { }` initialiser: loom's `thread_local!` does not take one; read only on the way to a
-    // blocking wait.)
+    static CURRENT_WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+// The same under loom, one per model thread (loom's `thread_local!` takes no `const { }`).
+#[cfg(loom)]
+sync::thread_local! {
     static CURRENT_WORKER: std::cell::Cell<usize> = std::cell::Cell::new(0);
 }
 
