@@ -351,10 +351,12 @@ mod tests {
     #[test]
     fn a_failing_rank_leaves_only_after_started_peers() {
         let rv = Arc::new(Rendezvous::new(2, Duration::from_secs(30)));
+        let peer_started = Arc::new(AtomicBool::new(false));
         let peer_done = Arc::new(AtomicBool::new(false));
-        let (rv0, done0) = (rv.clone(), peer_done.clone());
+        let (rv0, started0, done0) = (rv.clone(), peer_started.clone(), peer_done.clone());
         let peer = std::thread::spawn(move || {
             rv0.run_round(0, 0, &sig(), (1, 2), |_| {
+                started0.store(true, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(100));
                 done0.store(true, Ordering::SeqCst);
                 Ok(())
@@ -362,6 +364,11 @@ mod tests {
         });
         let r: Result<()> = rv.run_round(0, 1, &sig(), (3, 4), |p| {
             assert_eq!(p, &[(1, 2), (3, 4)]);
+            // Fail only once the peer has started: a peer still waiting when the round fails
+            // never starts (and never touches our buffers), which is not the case tested here.
+            while !peer_started.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
             Err(HalError::Aborted {
                 what: "test".into(),
             })
