@@ -8,22 +8,12 @@ mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
-use support::{controls, simulated_driver};
-use unihal_cuda::CudaBackend;
-use unihal_hal::{Backend, CommConfig, DType, HalError, ReduceOp, Stream};
+use support::{controls, two_ranks};
+use unihal_hal::{DType, HalError, ReduceOp, Stream};
 
 #[test]
 fn abort_is_serialised_with_every_other_use_of_the_communicator() {
-    let lib = simulated_driver();
-    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
-    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    std::env::set_var("UNIHAL_SIM_NCCL_CALL_US", "1000");
-    let backend = Arc::new(CudaBackend::new());
-    let ccl = backend.collectives().expect("simulated NCCL loads");
-    let (d0, d1) = (backend.open(0).unwrap(), backend.open(1).unwrap());
-    let comms = ccl
-        .init_all(&[d0.clone(), d1.clone()], &CommConfig::default())
-        .unwrap();
+    let (_backend, [d0, _d1], comms) = two_ranks(&[("UNIHAL_SIM_NCCL_CALL_US", "1000")]);
     let before = controls::violations().0;
     let comm = comms[0].clone();
     let poller = {
@@ -76,14 +66,7 @@ fn abort_is_serialised_with_every_other_use_of_the_communicator() {
 
 #[test]
 fn a_failing_async_error_query_is_an_error_not_health() {
-    let lib = simulated_driver();
-    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
-    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    std::env::set_var("UNIHAL_SIM_NCCL_CALL_US", "1000");
-    let backend = Arc::new(CudaBackend::new());
-    let ccl = backend.collectives().expect("simulated NCCL loads");
-    let (d0, d1) = (backend.open(0).unwrap(), backend.open(1).unwrap());
-    let comms = ccl.init_all(&[d0, d1], &CommConfig::default()).unwrap();
+    let (_backend, _devs, comms) = two_ranks(&[("UNIHAL_SIM_NCCL_CALL_US", "1000")]);
     assert!(comms[0].async_error().is_none());
     // ncclCommGetAsyncError itself fails (ncclInternalError): its out-value means nothing.
     controls::fail("ncclCommGetAsyncError", 1, 3);

@@ -6,22 +6,12 @@ mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{controls, simulated_driver};
-use unihal_cuda::CudaBackend;
-use unihal_hal::{Backend, CommConfig, DType, ReduceOp, Stream};
+use support::{controls, two_ranks};
+use unihal_hal::{DType, ReduceOp, Stream};
 
 #[test]
 fn dropping_a_communicator_with_an_operation_waiting_for_a_peer_returns_at_once() {
-    let lib = simulated_driver();
-    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
-    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    std::env::set_var("UNIHAL_SIM_WATCHDOG_MS", "4000");
-    let backend = Arc::new(CudaBackend::new());
-    let ccl = backend.collectives().expect("simulated NCCL loads");
-    let (d0, d1) = (backend.open(0).unwrap(), backend.open(1).unwrap());
-    let mut comms = ccl
-        .init_all(&[d0.clone(), d1], &CommConfig::default())
-        .unwrap();
+    let (_backend, [d0, _d1], mut comms) = two_ranks(&[("UNIHAL_SIM_WATCHDOG_MS", "4000")]);
     let s: Arc<dyn Stream> = d0.create_stream().unwrap();
     let b = d0.alloc(64).unwrap();
     // Rank 1 never joins this all-reduce.

@@ -7,22 +7,12 @@ mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
-use support::simulated_driver;
-use unihal_cuda::CudaBackend;
-use unihal_hal::{Backend, CommConfig, DType, ReduceOp, Stream};
+use support::two_ranks;
+use unihal_hal::{DType, ReduceOp, Stream};
 
 #[test]
 fn synchronize_keeps_what_work_enqueued_meanwhile_uses() {
-    let lib = simulated_driver();
-    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
-    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    std::env::set_var("UNIHAL_SIM_MODE", "deferred");
-    let backend = Arc::new(CudaBackend::new());
-    let ccl = backend.collectives().expect("simulated NCCL loads");
-    let (d0, d1) = (backend.open(0).unwrap(), backend.open(1).unwrap());
-    let comms = ccl
-        .init_all(&[d0.clone(), d1.clone()], &CommConfig::default())
-        .unwrap();
+    let (_backend, [d0, d1], comms) = two_ranks(&[("UNIHAL_SIM_MODE", "deferred")]);
     let (s0, s1): (Arc<dyn Stream>, Arc<dyn Stream>) =
         (d0.create_stream().unwrap(), d1.create_stream().unwrap());
     let (b0, b1) = (d0.alloc(64).unwrap(), d1.alloc(64).unwrap());

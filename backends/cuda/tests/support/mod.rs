@@ -22,6 +22,32 @@ pub fn simulated_driver() -> PathBuf {
     })
 }
 
+/// A two-rank NCCL communicator on simulated devices 0 and 1: the backend on the simulated
+/// driver and NCCL, with the simulator settings `env` (set before the driver loads; each test
+/// binary loads it once).
+pub fn two_ranks(
+    env: &[(&str, &str)],
+) -> (
+    std::sync::Arc<unihal_cuda::CudaBackend>,
+    [std::sync::Arc<dyn unihal_hal::Device>; 2],
+    Vec<std::sync::Arc<dyn unihal_hal::Communicator>>,
+) {
+    use unihal_hal::Backend;
+    let lib = simulated_driver();
+    std::env::set_var("UNIHAL_CUDA_LIB", &lib);
+    std::env::set_var("UNIHAL_NCCL_LIB", &lib);
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    let backend = std::sync::Arc::new(unihal_cuda::CudaBackend::new());
+    let ccl = backend.collectives().expect("simulated NCCL loads");
+    let devs = [backend.open(0).unwrap(), backend.open(1).unwrap()];
+    let comms = ccl
+        .init_all(&devs, &unihal_hal::CommConfig::default())
+        .unwrap();
+    (backend, devs, comms)
+}
+
 /// The simulated driver's test controls (see `conformance/sim/cuda/src/fault.rs`), called in
 /// the same loaded copy of the library as the backend's.
 pub mod controls {
