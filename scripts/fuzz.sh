@@ -21,6 +21,10 @@ fi
 
 step() { echo "== fuzz: $* ($(date +%T))"; }
 
+# The CUDA target's library ops come from NVRTC when it is on the library path; the kernel cache
+# CI filled earlier spares each fuzzing process a compile of the whole library.
+export UNIHAL_KERNEL_CACHE="${UNIHAL_KERNEL_CACHE:-$PWD/../target/kernel-cache}"
+
 step "planted panic must be found"
 cargo +nightly fuzz build -O --features planted-panic cpu_hal
 rm -rf target/planted-corpus && mkdir -p target/planted-corpus target/planted-artifacts/

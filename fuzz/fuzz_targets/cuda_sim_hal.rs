@@ -20,7 +20,11 @@ fn target() -> &'static Target {
         std::env::set_var("UNIHAL_SIM_DEVICES", "2");
         std::env::set_var("UNIHAL_SIM_MODE", "concurrent");
         std::env::set_var("UNIHAL_SIM_MEMORY", "67108864");
-        std::env::set_var("UNIHAL_KERNEL_CACHE", "off");
+        if std::env::var_os("UNIHAL_KERNEL_CACHE").is_none() {
+            // Compiled kernels from a cache dir the caller names (CI fills one before fuzzing);
+            // otherwise NVRTC compiles the library once per process, if it is on the path.
+            std::env::set_var("UNIHAL_KERNEL_CACHE", "off");
+        }
         let backend = Arc::new(unihal_cuda::CudaBackend::new());
         use unihal_hal::Backend;
         if let Err(e) = backend.probe() {
