@@ -40,7 +40,8 @@ $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
 step "build the sanitized unihal binary and simulated driver"
-$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal --bin unihal
+$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda
+$CARGO build -q --target "$TRIPLE" -p unihal --bin unihal
 SIM="$BIN/libunihal_sim_cuda.so"
 test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
 

@@ -102,6 +102,7 @@ pub fn symbols_for(isa: Isa) -> HostSymbolTable {
     for i in 0..n as usize {
         // SAFETY: i < n, the length of the static table; names are NUL-terminated string literals.
         let e = unsafe { &*p.add(i) };
+        // SAFETY: `e.name` is a NUL-terminated string literal of the static table (see above).
         let name = unsafe { CStr::from_ptr(e.name) }
             .to_string_lossy()
             .into_owned();

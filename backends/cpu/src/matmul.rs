@@ -106,8 +106,8 @@ impl MatmulJob {
         for_each_batch(&self.batch, &self.batch_strides, |o| {
             let at = |i: usize| (self.base[i] as isize + o[i] as isize * esz) as usize;
             let (pa, pb, pc) = (at(0), at(1), at(2));
-            // SAFETY (every arm): the caller's contract; sizes and strides are the validated views'.
             match self.dtype {
+                // SAFETY: the caller's contract; sizes and strides are the validated views'.
                 DType::F32 => unsafe {
                     product::<f32>(
                         pc,
@@ -122,6 +122,7 @@ impl MatmulJob {
                         par,
                     )
                 },
+                // SAFETY: as for f32.
                 DType::F64 => unsafe {
                     product::<f64>(
                         pc,
@@ -136,6 +137,7 @@ impl MatmulJob {
                         par,
                     )
                 },
+                // SAFETY: as for f32; the widened panels are dense and owned here.
                 DType::F16 | DType::Bf16 => unsafe {
                     let wa = widen(self.dtype, pa, m, k, sa);
                     let wb = widen(self.dtype, pb, k, n, sb);

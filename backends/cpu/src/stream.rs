@@ -316,14 +316,17 @@ impl Stream for CpuStream {
             return self.submit(Box::new(move |err| {
                 if err.is_none() {
                     let _span = tracing::trace_span!("cpu matmul").entered();
-                    // SAFETY: validation checked every element of the views against its buffer
-                    // and that c overlaps neither input; `keep` holds the buffers; this stream
-                    // orders the work after its own earlier uses of them, and ordering against
-                    // other streams is the caller's contract (memory rule 6: an unordered use is
-                    // a race on device bytes, never a Rust reference).
+                    let run = |threads| {
+                        // SAFETY: validation checked every element of the views against its
+                        // buffer and that c overlaps neither input; `keep` holds the buffers;
+                        // this stream orders the work after its own earlier uses of them, and
+                        // ordering against other streams is the caller's contract (memory rule
+                        // 6: an unordered use is a race on device bytes, never a Rust reference).
+                        unsafe { job.run(threads) }
+                    };
                     match &pool {
-                        Some(p) => p.install(|| unsafe { job.run(threads) }),
-                        None => unsafe { job.run(1) },
+                        Some(p) => p.install(|| run(threads)),
+                        None => run(1),
                     }
                 }
                 drop(keep);

@@ -1,4 +1,5 @@
 //! An idle CPU backend uses no CPU: stream workers and compute pools sleep when they have no work.
+#![cfg(not(loom))] // the loom build compiles only the protocols loom checks
 
 #[cfg(target_os = "linux")]
 #[test]

@@ -88,6 +88,7 @@ fn main() -> Result<()> {
     let ctx = drv("cuDevicePrimaryCtxRetain", unsafe {
         result::primary_ctx::retain(drv("cuDeviceGet", result::device::get(0))?)
     })?;
+    // SAFETY: the primary context retained above, released only at the end.
     let bind = || drv("cuCtxSetCurrent", unsafe { result::ctx::set_current(ctx) });
     bind()?;
     let raw = drv(
@@ -174,12 +175,13 @@ fn main() -> Result<()> {
             })?);
             bind()?;
             t_raw.push(timed_raw(raw, || {
-                // SAFETY: device and pinned ranges of `copy_bytes`, live until synchronised.
                 if up {
+                    // SAFETY: device and pinned ranges of `copy_bytes`, live until synchronised.
                     drv("cuMemcpyHtoDAsync", unsafe {
                         result::memcpy_htod_async(dptr, &pinned_slice[..], raw)
                     })
                 } else {
+                    // SAFETY: as above.
                     drv("cuMemcpyDtoHAsync", unsafe {
                         result::memcpy_dtoh_async(&mut pinned_slice[..], dptr, raw)
                     })

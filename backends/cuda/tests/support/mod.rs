@@ -22,16 +22,17 @@ pub fn simulated_driver() -> PathBuf {
     })
 }
 
-/// A two-rank NCCL communicator on simulated devices 0 and 1: the backend on the simulated
-/// driver and NCCL, with the simulator settings `env` (set before the driver loads; each test
-/// binary loads it once).
-pub fn two_ranks(
-    env: &[(&str, &str)],
-) -> (
+/// The backend, its devices 0 and 1, and a communicator of one rank on each.
+pub type TwoRanks = (
     std::sync::Arc<unihal_cuda::CudaBackend>,
     [std::sync::Arc<dyn unihal_hal::Device>; 2],
     Vec<std::sync::Arc<dyn unihal_hal::Communicator>>,
-) {
+);
+
+/// A two-rank NCCL communicator on simulated devices 0 and 1: the backend on the simulated
+/// driver and NCCL, with the simulator settings `env` (set before the driver loads; each test
+/// binary loads it once).
+pub fn two_ranks(env: &[(&str, &str)]) -> TwoRanks {
     use unihal_hal::Backend;
     let lib = simulated_driver();
     std::env::set_var("UNIHAL_CUDA_LIB", &lib);

@@ -21,6 +21,7 @@ fn init() {
 
 fn set_device(d: i32) {
     let mut ctx = null_mut();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe { ok(cuDevicePrimaryCtxRetain(&mut ctx, d)) };
     ok(cuCtxSetCurrent(ctx));
 }
@@ -28,6 +29,7 @@ fn set_device(d: i32) {
 #[test]
 fn device_queries_name_a_simulated_device() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let mut n = 0;
         ok(cuDeviceGetCount(&mut n));
@@ -61,6 +63,7 @@ fn device_queries_name_a_simulated_device() {
 #[test]
 fn memory_misuse_returns_cuda_codes() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let mut p = 0u64;
         ok(cuMemAlloc_v2(&mut p, 1024));
@@ -88,6 +91,7 @@ fn memory_misuse_returns_cuda_codes() {
 
 /// Producer fills on s1 and records an event; consumer copies on s2, waiting or not.
 unsafe fn producer_consumer(wait: bool) -> Vec<u8> {
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let (mut src, mut dst) = (0u64, 0u64);
         ok(cuMemAlloc_v2(&mut src, 256));
@@ -124,6 +128,7 @@ unsafe fn producer_consumer(wait: bool) -> Vec<u8> {
 #[test]
 fn a_missing_cross_stream_wait_gives_wrong_results() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         assert_eq!(producer_consumer(true), vec![9; 256]);
         assert_eq!(
@@ -137,6 +142,7 @@ fn a_missing_cross_stream_wait_gives_wrong_results() {
 #[test]
 fn a_library_kernel_runs_from_ptx_and_a_cubin_is_rejected() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let n = std::mem::size_of::<UhArgs>();
         let ptx = format!(
@@ -219,6 +225,7 @@ fn a_library_kernel_runs_from_ptx_and_a_cubin_is_rejected() {
 #[test]
 fn contexts_select_devices_and_handles_stay_on_theirs() {
     ok(cuInit(0));
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     std::thread::spawn(|| unsafe {
         let mut p = 0u64;
         assert_eq!(
@@ -263,6 +270,7 @@ fn contexts_select_devices_and_handles_stay_on_theirs() {
 #[test]
 fn pinned_copies_happen_when_the_stream_runs() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let mut pinned = null_mut();
         ok(cuMemHostAlloc(&mut pinned, 256, 0));
@@ -313,6 +321,7 @@ fn the_test_kernels_ptx_runs_their_host_functions_with_matching_parameters() {
             .unwrap_or_else(|| panic!("{} has no host kernel", e.name));
         assert_eq!(k.param_sizes, &e.param_sizes[..], "{}", e.name);
     }
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     unsafe {
         let ptx = format!("{}\0", unihal_kernels::testing::PTX);
         let mut m = null_mut();
@@ -359,6 +368,7 @@ fn the_test_kernels_ptx_runs_their_host_functions_with_matching_parameters() {
 #[test]
 fn peer_copies_and_cross_device_waits_follow_stream_order() {
     init();
+    // SAFETY: calls of the simulated driver's C API with handles this test created and out-pointers to live locals.
     std::thread::spawn(|| unsafe {
         let (mut can, mut cannot) = (0, 1);
         ok(cuDeviceCanAccessPeer(&mut can, 0, 1));

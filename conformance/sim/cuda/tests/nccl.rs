@@ -18,16 +18,19 @@ fn version_ids_and_error_strings() {
     let _serial = serial();
     init();
     let mut v = 0;
+    // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
     unsafe { ok(ncclGetVersion(&mut v)) };
     assert_eq!(v, 23007);
     let (a, b) = (unique_id(), unique_id());
     assert_ne!(a.internal, b.internal, "ids are unique");
+    // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
     let s = unsafe { CStr::from_ptr(ncclGetErrorString(NCCL_INVALID_USAGE)) };
     assert!(s.to_str().unwrap().contains("invalid usage"));
     assert_eq!(ncclGroupEnd(), NCCL_INVALID_USAGE, "end without start");
     let mut foreign = unique_id();
     foreign.internal[0] = 0;
     let mut comm = null_mut();
+    // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
     unsafe {
         assert_eq!(
             ncclCommInitRank(&mut comm, 1, foreign, 0),
@@ -42,6 +45,7 @@ fn ranks_as_threads_reduce_and_gather() {
     let _serial = serial();
     let out = on_ranks(2, |r, comm| {
         let mut q = [0; 3];
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe {
             ok(ncclCommCount(comm, &mut q[0]));
             ok(ncclCommCuDevice(comm, &mut q[1]));
@@ -56,6 +60,7 @@ fn ranks_as_threads_reduce_and_gather() {
             upload(&[0f32; 2000]),
         );
         let mut s = null_mut();
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe { assert_eq!(cuStreamCreate(&mut s, 0), 0) };
         let (sp, rp) = (send as *const c_void, sum as *mut c_void);
         ok(ncclAllReduce(sp, rp, 1000, F32, SUM, comm, s));
@@ -77,6 +82,7 @@ fn ranks_as_threads_reduce_and_gather() {
             s,
         ));
         let mut err = -1;
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe { ok(ncclCommGetAsyncError(comm, &mut err)) };
         assert_eq!(err, NCCL_SUCCESS);
         assert_eq!(cuStreamSynchronize(s), 0);
@@ -136,6 +142,7 @@ fn one_thread_drives_every_device_through_init_all_and_a_group() {
     init();
     std::thread::spawn(|| {
         let mut comms = [null_mut(); 2];
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe { ok(ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null())) };
         let mut bufs = Vec::new();
         for d in 0..2 {
@@ -192,6 +199,7 @@ fn misuse_returns_nccl_codes() {
         // A stream of the other device.
         set_device(1 - r);
         let mut other = null_mut();
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe { assert_eq!(cuStreamCreate(&mut other, 0), 0) };
         set_device(r);
         assert_eq!(
@@ -206,6 +214,7 @@ fn misuse_returns_nccl_codes() {
     });
     let dead = 0x1234 as *mut c_void;
     let mut n = 0;
+    // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
     unsafe { assert_eq!(ncclCommCount(dead, &mut n), NCCL_INVALID_ARGUMENT) };
 }
 
@@ -219,6 +228,7 @@ fn two_ranks_on_one_device_are_invalid_usage() {
             std::thread::spawn(move || {
                 set_device(0);
                 let mut comm = null_mut();
+                // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
                 unsafe { ncclCommInitRank(&mut comm, 2, id, r) }
             })
         })
@@ -238,11 +248,13 @@ fn abort_finishes_the_aborting_rank_and_peers_see_a_remote_error() {
             ok(ncclCommAbort(comm));
             assert_eq!(cuCtxSynchronize(), 0, "the aborted rank's work finishes");
             let mut n = 0;
+            // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
             unsafe { assert_eq!(ncclCommCount(comm, &mut n), NCCL_INVALID_ARGUMENT) };
             NCCL_SUCCESS
         } else {
             let mut err = NCCL_SUCCESS;
             for _ in 0..1000 {
+                // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
                 unsafe { ok(ncclCommGetAsyncError(comm, &mut err)) };
                 if err != NCCL_SUCCESS {
                     break;
@@ -261,6 +273,7 @@ fn split_orders_by_key_and_nocolor_gets_no_communicator() {
     let _serial = serial();
     let out = on_ranks(2, |r, comm| {
         let (mut child, mut none) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: a call of the simulated C API with out-pointers to live locals and handles this test made.
         unsafe {
             // Keys reverse the order; then a split in which rank 1 joins nothing.
             ok(ncclCommSplit(comm, 0, -r, &mut child, std::ptr::null_mut()));

@@ -17,11 +17,13 @@ fn a_missing_rank_times_out_instead_of_hanging() {
     let codes = on_ranks(2, |r, comm| {
         let b = upload(&[1f32; 4]) as *mut c_void;
         let mut s = null_mut();
+        // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
         unsafe { assert_eq!(cuStreamCreate(&mut s, 0), 0) };
         if r == 0 {
             ok(ncclAllReduce(b, b, 4, F32, SUM, comm, s));
             let sync = cuStreamSynchronize(s);
             let mut err = -1;
+            // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
             unsafe { ok(ncclCommGetAsyncError(comm, &mut err)) };
             (sync, err)
         } else {

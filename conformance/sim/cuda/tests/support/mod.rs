@@ -34,6 +34,7 @@ pub fn init() {
 
 pub fn set_device(d: i32) {
     let mut ctx = null_mut();
+    // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
     unsafe { assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, d), 0) };
     assert_eq!(cuCtxSetCurrent(ctx), 0);
 }
@@ -43,6 +44,7 @@ pub fn ok(r: i32) {
 }
 
 pub fn last() -> String {
+    // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
     unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }
         .to_string_lossy()
         .into_owned()
@@ -50,6 +52,7 @@ pub fn last() -> String {
 
 pub fn unique_id() -> ncclUniqueId {
     let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
     unsafe { ok(ncclGetUniqueId(&mut id)) };
     id
 }
@@ -58,6 +61,7 @@ pub fn unique_id() -> ncclUniqueId {
 pub fn upload<T: Copy>(data: &[T]) -> u64 {
     let bytes = std::mem::size_of_val(data);
     let mut p = 0u64;
+    // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
     unsafe {
         assert_eq!(cuMemAlloc_v2(&mut p, bytes.max(1)), 0);
         assert_eq!(
@@ -71,6 +75,7 @@ pub fn upload<T: Copy>(data: &[T]) -> u64 {
 pub fn download<T: Copy + Default>(p: u64, n: usize) -> Vec<T> {
     let mut v = vec![T::default(); n];
     let bytes = std::mem::size_of_val(&v[..]);
+    // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
     unsafe {
         assert_eq!(
             cuMemcpyDtoHAsync_v2(v.as_mut_ptr() as *mut c_void, p, bytes, null_mut()),
@@ -102,6 +107,7 @@ pub fn ranks_then<R: Send + 'static>(
             std::thread::spawn(move || {
                 set_device(r);
                 let mut comm = null_mut();
+                // SAFETY: a call of the simulated driver's C API with out-pointers to live locals and handles made here.
                 unsafe { ok(ncclCommInitRank(&mut comm, n, id, r)) };
                 let out = f(r, comm);
                 if destroy {
