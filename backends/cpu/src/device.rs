@@ -220,6 +220,11 @@ impl Device for CpuDevice {
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
+        // From a host callback of one of this device's streams, the wait includes the callback
+        // itself: it could never complete.
+        if workers.iter().any(|w| w.is_current()) {
+            return Err(crate::worker::WorkerShared::self_wait());
+        }
         let mut first = Ok(());
         for w in workers {
             if let Err(e) = w.synchronize() {

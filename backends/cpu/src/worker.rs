@@ -162,6 +162,23 @@ impl WorkerShared {
         }
     }
 
+    /// True on this worker's own thread (inside one of its operations, e.g. a host callback).
+    pub(crate) fn is_current(&self) -> bool {
+        CURRENT_WORKER.with(|c| c.get()) == self as *const WorkerShared as usize
+    }
+
+    /// The error of a wait, from one of a stream's own operations, for work queued after it.
+    pub(crate) fn self_wait() -> HalError {
+        HalError::invalid(
+            "stream",
+            Invalid::Other(
+                "a host callback waited for work queued on its own stream after it, which would \
+                 never complete (deadlock)"
+                    .into(),
+            ),
+        )
+    }
+
     /// Blocks until position `pos` is reached.
     ///
     /// # Errors
@@ -171,15 +188,8 @@ impl WorkerShared {
         if self.reached(pos) {
             return Ok(());
         }
-        if CURRENT_WORKER.with(|c| c.get()) == self as *const WorkerShared as usize {
-            return Err(HalError::invalid(
-                "stream",
-                Invalid::Other(
-                    "a host callback waited for work queued on its own stream after it, which \
-                     would never complete (deadlock)"
-                        .into(),
-                ),
-            ));
+        if self.is_current() {
+            return Err(Self::self_wait());
         }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         // Announce, then check `completed`; `execute` adds to `completed`, then checks `waiters`:

@@ -158,8 +158,30 @@ impl Rendezvous {
         (send, recv): (u64, u64),
         body: impl FnOnce(&[(u64, u64)]) -> Result<R>,
     ) -> Result<R> {
+        /// Leaves the round if `body` unwinds, so that peers waiting in `leave` for this rank
+        /// never wait forever (the panic becomes the round's failure).
+        struct Unwinding<'a> {
+            rv: &'a Rendezvous,
+            seq: u64,
+            rank: usize,
+        }
+        impl Drop for Unwinding<'_> {
+            fn drop(&mut self) {
+                let e = HalError::Internal("a collective panicked on a rank's worker".into());
+                self.rv.leave(self.seq, self.rank, Some(&e));
+            }
+        }
         let r = match self.arrive(seq, rank, sig, send, recv) {
-            Ok(ptrs) => body(&ptrs),
+            Ok(ptrs) => {
+                let guard = Unwinding {
+                    rv: self,
+                    seq,
+                    rank,
+                };
+                let r = body(&ptrs);
+                std::mem::forget(guard);
+                r
+            }
             Err((e, true)) => Err(e),
             // Turned away before publishing anything: nothing to leave.
             Err((e, false)) => return Err(e),
@@ -379,6 +401,32 @@ mod tests {
             "left before the started peer"
         );
         peer.join().unwrap().unwrap();
+        assert!(rv.state.lock().rounds.is_empty(), "round not freed");
+    }
+
+    /// A rank whose body panics still leaves the round: its peers neither hang in `leave` nor
+    /// wait out their barrier's timeout.
+    #[test]
+    fn a_panicking_rank_leaves_the_round() {
+        let rv = Arc::new(Rendezvous::new(2, Duration::from_secs(30)));
+        let rv0 = rv.clone();
+        let panicking = std::thread::spawn(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rv0.run_round(0, 0, &sig(), (1, 2), |_| -> Result<()> {
+                    panic!("planted")
+                })
+            }))
+            .is_err()
+        });
+        let t0 = Instant::now();
+        let r = rv.run_round(0, 1, &sig(), (3, 4), |_| rv.barrier(0, 1));
+        assert!(matches!(r, Err(HalError::InvalidArgument { .. })), "{r:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "waited {:?}",
+            t0.elapsed()
+        );
+        assert!(panicking.join().unwrap(), "the body did not panic");
         assert!(rv.state.lock().rounds.is_empty(), "round not freed");
     }
 
