@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::P2pParts;
+use unihal_hal::ccl::{check_send_recv, checked_bytes, P2pParts};
 use unihal_hal::host_reduce::divide;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
@@ -411,7 +411,7 @@ impl MpiComm {
             } = c.parts();
             s = Some(self.check((CollectiveOp::SendRecv, dtype, None), stream)?);
             rank_arg("peer", peer, self.link.size)?;
-            let bytes = count * dtype.size() as u64;
+            let bytes = checked_bytes("count", count, 1, dtype)?;
             let n = conv::count(bytes, "a message of bytes")?;
             plan.push((self.addr(buf, "buf", bytes)?, n, peer, recv));
             keep.push(buf.clone());
@@ -499,11 +499,12 @@ impl Communicator for MpiComm {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let s = self.check((CollectiveOp::AllReduce, dtype, Some(op)), stream)?;
-        let bytes = count * dtype.size() as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
         let (sa, ra) = (
             self.addr(send, "send", bytes)?,
             self.addr(recv, "recv", bytes)?,
         );
+        check_send_recv(send, bytes, recv, bytes, (0, 0))?;
         let n = conv::count(count, "all_reduce")?;
         if count == 0 {
             return Ok(());
@@ -542,10 +543,13 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         let s = self.check((CollectiveOp::Broadcast, dtype, None), stream)?;
         rank_arg("root", root, self.link.size)?;
-        let bytes = count * dtype.size() as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
         let me_root = self.link.rank == root;
         let sa = self.addr(send, "send", if me_root { bytes } else { 0 })?;
         let ra = self.addr(recv, "recv", bytes)?;
+        if me_root {
+            check_send_recv(send, bytes, recv, bytes, (0, 0))?;
+        }
         let n = conv::count(bytes, "broadcast of bytes")?;
         if count == 0 {
             return Ok(());
@@ -582,10 +586,13 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         let s = self.check((CollectiveOp::Reduce, dtype, Some(op)), stream)?;
         rank_arg("root", root, self.link.size)?;
-        let bytes = count * dtype.size() as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
         let me_root = self.link.rank == root;
         let sa = self.addr(send, "send", bytes)?;
         let ra = self.addr(recv, "recv", if me_root { bytes } else { 0 })?;
+        if me_root {
+            check_send_recv(send, bytes, recv, bytes, (0, 0))?;
+        }
         let n = conv::count(count, "reduce")?;
         if count == 0 {
             return Ok(());
@@ -622,12 +629,13 @@ impl Communicator for MpiComm {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let s = self.check((CollectiveOp::AllGather, dtype, None), stream)?;
-        let bytes = count * dtype.size() as u64;
-        let total = bytes * self.link.size as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
+        let total = checked_bytes("count", count, self.link.size as u64, dtype)?;
         let (sa, ra) = (
             self.addr(send, "send", bytes)?,
             self.addr(recv, "recv", total)?,
         );
+        check_send_recv(send, bytes, recv, total, (0, self.link.rank as u64 * bytes))?;
         conv::count(total, "all_gather of bytes")?;
         let per = bytes as i32;
         if count == 0 {
@@ -668,13 +676,17 @@ impl Communicator for MpiComm {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let s = self.check((CollectiveOp::ReduceScatter, dtype, Some(op)), stream)?;
-        let bytes = count * dtype.size() as u64;
-        let total = bytes * self.link.size as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
+        let total = checked_bytes("count", count, self.link.size as u64, dtype)?;
         let (sa, ra) = (
             self.addr(send, "send", total)?,
             self.addr(recv, "recv", bytes)?,
         );
-        conv::count(count * self.link.size as u64, "reduce_scatter")?;
+        check_send_recv(send, total, recv, bytes, (self.link.rank as u64 * bytes, 0))?;
+        conv::count(
+            count.saturating_mul(self.link.size as u64),
+            "reduce_scatter",
+        )?;
         let n = count as i32;
         if count == 0 {
             return Ok(());
@@ -711,8 +723,8 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         let s = self.check((CollectiveOp::AllToAll, dtype, None), stream)?;
         not_in_place(send, recv)?;
-        let bytes = count * dtype.size() as u64;
-        let total = bytes * self.link.size as u64;
+        let bytes = checked_bytes("count", count, 1, dtype)?;
+        let total = checked_bytes("count", count, self.link.size as u64, dtype)?;
         let (sa, ra) = (
             self.addr(send, "send", total)?,
             self.addr(recv, "recv", total)?,
