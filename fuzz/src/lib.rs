@@ -184,11 +184,6 @@ impl<'t> State<'t> {
     }
 
     fn alloc(&mut self, len: usize) {
-        #[cfg(feature = "planted-panic")]
-        assert_ne!(
-            len, 4242,
-            "planted panic: the fuzzer found the allocation of 4242 bytes"
-        );
         if let Some(buf) = check(self.t, "alloc", self.dev.alloc(len)) {
             let model = if self.t.zeroed_device_memory {
                 Known::Bytes(vec![0; len])
@@ -279,6 +274,11 @@ impl<'t> State<'t> {
                 let blen = self.bufs[i].buf.len();
                 let (off, len) = (inp.size(blen), inp.size(blen));
                 let v = inp.u8();
+                #[cfg(feature = "planted-panic")]
+                assert_ne!(
+                    v, 0x42,
+                    "planted panic: the fuzzer found a fill with byte 0x42"
+                );
                 let value = match inp.u8() % 3 {
                     0 => FillValue::U8(v),
                     1 => FillValue::U16(u16::from_le_bytes([v, v ^ 0x5a])),
