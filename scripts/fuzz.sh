@@ -30,9 +30,9 @@ cargo +nightly fuzz build -O --features planted-panic cpu_hal
 # From a copy of the committed corpus (inputs that already reach fills), as a short CI run starts.
 rm -rf target/planted-corpus target/planted-artifacts && mkdir -p target/planted-corpus target/planted-artifacts
 cp corpus/cpu_hal/* target/planted-corpus/
-if out="$("$OUT/cpu_hal" target/planted-corpus -max_total_time=300 -timeout=30 -detect_leaks=0 \
+if out="$("$OUT/cpu_hal" target/planted-corpus -max_total_time=600 -timeout=30 -detect_leaks=0 \
         -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
-    echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 300 s" >&2; exit 1
+    echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 600 s" >&2; exit 1
 fi
 grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
 echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
