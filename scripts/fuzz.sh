@@ -21,6 +21,13 @@ fi
 
 step() { echo "== fuzz: $* ($(date +%T))"; }
 
+# No LeakSanitizer in the fuzzing processes, per input or at exit: the HAL's own threads (stream
+# workers, the NCCL watchdog) finish asynchronously after their handles drop, and LeakSanitizer
+# reports their thread start-up allocations when an input or the process ends while one is still
+# exiting. Leaks are covered by the memory-accounting invariant and by LeakSanitizer over the
+# sanitized tests and conformance runs (scripts/asan.sh). AddressSanitizer itself stays on.
+export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+
 # The CUDA target's library ops come from NVRTC when it is on the library path; the kernel cache
 # CI filled earlier spares each fuzzing process a compile of the whole library.
 export UNIHAL_KERNEL_CACHE="${UNIHAL_KERNEL_CACHE:-$PWD/../target/kernel-cache}"
@@ -41,17 +48,14 @@ step "build (no planted bug)"
 cargo +nightly fuzz build -O
 
 for t in cpu_hal cuda_sim_hal; do
-    # libFuzzer's per-input leak check is off: the HAL's own threads (stream workers, the NCCL
-    # watchdog) finish asynchronously after their handles drop, and LeakSanitizer reports their
-    # thread start-up allocations when an input ends while one is exiting or being spawned (seen
-    # on an empty input). Leaks are covered by the memory-accounting invariant and by
-    # LeakSanitizer over the sanitized tests and conformance runs (scripts/asan.sh).
+    # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
     mkdir -p "corpus/$t" "regressions/$t" "target/work-corpus/$t"
     step "$t: replay the corpus and the crash reproducers"
     "$OUT/$t" "${extra[@]}" -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
     step "$t: ${FUZZ_SECONDS} s from the corpus"
     cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
+    rm -f target/artifacts-"$t"-*
     "$OUT/$t" "${extra[@]}" "target/work-corpus/$t" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
         -rss_limit_mb=6144 -max_len=1024 -print_final_stats=1 -artifact_prefix="target/artifacts-$t-" \
         2>&1 | grep -E "^#[0-9]+\s+DONE|^Done|stat::number_of_executed_units|ERROR|panicked" || true
