@@ -12,6 +12,7 @@ use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use std::any::Any;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::Weak;
 
 /// Host memory allocated by a backend (pinned where it can). Dropping it frees the memory.
 ///
@@ -37,6 +38,20 @@ pub unsafe trait HostAllocation: Send + Sync + 'static {
 
 const MAPPED: u64 = 1 << 63;
 
+/// Something that holds uses of host buffers for queued work and learns that the work completed
+/// only when asked: a GPU stream keeps what its work uses behind vendor events and releases it
+/// when it checks them. [`HostBuffer::map`] and [`HostBuffer::pending_uses`] ask the holders of a
+/// busy buffer, so a buffer is mappable as soon as its work has completed, however the caller
+/// learned it (a stream, event or device synchronisation, a query, a wait on another stream).
+///
+/// Thread safety: called from any thread, with no HAL lock held.
+pub trait UseHolder: Send + Sync {
+    /// Releases what the holder keeps for work that has completed. Must not wait for queued
+    /// work; may do nothing where it cannot check (inside a host callback, where vendor calls are
+    /// forbidden).
+    fn release_completed(&self);
+}
+
 struct Shared {
     alloc: Box<dyn HostAllocation>,
     /// Bit 63: mapped by the host. Low bits: number of queued operations using the buffer.
@@ -44,6 +59,8 @@ struct Shared {
     /// Held by stream workers while they read or write the bytes, so two queued operations on
     /// different streams never access them at once.
     device_side: Mutex<()>,
+    /// Who holds uses (see [`UseHolder`]); dead entries are pruned as new ones come.
+    holders: Mutex<Vec<Weak<dyn UseHolder>>>,
     /// Model-checking only: the planted bug of the loom suite (see [`HostBuffer::plant_relaxed_use_end`]).
     #[cfg(loom)]
     planted_relaxed: std::sync::atomic::AtomicBool,
@@ -83,6 +100,7 @@ impl HostBuffer {
                 alloc,
                 state: AtomicU64::new(0),
                 device_side: Mutex::new(()),
+                holders: Mutex::new(Vec::new()),
                 #[cfg(loom)]
                 planted_relaxed: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -125,19 +143,43 @@ impl HostBuffer {
         &*self.shared.alloc
     }
 
-    /// Number of queued operations that still use this buffer.
+    /// Number of queued operations that still use this buffer (after asking its holders to
+    /// release what completed).
     pub fn pending_uses(&self) -> u64 {
+        let n = self.shared.state.load(Ordering::Acquire) & !MAPPED;
+        if n == 0 {
+            return 0;
+        }
+        self.release_completed();
         self.shared.state.load(Ordering::Acquire) & !MAPPED
     }
 
-    /// Exclusive host access to the bytes.
+    /// Asks every live [`UseHolder`] of this buffer to release what completed work kept.
+    fn release_completed(&self) {
+        let live: Vec<std::sync::Arc<dyn UseHolder>> = {
+            let mut hs = self.shared.holders.lock();
+            hs.retain(|h| h.strong_count() > 0);
+            hs.iter().filter_map(Weak::upgrade).collect()
+        };
+        for h in live {
+            h.release_completed();
+        }
+    }
+
+    /// Exclusive host access to the bytes. Succeeds once every queued use has completed: holders
+    /// that learn of completion lazily are asked first (see [`UseHolder`]).
     ///
     /// # Errors
-    /// [`Invalid::Busy`] when queued work still uses the buffer (synchronize the stream first) or
-    /// when it is already mapped.
+    /// [`Invalid::Busy`] when queued work still uses the buffer (wait for it first) or when it is
+    /// already mapped.
     pub fn map(&self) -> Result<HostMap<'_>> {
         let state = &self.shared.state;
-        match state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire) {
+        let mut first = state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire);
+        if matches!(first, Err(s) if s & MAPPED == 0) {
+            self.release_completed();
+            first = state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire);
+        }
+        match first {
             Ok(_) => Ok(HostMap { buf: self }),
             Err(s) if s & MAPPED != 0 => Err(HalError::invalid(
                 "host buffer",
@@ -146,7 +188,8 @@ impl HostBuffer {
             Err(s) => Err(HalError::invalid(
                 "host buffer",
                 Invalid::Busy(format!(
-                    "{s} queued operation(s) still use it; synchronize their stream first"
+                    "{} queued operation(s) still use it; wait for them first",
+                    s & !MAPPED
                 )),
             )),
         }
@@ -178,6 +221,27 @@ impl HostBuffer {
             offset: offset as usize,
             len: len as usize,
         })
+    }
+
+    /// As [`HostBuffer::begin_use`], for a holder that releases the use only when it checks its
+    /// work (see [`UseHolder`]): `map` asks it before refusing.
+    ///
+    /// # Errors
+    /// As [`HostBuffer::begin_use`].
+    pub fn begin_use_by(
+        &self,
+        arg: &'static str,
+        offset: u64,
+        len: u64,
+        holder: Weak<dyn UseHolder>,
+    ) -> Result<HostUse> {
+        let u = self.begin_use(arg, offset, len)?;
+        let mut hs = self.shared.holders.lock();
+        if !hs.iter().any(|h| h.ptr_eq(&holder)) {
+            hs.retain(|h| h.strong_count() > 0);
+            hs.push(holder);
+        }
+        Ok(u)
     }
 }
 

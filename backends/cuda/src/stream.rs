@@ -23,6 +23,7 @@ use std::sync::Arc;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
     HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
+    UseHolder,
 };
 
 /// Something queued work uses, kept until the work ran.
@@ -60,6 +61,8 @@ struct Inner {
 
 /// A stream of a CUDA device. Thread-safe: enqueues are serialised by a lock.
 pub struct CudaStream {
+    /// This stream, as the holder of the host-buffer uses its work keeps.
+    me: std::sync::Weak<CudaStream>,
     dev: Arc<CudaDevice>,
     dyn_dev: Arc<dyn Device>,
     raw: sys::CUstream,
@@ -100,7 +103,8 @@ impl CudaStream {
             result::stream::create_non_blocking().map_err(|e| vendor("cuStreamCreate", e))
         })?;
         let dyn_dev: Arc<dyn Device> = dev.clone();
-        Ok(Arc::new(CudaStream {
+        Ok(Arc::new_cyclic(|me| CudaStream {
+            me: me.clone(),
             dev,
             dyn_dev,
             raw,
@@ -326,7 +330,8 @@ impl CudaStream {
         } else {
             "cuMemcpyDtoHAsync"
         };
-        let range = host.begin_use(host_arg, host_offset, len)?;
+        let holder: std::sync::Weak<dyn UseHolder> = self.me.clone();
+        let range = host.begin_use_by(host_arg, host_offset, len, holder)?;
         if len == 0 {
             return Ok(());
         }
@@ -350,6 +355,22 @@ impl CudaStream {
     /// Keeps objects until the work queued so far has run.
     fn keep(&self, keep: Vec<Keep>) -> Result<()> {
         self.submit("cuEventRecord", keep, |_| Ok(()))
+    }
+}
+
+impl UseHolder for CudaStream {
+    /// Releases what completed batches kept (their events are queried), so a host buffer is
+    /// mappable once its copy ran, whichever call showed that. Nothing inside a host callback
+    /// (no driver call there; the callback released the uses queued before it).
+    fn release_completed(&self) {
+        if crate::deferred::in_callback() {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let _ = self.dev.call("cuEventQuery", || {
+            self.retire(&mut inner, false);
+            Ok(())
+        });
     }
 }
 

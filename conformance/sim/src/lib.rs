@@ -670,8 +670,15 @@ impl Device {
     }
 
     /// Runs `stream` up to `position` without waiting: twice at most, a blocked gate first
-    /// letting its peers catch up.
+    /// letting its peers catch up. In deferred mode, work that had not run when asked is reported
+    /// `NotReady` even though this call ran it (it was in flight at the query, as on a GPU, where
+    /// a query right after an enqueue sees the work still running): a caller that polls sees it
+    /// done on its next query, and one that took a single query as proof of completion fails.
     fn poll(&self, stream: StreamId, position: u64) -> SimResult<()> {
+        let in_flight = {
+            let mut s = self.live()?;
+            self.mode == Mode::Deferred && s.stream(stream)?.executed < position
+        };
         for attempt in 0..2 {
             let mut s = self.live()?;
             let progress = s.run_until(stream, position, &mut HashSet::new())?;
@@ -679,6 +686,7 @@ impl Device {
                 return Err(e);
             }
             match progress {
+                Progress::Reached if in_flight => return Err(SimError::NotReady),
                 Progress::Reached => return Ok(()),
                 Progress::Blocked(b) if attempt == 0 => {
                     drop(s);

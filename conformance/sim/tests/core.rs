@@ -150,7 +150,10 @@ fn events_complete_only_when_their_stream_runs_and_time_it() {
     d.record(other, t).unwrap();
     // Deferred: nothing ran yet, so nothing is timestamped.
     assert_eq!(d.elapsed_ms(e0, e1), Err(SimError::NotReady));
-    // A query is an observation point for its own stream only (polling loops finish)...
+    // A query is an observation point for its own stream only (polling loops finish): work
+    // that had not run when asked was in flight, so the first query says not ready and runs it,
+    // the next one sees it done...
+    assert_eq!(d.query(e1), Err(SimError::NotReady));
     assert_eq!(d.query(e1), Ok(()));
     let ms = d.elapsed_ms(e0, e1).unwrap();
     assert!(ms >= 0.0, "{ms}");

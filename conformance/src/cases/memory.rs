@@ -3,7 +3,7 @@
 use crate::blocker::Blocker;
 use crate::case::{pattern, Case, CaseResult, Ctx, Need};
 use crate::{ensure, ensure_eq};
-use unihal_hal::{FillValue, HalError, Invalid};
+use unihal_hal::{EventFlags, FillValue, HalError, Invalid};
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -23,6 +23,28 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.host.zeroed", host_zeroed),
         Case::new("memory.host.busy_while_queued", host_busy)
             .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
+        Case::new("memory.host.map_after.stream_sync", |c| {
+            map_after(c, Route::StreamSync)
+        }),
+        Case::new("memory.host.map_after.device_sync", |c| {
+            map_after(c, Route::DeviceSync)
+        }),
+        Case::new("memory.host.map_after.event_sync", |c| {
+            map_after(c, Route::EventSync)
+        }),
+        Case::new("memory.host.map_after.event_query", |c| {
+            map_after(c, Route::EventQuery)
+        }),
+        Case::new("memory.host.map_after.stream_query", |c| {
+            map_after(c, Route::StreamQuery)
+        }),
+        Case::new("memory.host.map_after.cross_stream_wait", |c| {
+            map_after(c, Route::CrossStreamWait)
+        }),
+        Case::new("memory.host.map_after.host_callback", |c| {
+            map_after(c, Route::HostCallback)
+        })
+        .needs(&[Need::HostCallbacks]),
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
         Case::new("memory.alloc_async.free_async", alloc_async).needs(&[Need::StreamOrderedAlloc]),
         Case::new("memory.buffer.drop_with_queued_work", drop_queued)
@@ -360,6 +382,99 @@ fn host_busy(ctx: &Ctx) -> CaseResult {
         *h.map()? == pattern(256, 4)[..],
         "queued copy into the host buffer differs"
     );
+    Ok(())
+}
+
+/// How the caller learns that the queued copy into a host buffer has completed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Route {
+    StreamSync,
+    DeviceSync,
+    EventSync,
+    EventQuery,
+    StreamQuery,
+    CrossStreamWait,
+    HostCallback,
+}
+
+/// `HostBuffer::map` succeeds once every queued use has completed, however the caller learned
+/// it: a backend may not wait for its own next call on the stream to notice. The copy is large
+/// (still running on hardware when the event is recorded) and an event is recorded after it, so
+/// the stream's last enqueue happens before the copy completes.
+fn map_after(ctx: &Ctx, route: Route) -> CaseResult {
+    const LEN: usize = 4 << 20;
+    let want = pattern(LEN, 41);
+    let d = ctx.upload(&want)?;
+    let h = ctx.device.alloc_host(LEN)?;
+    let s = ctx.stream()?;
+    s.copy_d2h(&d, 0, &h, 0, LEN as u64)?;
+    let ev = ctx.device.create_event(EventFlags {
+        disable_timing: true,
+    })?;
+    match route {
+        Route::HostCallback => {
+            // The callback runs once the copy completed: it may map the buffer.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let hc = h.clone();
+            let want = want.clone();
+            s.host_callback(Box::new(move || {
+                let r = hc.map().map(|m| *m == want[..]).map_err(|e| e.to_string());
+                let _ = tx.send(r);
+            }))?;
+            s.synchronize()?;
+            let r = rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .map_err(|e| crate::Failure::new(format!("host callback did not run: {e}")))?;
+            match r {
+                Ok(true) => {}
+                Ok(false) => return Err(crate::Failure::new("the callback read wrong bytes")),
+                Err(e) => {
+                    return Err(crate::Failure::new(format!(
+                        "map in a host callback behind the copy failed: {e}"
+                    )))
+                }
+            }
+        }
+        _ => s.record_event(&ev)?,
+    }
+    match route {
+        Route::StreamSync => s.synchronize()?,
+        Route::DeviceSync => ctx.device.synchronize()?,
+        Route::EventSync => ev.synchronize()?,
+        Route::EventQuery => poll("event query", || ev.query())?,
+        Route::StreamQuery => poll("stream query", || s.query())?,
+        Route::CrossStreamWait => {
+            let other = ctx.stream()?;
+            other.wait_event(&ev)?;
+            other.synchronize()?;
+        }
+        Route::HostCallback => {}
+    }
+    ensure_eq!(
+        h.pending_uses(),
+        0,
+        "queued uses after {route:?} said the copy completed"
+    );
+    let m = h.map().map_err(|e| {
+        crate::Failure::new(format!("map after {route:?} said the copy completed: {e}"))
+    })?;
+    ensure!(
+        *m == want[..],
+        "host buffer after {route:?} differs from the copy's source"
+    );
+    Ok(())
+}
+
+/// Polls `done` until it returns true (at most 30 s).
+fn poll(what: &str, mut done: impl FnMut() -> Result<bool, HalError>) -> CaseResult {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done()? {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "{what} did not report completion within 30 s"
+        );
+        std::thread::yield_now();
+    }
     Ok(())
 }
 
