@@ -84,6 +84,10 @@ pub enum Need {
     /// The case makes communicators among this process's devices itself (`init_rank` from
     /// threads, `init_all`): not in an SPMD run, where each process holds one rank.
     InProcess,
+    /// In an SPMD run, a world of exactly this many processes (a case that makes its
+    /// communicator with `init_rank` in every process: engines whose processes are connected
+    /// already, MPI, make the whole world). Always met in one process.
+    WholeWorld(usize),
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
     /// A kernel runs while the host and the device's other streams go on (a [`crate::blocker::Blocker`]
@@ -119,6 +123,7 @@ impl Need {
             Need::CclGroups => ccl.is_some_and(|c| c.groups),
             Need::CclSplit => ccl.is_some_and(|c| c.split),
             Need::InProcess => !spmd,
+            Need::WholeWorld(n) => !spmd || ranks == *n,
             Need::TestKernels => {
                 unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
             }
@@ -140,6 +145,10 @@ impl Need {
             Need::CclGroups => "collective engine has no grouped calls".into(),
             Need::CclSplit => "collective engine cannot split communicators".into(),
             Need::InProcess => "makes in-process communicators; this is an SPMD run".into(),
+            Need::WholeWorld(n) => format!(
+                "makes a {n}-rank communicator with init_rank in every process; the SPMD world \
+                 has {ranks}"
+            ),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \
@@ -297,6 +306,41 @@ pub fn expect_invalid<T: std::fmt::Debug>(r: HalResult<T>, arg: &str) -> Result<
         Err(HalError::InvalidArgument { arg: a, reason }) if a == arg => Ok(reason),
         other => Err(Failure::new(format!(
             "expected InvalidArgument for `{arg}`, got {other:?}"
+        ))),
+    }
+}
+
+/// Expects an `InvalidArgument` for `arg` with `Invalid::ForeignHandle` whose `found` names the
+/// offending handle: every text of `names` (its kind, the device it claims, its address or name)
+/// appears in it, and the message names the argument.
+pub fn expect_foreign<T: std::fmt::Debug>(
+    r: HalResult<T>,
+    arg: &str,
+    names: &[&str],
+) -> Result<(), Failure> {
+    let msg = match &r {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    match expect_invalid(r, arg)? {
+        Invalid::ForeignHandle { expected, found } => {
+            let missing: Vec<&&str> = names.iter().filter(|n| !found.contains(**n)).collect();
+            if !missing.is_empty() {
+                return Err(Failure::new(format!(
+                    "the foreign-handle error for `{arg}` does not name the handle: found \
+                     {found:?} lacks {missing:?}"
+                )));
+            }
+            if expected.is_empty() || !msg.contains(&format!("`{arg}`")) {
+                return Err(Failure::new(format!(
+                    "the foreign-handle error for `{arg}` does not say what was expected or \
+                     which argument: {msg:?}"
+                )));
+            }
+            Ok(())
+        }
+        other => Err(Failure::new(format!(
+            "expected ForeignHandle for `{arg}`, got {other:?}"
         ))),
     }
 }

@@ -125,7 +125,12 @@ impl Buffer {
                     arg,
                     Invalid::ForeignHandle {
                         expected: std::any::type_name::<T>().to_string(),
-                        found: format!("buffer of {}", self.device()),
+                        found: format!(
+                            "buffer [{:#x}, +{}) of {}",
+                            self.shared.alloc.addr(),
+                            self.shared.alloc.len(),
+                            self.device()
+                        ),
                     },
                 )
             })

@@ -37,7 +37,12 @@ pub(crate) fn cpu_addr(
             arg,
             Invalid::ForeignHandle {
                 expected: "CPU allocation".into(),
-                found: "a wrapper of one".into(),
+                found: format!(
+                    "buffer [{:#x}, +{}) of {} wrapping another allocation",
+                    buf.allocation().addr(),
+                    buf.allocation().len(),
+                    buf.device()
+                ),
             },
         ));
     }

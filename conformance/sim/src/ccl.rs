@@ -765,6 +765,9 @@ struct Joining {
 pub struct Registry {
     joining: Mutex<HashMap<Vec<u8>, Joining>>,
     changed: Condvar,
+    /// Ids whose communicator was formed: an id makes one communicator (NCCL's bootstrap root
+    /// stops listening once every rank connected), so a stale id is refused.
+    spent: Mutex<std::collections::HashSet<Vec<u8>>>,
 }
 
 impl Registry {
@@ -779,7 +782,8 @@ impl Registry {
     /// # Errors
     /// [`SimError::InvalidValue`] for `rank >= nranks` or `nranks == 0`;
     /// [`SimError::InvalidUsage`] when ranks disagree on `nranks`, a rank joins twice or two ranks
-    /// share a device (every rank gets it); [`SimError::Timeout`] naming the ranks that never came.
+    /// share a device (every rank gets it), or when `id` already made a communicator;
+    /// [`SimError::Timeout`] naming the ranks that never came.
     pub fn init_rank(
         &self,
         id: &[u8],
@@ -793,6 +797,12 @@ impl Registry {
         }
         let deadline = Instant::now() + timeout;
         let mut map = self.joining.lock();
+        // Under `joining`, which formation also holds when it marks the id spent.
+        if self.spent.lock().contains(id) {
+            return Err(SimError::InvalidUsage(
+                "the unique id already made a communicator (a stale id)".into(),
+            ));
+        }
         let j = map.entry(id.to_vec()).or_insert_with(|| Joining {
             nranks,
             members: vec![None; nranks],
@@ -821,6 +831,9 @@ impl Registry {
                 j.taken += 1;
                 if j.taken == nranks {
                     map.remove(id);
+                }
+                if result.is_ok() {
+                    self.spent.lock().insert(id.to_vec());
                 }
                 let clique = result?;
                 return Ok(Comm {

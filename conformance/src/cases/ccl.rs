@@ -9,8 +9,8 @@ use crate::{ensure, ensure_eq};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::{
-    Buffer, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError, Invalid,
-    ReduceOp, Stream,
+    Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
+    Invalid, ReduceOp, Stream,
 };
 
 const DTYPES: [DType; 7] = [
@@ -98,6 +98,263 @@ pub(crate) fn on_ranks(
         })
         .map_err(|f| Failure::new(format!("rank {me}: {}", f.message)));
     agree(world, mine)
+}
+
+/// Runs `body` on every rank of a new `n`-rank communicator made the way multi-process jobs make
+/// theirs: rank 0 asks for a unique id, the id is handed to the others, and each rank calls
+/// `init_rank` from its own thread (in one process: the context's device and the next ones; in
+/// an SPMD run, which needs a world of exactly `n` processes: every process, the id broadcast
+/// over the world).
+pub(crate) fn on_ranks_by_id(
+    ctx: &Ctx,
+    n: usize,
+    config: &CommConfig,
+    body: impl Fn(&Rank) -> CaseResult + Sync,
+) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let Some(world) = &ctx.world else {
+        let total = ctx.backend.probe()?;
+        let me = ctx.device.id().ordinal as usize;
+        let devices: Vec<Arc<dyn Device>> = (0..n)
+            .map(|i| ctx.backend.open((me + i) % total))
+            .collect::<Result<_, _>>()?;
+        let (tx, rx) = std::sync::mpsc::channel::<unihal_hal::UniqueId>();
+        let rx = std::sync::Mutex::new(rx);
+        let txs: Vec<_> = (1..n).map(|_| tx.clone()).collect();
+        let results: Vec<CaseResult> = std::thread::scope(|sc| {
+            let hs: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(r, d)| {
+                    let (rx, txs, body) = (&rx, &txs, &body);
+                    sc.spawn(move || -> CaseResult {
+                        let id = if r == 0 {
+                            let id = ccl.unique_id()?;
+                            for t in txs {
+                                let _ = t.send(id.clone());
+                            }
+                            id
+                        } else {
+                            rx.lock()
+                                .map_err(|_| Failure::new("id channel poisoned"))?
+                                .recv_timeout(Duration::from_secs(30))
+                                .map_err(|e| Failure::new(format!("no id from rank 0: {e}")))?
+                        };
+                        let comm = ccl.init_rank(&id, n, r, d, config)?;
+                        ensure_eq!((comm.rank(), comm.size()), (r, n), "rank and size");
+                        body(&Rank::new(comm)?)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Failure::new("rank thread panicked")))
+                })
+                .collect()
+        });
+        drop(tx);
+        return first_failure(results);
+    };
+    let me = world.rank();
+    let mine = (|| -> CaseResult {
+        let s = world.device().create_stream()?;
+        let id = if me == 0 {
+            ccl.unique_id()?.0
+        } else {
+            Vec::new()
+        };
+        // The id's length, then its bytes, from rank 0.
+        let len = world.device().alloc(8)?;
+        s.write(&len, 0, &(id.len() as u64).to_le_bytes())?;
+        world.broadcast(&len, &len, 8, DType::U8, 0, &s)?;
+        let mut lb = [0u8; 8];
+        s.read(&len, 0, &mut lb)?;
+        let n_bytes = u64::from_le_bytes(lb) as usize;
+        ensure!(
+            (1..=1 << 20).contains(&n_bytes),
+            "id length {n_bytes} from rank 0"
+        );
+        let bytes = world.device().alloc(n_bytes)?;
+        if me == 0 {
+            s.write(&bytes, 0, &id)?;
+        }
+        world.broadcast(&bytes, &bytes, n_bytes as u64, DType::U8, 0, &s)?;
+        let mut id = vec![0u8; n_bytes];
+        s.read(&bytes, 0, &mut id)?;
+        let comm = ccl.init_rank(&unihal_hal::UniqueId(id), n, me, world.device(), config)?;
+        ensure_eq!((comm.rank(), comm.size()), (me, n), "rank and size");
+        body(&Rank::new(comm)?)
+    })()
+    .map_err(|f| Failure::new(format!("rank {me}: {}", f.message)));
+    agree(world, mine)
+}
+
+/// Ranks made by `init_rank` run collectives: an all-reduce and a broadcast whose results show
+/// every rank took part with the right rank.
+fn init_rank_works(ctx: &Ctx, n: usize) -> CaseResult {
+    on_ranks_by_id(ctx, n, &config(), |rk| {
+        let (r, s) = (rk.comm.rank(), &rk.stream);
+        let vals: Vec<f64> = (0..64).map(|i| (i % 5 + r) as f64).collect();
+        let b = upload(&rk.device, s, DType::F32, &vals, 0)?;
+        rk.comm
+            .all_reduce(&b, &b, 64, DType::F32, ReduceOp::Sum, s)?;
+        let want: Vec<f64> = (0..64)
+            .map(|i| (0..n).map(|q| (i % 5 + q) as f64).sum())
+            .collect();
+        check_vals("all_reduce", &download(s, DType::F32, &b)?, &want)?;
+        let root = n - 1;
+        let c = upload(&rk.device, s, DType::I32, &[r as f64 * 10.0; 4], 0)?;
+        rk.comm.broadcast(&c, &c, 4, DType::I32, root, s)?;
+        check_vals(
+            "broadcast",
+            &download(s, DType::I32, &c)?,
+            &[root as f64 * 10.0; 4],
+        )
+    })
+}
+
+/// Runs `init_rank` on the context's device and the next ones, rank `r` with `ids[r]`, from
+/// threads; returns each rank's result (communicators dropped) and how long the slowest took.
+fn init_ranks_with(
+    ctx: &Ctx,
+    ids: &[unihal_hal::UniqueId],
+    nranks: usize,
+    config: &CommConfig,
+) -> Result<(Vec<unihal_hal::Result<()>>, Duration), Failure> {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let total = ctx.backend.probe()?;
+    let me = ctx.device.id().ordinal as usize;
+    let devices: Vec<Arc<dyn Device>> = (0..ids.len())
+        .map(|i| ctx.backend.open((me + i) % total))
+        .collect::<Result<_, _>>()?;
+    let t0 = Instant::now();
+    let results = std::thread::scope(|sc| {
+        let hs: Vec<_> = devices
+            .iter()
+            .zip(ids)
+            .enumerate()
+            .map(|(r, (d, id))| sc.spawn(move || ccl.init_rank(id, nranks, r, d, config).map(drop)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(HalError::Internal("init_rank panicked".into())))
+            })
+            .collect()
+    });
+    Ok((results, t0.elapsed()))
+}
+
+/// Init timeout of the failure cases.
+const INIT_LIMIT: Duration = Duration::from_millis(500);
+
+/// Every result failed, none with a panic, within the bound; returns the failures.
+fn all_failed_in_time(
+    what: &str,
+    results: &[unihal_hal::Result<()>],
+    took: Duration,
+) -> CaseResult {
+    ensure!(
+        results.iter().all(|r| r.is_err()),
+        "{what}: a communicator was made: {results:?}"
+    );
+    ensure!(
+        !results
+            .iter()
+            .any(|r| matches!(r, Err(HalError::Internal(_)))),
+        "{what}: {results:?}"
+    );
+    ensure!(
+        took < INIT_LIMIT + Duration::from_secs(5),
+        "{what}: the init with a timeout of {INIT_LIMIT:?} took {took:?}"
+    );
+    Ok(())
+}
+
+/// A rank given another id than its peers (a fresh one, or bytes no engine made) never joins
+/// them: every rank fails with `Timeout` or a typed error within the timeout, never hangs.
+fn init_rank_wrong_id(ctx: &Ctx) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let cfg = CommConfig {
+        timeout: Some(INIT_LIMIT),
+    };
+    let good = ccl.unique_id()?;
+    let other = ccl.unique_id()?;
+    ensure!(good != other, "two unique_id calls gave the same id");
+    let (results, took) = init_ranks_with(ctx, &[good.clone(), other], 2, &cfg)?;
+    all_failed_in_time("ranks with different ids", &results, took)?;
+    let mut garbage = good.0.clone();
+    garbage.iter_mut().for_each(|b| *b ^= 0x5a);
+    let (results, took) = init_ranks_with(ctx, &[good, unihal_hal::UniqueId(garbage)], 2, &cfg)?;
+    all_failed_in_time("a rank with a corrupted id", &results, took)
+}
+
+/// An id makes one communicator: calling `init_rank` again with a spent id fails (a typed
+/// error or `Timeout`, as NCCL's bootstrap root is gone) within the timeout, never a second
+/// communicator and never a hang.
+fn init_rank_stale_id(ctx: &Ctx) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let id = ccl.unique_id()?;
+    let (first, _) = init_ranks_with(ctx, &[id.clone(), id.clone()], 2, &config())?;
+    ensure!(
+        first.iter().all(|r| r.is_ok()),
+        "init_rank with a fresh id: {first:?}"
+    );
+    let cfg = CommConfig {
+        timeout: Some(INIT_LIMIT),
+    };
+    let (again, took) = init_ranks_with(ctx, &[id.clone(), id], 2, &cfg)?;
+    all_failed_in_time("init_rank with a spent id", &again, took)
+}
+
+/// A rank that never calls `init_rank`: the others fail with `Timeout` within their timeout
+/// (naming the missing rank where the engine sees arrivals), never hang.
+fn init_rank_missing(ctx: &Ctx) -> CaseResult {
+    let ccl = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let names = ccl.capabilities().names_missing_ranks;
+    let cfg = CommConfig {
+        timeout: Some(INIT_LIMIT),
+    };
+    let id = ccl.unique_id()?;
+    // Ranks 0 and 1 of 3 call; rank 2 never does.
+    let (results, took) = init_ranks_with(ctx, &[id.clone(), id], 3, &cfg)?;
+    all_failed_in_time("init without rank 2", &results, took)?;
+    for (r, res) in results.iter().enumerate() {
+        match res {
+            Err(HalError::Timeout { what, .. }) => {
+                ensure!(
+                    !names || what.contains('2'),
+                    "rank {r}: the timeout does not name rank 2: {what}"
+                );
+            }
+            other => {
+                return Err(Failure::new(format!(
+                    "rank {r} without rank 2: expected Timeout, got {other:?}"
+                )))
+            }
+        }
+    }
+    ensure!(
+        took >= INIT_LIMIT,
+        "init without rank 2 failed after {took:?}, before its timeout of {INIT_LIMIT:?}"
+    );
+    Ok(())
 }
 
 /// The first failing rank's failure, named by rank.
@@ -193,21 +450,46 @@ fn check_vals(what: &str, got: &[f64], want: &[f64]) -> CaseResult {
 }
 
 /// The reductions of `op` that the engine claims for `d` (`[None]` for ops without one).
-fn reductions(ctx: &Ctx, op: CollectiveOp, d: DType) -> Vec<Option<ReduceOp>> {
+/// The reductions a case of `op` in `d` runs: `[None]` for an operation that does not reduce,
+/// else every reduction the capabilities claim for `d`.
+///
+/// # Errors
+/// A capability inconsistency: `op` is listed in `d` but no reduction is (the case would loop
+/// zero times and pass without running anything).
+pub(crate) fn reductions(
+    caps: &CclCaps,
+    op: CollectiveOp,
+    d: DType,
+) -> Result<Vec<Option<ReduceOp>>, Failure> {
     if !op.reduces() {
-        return vec![None];
+        return Ok(vec![None]);
     }
-    let caps = ctx.backend.collectives().map(|c| c.capabilities().clone());
-    ReduceOp::ALL
+    let reds: Vec<_> = ReduceOp::ALL
         .iter()
-        .filter(|&&r| caps.as_ref().is_some_and(|c| c.supports(op, d, Some(r))))
+        .filter(|&&r| caps.supports(op, d, Some(r)))
         .map(|&r| Some(r))
-        .collect()
+        .collect();
+    if reds.is_empty() {
+        return Err(Failure::new(format!(
+            "capability inconsistency: {} lists {} in {d} but no reduction of {d} (reductions: \
+             {:?})",
+            caps.engine,
+            op.name(),
+            caps.reductions.get(&d)
+        )));
+    }
+    Ok(reds)
 }
 
 /// Runs `op` on `n` ranks for every claimed reduction, count and placement.
 fn run_op(ctx: &Ctx, op: CollectiveOp, d: DType, n: usize) -> CaseResult {
-    let reds = reductions(ctx, op, d);
+    let caps = ctx
+        .backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))?
+        .capabilities()
+        .clone();
+    let reds = reductions(&caps, op, d)?;
     on_ranks(ctx, n, &config(), |rk| {
         for &red in &reds {
             for count in COUNTS {
@@ -871,6 +1153,35 @@ pub fn cases() -> Vec<Case> {
             ]),
         );
     }
+    for n in 1..=4usize {
+        v.push(
+            Case::new(format!("ccl.init_rank.ranks{n}"), move |c| {
+                init_rank_works(c, n)
+            })
+            .needs(&[
+                Need::Ranks(n),
+                Need::WholeWorld(n),
+                all_reduce,
+                Need::Collective(CollectiveOp::Broadcast, DType::I32),
+            ]),
+        );
+    }
+    for (id, f) in [
+        (
+            "ccl.init_rank.wrong_id",
+            init_rank_wrong_id as fn(&Ctx) -> CaseResult,
+        ),
+        ("ccl.init_rank.stale_id", init_rank_stale_id),
+    ] {
+        v.push(Case::new(id, f).needs(&[Need::InProcess, Need::Devices(2), all_reduce]));
+    }
+    v.push(
+        Case::new("ccl.init_rank.rank_never_arrives", init_rank_missing).needs(&[
+            Need::InProcess,
+            Need::Devices(2),
+            all_reduce,
+        ]),
+    );
     v.push(Case::new("ccl.misuse.invalid_arguments", misuse).needs(&[
         Need::Ranks(2),
         all_reduce,
@@ -913,4 +1224,53 @@ pub fn cases() -> Vec<Case> {
             .needs(&[Need::Ranks(2), all_reduce]),
     );
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn caps(reductions: Vec<ReduceOp>) -> CclCaps {
+        CclCaps {
+            engine: "test engine".into(),
+            ops: BTreeMap::from([
+                (CollectiveOp::AllReduce, vec![DType::F32]),
+                (CollectiveOp::AllGather, vec![DType::F32]),
+            ]),
+            reductions: BTreeMap::from([(DType::F32, reductions)]),
+            accumulation: BTreeMap::new(),
+            groups: false,
+            split: false,
+            survives_dead_rank: true,
+            names_missing_ranks: true,
+            timeout_aborts_peers: false,
+        }
+    }
+
+    #[test]
+    fn a_reducing_op_listed_without_reductions_is_a_capability_inconsistency() {
+        let c = caps(Vec::new());
+        let e = reductions(&c, CollectiveOp::AllReduce, DType::F32).unwrap_err();
+        assert!(
+            e.message.contains("capability inconsistency"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("test engine"), "{}", e.message);
+        // Ops that do not reduce run once, without a reduction.
+        assert_eq!(
+            reductions(&c, CollectiveOp::AllGather, DType::F32).unwrap(),
+            vec![None]
+        );
+    }
+
+    #[test]
+    fn every_claimed_reduction_runs() {
+        let c = caps(vec![ReduceOp::Sum, ReduceOp::Max]);
+        assert_eq!(
+            reductions(&c, CollectiveOp::AllReduce, DType::F32).unwrap(),
+            vec![Some(ReduceOp::Sum), Some(ReduceOp::Max)]
+        );
+    }
 }

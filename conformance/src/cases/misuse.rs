@@ -1,7 +1,7 @@
 //! `misuse.*`: every misuse of the safe API is a typed error carrying the offending values, and
 //! leaves the stream usable.
 
-use crate::case::{expect_invalid, Case, CaseResult, Ctx, Need};
+use crate::case::{expect_foreign, expect_invalid, Case, CaseResult, Ctx, Failure, Need};
 use crate::{ensure, ensure_eq};
 use std::any::Any;
 use std::sync::Arc;
@@ -262,31 +262,21 @@ fn foreign_buffer(ctx: &Ctx) -> CaseResult {
         a.is_some_and(|a| a.bytes.iter().all(|c| unsafe { *c.get() } == 0))
     };
     let fake = Buffer::from_allocation(Box::new(alloc));
+    let (dev, addr) = (
+        ctx.device.id().to_string(),
+        format!("{:#x}", fake.device_addr()),
+    );
+    let names = ["buffer", dev.as_str(), addr.as_str()];
     let real = ctx.device.alloc(64)?;
     s.fill(&real, 0, 64, FillValue::U8(7))?;
-    for (what, r) in [
-        (
-            "d2d source",
-            expect_invalid(s.copy_d2d(&fake, 0, &real, 0, 8), "src"),
-        ),
-        (
-            "d2d destination",
-            expect_invalid(s.copy_d2d(&real, 0, &fake, 0, 8), "dst"),
-        ),
-        (
-            "fill",
-            expect_invalid(s.fill(&fake, 0, 8, FillValue::U8(5)), "dst"),
-        ),
-        (
-            "staged h2d",
-            expect_invalid(s.copy_h2d_staged(&[1; 8], &fake, 0), "dst"),
-        ),
-    ] {
-        ensure!(
-            matches!(r?, Invalid::ForeignHandle { .. }),
-            "{what} with a foreign buffer"
-        );
-    }
+    expect_foreign(s.copy_d2d(&fake, 0, &real, 0, 8), "src", &names)
+        .map_err(|f| Failure::new(format!("d2d source: {}", f.message)))?;
+    expect_foreign(s.copy_d2d(&real, 0, &fake, 0, 8), "dst", &names)
+        .map_err(|f| Failure::new(format!("d2d destination: {}", f.message)))?;
+    expect_foreign(s.fill(&fake, 0, 8, FillValue::U8(5)), "dst", &names)
+        .map_err(|f| Failure::new(format!("fill: {}", f.message)))?;
+    expect_foreign(s.copy_h2d_staged(&[1; 8], &fake, 0), "dst", &names)
+        .map_err(|f| Failure::new(format!("staged h2d: {}", f.message)))?;
     s.synchronize()?;
     ensure!(
         untouched(&fake),
@@ -321,24 +311,17 @@ impl Event for FakeEvent {
 fn foreign_event(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let fake: Arc<dyn Event> = Arc::new(FakeEvent(ctx.device.id()));
-    let r = expect_invalid(s.record_event(&fake), "event")?;
-    ensure!(
-        matches!(r, Invalid::ForeignHandle { .. }),
-        "record of a foreign event: {r:?}"
-    );
-    let r = expect_invalid(s.wait_event(&fake), "event")?;
-    ensure!(
-        matches!(r, Invalid::ForeignHandle { .. }),
-        "wait on a foreign event: {r:?}"
-    );
+    let dev = ctx.device.id().to_string();
+    let names = ["event", dev.as_str()];
+    expect_foreign(s.record_event(&fake), "event", &names)
+        .map_err(|f| Failure::new(format!("record: {}", f.message)))?;
+    expect_foreign(s.wait_event(&fake), "event", &names)
+        .map_err(|f| Failure::new(format!("wait: {}", f.message)))?;
     let real = ctx.device.create_event(Default::default())?;
     s.record_event(&real)?;
     s.synchronize()?;
-    let r = expect_invalid(real.elapsed_ms(&*fake), "end")?;
-    ensure!(
-        matches!(r, Invalid::ForeignHandle { .. }),
-        "elapsed to a foreign event: {r:?}"
-    );
+    expect_foreign(real.elapsed_ms(&*fake), "end", &names)
+        .map_err(|f| Failure::new(format!("elapsed time: {}", f.message)))?;
     Ok(())
 }
 
@@ -362,15 +345,13 @@ impl Function for FakeFunction {
 fn foreign_function(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     let fake: Arc<dyn Function> = Arc::new(FakeFunction(ctx.device.id()));
-    // SAFETY: must be rejected before anything runs.
-    let r = expect_invalid(
+    let dev = ctx.device.id().to_string();
+    expect_foreign(
+        // SAFETY: must be rejected before anything runs.
         unsafe { s.launch(&fake, &LaunchConfig::linear(1, 1), &KernelArgs::new()) },
         "function",
+        &["function", "\"fake\"", dev.as_str()],
     )?;
-    ensure!(
-        matches!(r, Invalid::ForeignHandle { .. }),
-        "launch of a foreign function: {r:?}"
-    );
     Ok(())
 }
 

@@ -87,7 +87,14 @@ struct Pending {
     joined: usize,
 }
 
-type PendingTable = (Mutex<HashMap<Vec<u8>, Pending>>, Condvar);
+/// An id's state: being joined, or spent (its communicator was formed; an id makes one
+/// communicator, as NCCL's, whose bootstrap root is gone once every rank connected).
+enum Slot {
+    Joining(Pending),
+    Spent,
+}
+
+type PendingTable = (Mutex<HashMap<Vec<u8>, Slot>>, Condvar);
 
 fn pending() -> &'static PendingTable {
     static P: OnceLock<PendingTable> = OnceLock::new();
@@ -207,11 +214,22 @@ impl Collectives for CpuCollectives {
         }
         let (lock, cv) = pending();
         let mut g = lock.lock();
-        let p = g.entry(id.0.clone()).or_insert_with(|| Pending {
-            shared: self.shared(nranks, config),
-            ranks: vec![false; nranks],
-            joined: 0,
+        let slot = g.entry(id.0.clone()).or_insert_with(|| {
+            Slot::Joining(Pending {
+                shared: self.shared(nranks, config),
+                ranks: vec![false; nranks],
+                joined: 0,
+            })
         });
+        let Slot::Joining(p) = slot else {
+            return Err(HalError::invalid(
+                "id",
+                Invalid::Value {
+                    value: "an id whose communicator was already formed".into(),
+                    accepted: "a fresh id from unique_id (an id makes one communicator)".into(),
+                },
+            ));
+        };
         if p.shared.rv.nranks != nranks {
             return Err(HalError::invalid(
                 "nranks",
@@ -234,19 +252,31 @@ impl Collectives for CpuCollectives {
         p.joined += 1;
         let shared = p.shared.clone();
         cv.notify_all();
-        let deadline = Instant::now() + config.timeout.unwrap_or(self.timeout);
-        while g.get(&id.0).is_some_and(|p| p.joined < nranks) {
-            if cv.wait_until(&mut g, deadline).timed_out()
-                && g.get(&id.0).is_some_and(|p| p.joined < nranks)
-            {
-                let joined = g.get(&id.0).map_or(0, |p| p.joined);
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        let deadline = Instant::now() + timeout;
+        let joining = |g: &HashMap<Vec<u8>, Slot>| match g.get(&id.0) {
+            Some(Slot::Joining(p)) => Some(p.joined < nranks),
+            _ => None,
+        };
+        while joining(&g) == Some(true) {
+            if cv.wait_until(&mut g, deadline).timed_out() && joining(&g) == Some(true) {
+                // Leave: a rank that comes later must not count this one as present.
+                let mut missing = Vec::new();
+                if let Some(Slot::Joining(p)) = g.get_mut(&id.0) {
+                    p.ranks[rank] = false;
+                    p.joined -= 1;
+                    missing = (0..nranks).filter(|&r| !p.ranks[r] && r != rank).collect();
+                    if p.joined == 0 {
+                        g.remove(&id.0);
+                    }
+                }
                 return Err(HalError::Timeout {
-                    what: format!("init_rank {rank}: {joined} of {nranks} ranks joined"),
-                    millis: config.timeout.unwrap_or(self.timeout).as_millis() as u64,
+                    what: format!("init_rank {rank}: ranks {missing:?} never joined"),
+                    millis: timeout.as_millis() as u64,
                 });
             }
         }
-        g.remove(&id.0);
+        g.insert(id.0.clone(), Slot::Spent);
         drop(g);
         Ok(Arc::new(CpuComm::new(rank, device.clone(), shared)))
     }
