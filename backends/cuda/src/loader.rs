@@ -10,6 +10,7 @@
 
 use crate::conv::vendor;
 use std::sync::OnceLock;
+use unihal_dynlib::{Candidates, Library};
 use unihal_hal::{HalError, Result};
 
 /// The opened driver.
@@ -50,18 +51,12 @@ fn unavailable(reason: String) -> HalError {
 }
 
 fn open() -> Result<Driver> {
-    let path = match std::env::var("UNIHAL_CUDA_LIB") {
-        Ok(p) if !p.trim().is_empty() => {
-            let p = p.trim().to_string();
-            // SAFETY: loading a shared library runs its initialisers; the override names a CUDA
-            // driver (or unihal's simulated one), whose initialisers are benign.
-            let lib = unsafe { libloading::Library::new(&p) }
-                .map_err(|e| unavailable(format!("UNIHAL_CUDA_LIB={p}: {e}")))?;
-            // Kept open for the process: cudarc resolves `libcuda.so` to this copy.
-            std::mem::forget(lib);
-            p
-        }
-        _ => "libcuda.so (system loader)".to_string(),
+    // The override alone (cudarc searches the loader's names itself): opened first and never
+    // unloaded, so cudarc's `libcuda.so` resolves to this copy.
+    let over = Candidates::new("CUDA driver", "UNIHAL_CUDA_LIB", &[]);
+    let path = match over.to_try().first() {
+        Some(_) => Library::open(&over)?.path().to_string(),
+        None => "libcuda.so (system loader)".to_string(),
     };
     // SAFETY: probes the library names with dlopen/dlclose; no symbol is called.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {

@@ -12,7 +12,7 @@ fn a_missing_driver_is_unavailable_with_the_path_tried() {
         Err(HalError::Unavailable { what, reason }) => {
             assert!(what.contains("CUDA driver"), "{what}");
             assert!(
-                reason.contains("UNIHAL_CUDA_LIB=/nonexistent/libcuda.so"),
+                reason.contains("/nonexistent/libcuda.so: ") && reason.contains("UNIHAL_CUDA_LIB"),
                 "{reason}"
             );
         }

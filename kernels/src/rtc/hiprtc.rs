@@ -6,7 +6,8 @@
 //! passed to it in-process; others are `Unsupported`.
 
 use super::hiprtc_sys::{HiprtcProgram, HiprtcSys};
-use super::{c_str, compile_program, open_first, read_output, RtcApi};
+use super::{compile_program, read_output, RtcApi};
+use unihal_dynlib::{c_str, Candidates, Library};
 use unihal_hal::{HalError, Result};
 
 /// Library names tried, in order.
@@ -76,8 +77,9 @@ impl Hiprtc {
     /// # Errors
     /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
     pub fn load() -> Result<Hiprtc> {
-        let (lib, path) = open_first("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES)?;
-        let sys = HiprtcSys::new(lib)?;
+        let lib = Library::open(&Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES))?;
+        let path = lib.path().to_string();
+        let sys = HiprtcSys::new(&lib)?;
         let (mut major, mut minor) = (0, 0);
         // SAFETY: hiprtcVersion writes two ints.
         unsafe { (sys.version)(&mut major, &mut minor) };

@@ -2,14 +2,15 @@
 //! the HIP runtime library itself in ROCm 5.x; declarations written from AMD's hiprtc.h
 //! documentation). Every function returns a `hiprtcResult` (0 = success).
 
-use libloading::Library;
+use unihal_dynlib::Library;
 use std::ffi::{c_char, c_int, c_void};
-use unihal_hal::{HalError, Result};
+use unihal_hal::Result;
 
 pub type HiprtcResult = c_int;
 pub type HiprtcProgram = *mut c_void;
 
-/// The resolved symbol table. Function pointers stay valid while `_lib` lives.
+/// The resolved symbol table. Function pointers stay valid for the process (the library is
+/// never unloaded).
 pub struct HiprtcSys {
     pub version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> HiprtcResult,
     pub get_error_string: unsafe extern "C" fn(HiprtcResult) -> *const c_char,
@@ -28,23 +29,18 @@ pub struct HiprtcSys {
     pub get_code_size: unsafe extern "C" fn(HiprtcProgram, *mut usize) -> HiprtcResult,
     pub get_code: unsafe extern "C" fn(HiprtcProgram, *mut c_char) -> HiprtcResult,
     pub destroy_program: unsafe extern "C" fn(*mut HiprtcProgram) -> HiprtcResult,
-    pub _lib: Library,
 }
 
 macro_rules! sym {
-    ($lib:expr, $name:literal) => {{
-        // SAFETY: the symbol's C signature is the one declared in the HiprtcSys field it fills.
-        let s = unsafe { $lib.get($name.as_bytes()) }.map_err(|e| HalError::Unavailable {
-            what: "hiprtc".into(),
-            reason: format!("symbol {} missing: {e}", $name),
-        })?;
-        *s
-    }};
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the symbol's C signature is the one declared in the field it fills.
+        unsafe { $lib.get($name) }?
+    };
 }
 
 impl HiprtcSys {
     /// Resolves every symbol from `lib`.
-    pub fn new(lib: Library) -> Result<HiprtcSys> {
+    pub fn new(lib: &Library) -> Result<HiprtcSys> {
         Ok(HiprtcSys {
             version: sym!(lib, "hiprtcVersion"),
             get_error_string: sym!(lib, "hiprtcGetErrorString"),
@@ -55,7 +51,6 @@ impl HiprtcSys {
             get_code_size: sym!(lib, "hiprtcGetCodeSize"),
             get_code: sym!(lib, "hiprtcGetCode"),
             destroy_program: sym!(lib, "hiprtcDestroyProgram"),
-            _lib: lib,
         })
     }
 }

@@ -1,51 +1,13 @@
 //! Run-time compilation of the library with the vendors' compilers: NVIDIA's NVRTC ([`nvrtc`]) and
-//! AMD's hiprtc ([`hiprtc`]), both opened at run time with `libloading`, so the default build needs
-//! neither. A missing library is [`unihal_hal::HalError::Unavailable`] naming every path tried.
+//! AMD's hiprtc ([`hiprtc`]), both opened at run time through `unihal-dynlib`, so the default build
+//! needs neither. A missing library is [`unihal_hal::HalError::Unavailable`] naming every path tried.
 
 pub mod hiprtc;
 mod hiprtc_sys;
 pub mod nvrtc;
 mod nvrtc_sys;
 
-use libloading::Library;
 use unihal_hal::{HalError, Result};
-
-/// Opens the first library of `candidates` that loads (`env` overrides with a path), or reports
-/// every attempt.
-pub(crate) fn open_first(what: &str, env: &str, candidates: &[&str]) -> Result<(Library, String)> {
-    let mut tried = Vec::new();
-    let over = std::env::var(env).ok().filter(|v| !v.is_empty());
-    let list: Vec<String> = match &over {
-        Some(p) => vec![p.clone()],
-        None => candidates.iter().map(|s| s.to_string()).collect(),
-    };
-    for name in list {
-        // SAFETY: loading a vendor library runs its initialisers; these are the vendors' own
-        // compiler libraries, loaded as their documentation prescribes.
-        match unsafe { Library::new(&name) } {
-            Ok(lib) => return Ok((lib, name)),
-            Err(e) => tried.push(format!("{name}: {e}")),
-        }
-    }
-    Err(HalError::Unavailable {
-        what: what.to_string(),
-        reason: format!(
-            "tried {} (set {env} to a path to override)",
-            tried.join("; ")
-        ),
-    })
-}
-
-/// Reads a NUL-terminated C string the vendor returned (NULL gives "").
-///
-/// # Safety
-/// `p` must be NULL or point to a NUL-terminated string that stays valid during the call.
-pub(crate) unsafe fn c_str(p: *const std::ffi::c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-}
 
 /// Entry names declared in PTX text (empty when the text cannot be read; see [`ptx_signatures`]).
 pub fn ptx_entries(ptx: &str) -> Vec<String> {

@@ -5,7 +5,8 @@
 //! so that results match the CPU build bit for bit where the math is IEEE.
 
 use super::nvrtc_sys::{NvrtcProgram, NvrtcSys};
-use super::{c_str, compile_program, open_first, read_output, RtcApi};
+use super::{compile_program, read_output, RtcApi};
+use unihal_dynlib::{c_str, Candidates, Library};
 use unihal_hal::{HalError, Invalid, Result};
 
 /// Library names tried, in order.
@@ -73,8 +74,9 @@ impl Nvrtc {
     /// # Errors
     /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
     pub fn load() -> Result<Nvrtc> {
-        let (lib, path) = open_first("NVRTC", "UNIHAL_NVRTC_LIB", &CANDIDATES)?;
-        let sys = NvrtcSys::new(lib)?;
+        let lib = Library::open(&Candidates::new("NVRTC", "UNIHAL_NVRTC_LIB", &CANDIDATES))?;
+        let path = lib.path().to_string();
+        let sys = NvrtcSys::new(&lib)?;
         let (mut major, mut minor) = (0, 0);
         // SAFETY: nvrtcVersion writes two ints.
         unsafe { (sys.version)(&mut major, &mut minor) };

@@ -1,14 +1,15 @@
 //! NVRTC's C API: the symbols unihal resolves from `libnvrtc.so.<major>` (declarations written from
 //! NVIDIA's documentation of nvrtc.h). Every function returns an `nvrtcResult` (0 = success).
 
-use libloading::Library;
+use unihal_dynlib::Library;
 use std::ffi::{c_char, c_int, c_void};
-use unihal_hal::{HalError, Result};
+use unihal_hal::Result;
 
 pub type NvrtcResult = c_int;
 pub type NvrtcProgram = *mut c_void;
 
-/// The resolved symbol table. Function pointers stay valid while `_lib` lives.
+/// The resolved symbol table. Function pointers stay valid for the process (the library is
+/// never unloaded).
 pub struct NvrtcSys {
     pub version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> NvrtcResult,
     pub get_error_string: unsafe extern "C" fn(NvrtcResult) -> *const c_char,
@@ -29,23 +30,18 @@ pub struct NvrtcSys {
     pub get_cubin_size: unsafe extern "C" fn(NvrtcProgram, *mut usize) -> NvrtcResult,
     pub get_cubin: unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> NvrtcResult,
     pub destroy_program: unsafe extern "C" fn(*mut NvrtcProgram) -> NvrtcResult,
-    pub _lib: Library,
 }
 
 macro_rules! sym {
-    ($lib:expr, $name:literal) => {{
-        // SAFETY: the symbol's C signature is the one declared in the NvrtcSys field it fills.
-        let s = unsafe { $lib.get($name.as_bytes()) }.map_err(|e| HalError::Unavailable {
-            what: "NVRTC".into(),
-            reason: format!("symbol {} missing: {e}", $name),
-        })?;
-        *s
-    }};
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the symbol's C signature is the one declared in the field it fills.
+        unsafe { $lib.get($name) }?
+    };
 }
 
 impl NvrtcSys {
     /// Resolves every symbol from `lib`.
-    pub fn new(lib: Library) -> Result<NvrtcSys> {
+    pub fn new(lib: &Library) -> Result<NvrtcSys> {
         Ok(NvrtcSys {
             version: sym!(lib, "nvrtcVersion"),
             get_error_string: sym!(lib, "nvrtcGetErrorString"),
@@ -58,7 +54,6 @@ impl NvrtcSys {
             get_cubin_size: sym!(lib, "nvrtcGetCUBINSize"),
             get_cubin: sym!(lib, "nvrtcGetCUBIN"),
             destroy_program: sym!(lib, "nvrtcDestroyProgram"),
-            _lib: lib,
         })
     }
 }

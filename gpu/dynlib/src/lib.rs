@@ -1,0 +1,306 @@
+//! Opening vendor libraries at run time, one way for every backend.
+//!
+//! Every vendor library unihal uses (a GPU driver or runtime, a runtime compiler, a collective
+//! library, a BLAS) is opened with `dlopen` when first needed, so one binary builds anywhere and
+//! runs wherever it lands. This crate holds what all of them share:
+//!
+//! * **Where to look** ([`Candidates`]): an override variable (`UNIHAL_NCCL_LIB=/path/lib.so`)
+//!   that, when set, is the only name tried; else library names for the system loader and paths
+//!   under install roots named by variables with defaults (`$ROCM_PATH/lib`, default
+//!   `/opt/rocm/lib`).
+//! * **What happened** ([`Library::open`]): the first candidate that loads; or
+//!   [`HalError::Unavailable`] listing every name tried with the loader's own message and the
+//!   override variable to set. A report of the attempts ([`Probe`]) also feeds `unihal devices`.
+//! * **Symbols** ([`Library::get`], [`Library::optional`], [`Library::first_of`]): a missing
+//!   required symbol is `Unavailable` naming the symbol and the library's path.
+//! * **Never unloaded**: vendor libraries start threads and hand out memory that may outlive
+//!   every handle of ours; unloading one under them is undefined behaviour. A [`Library`] is
+//!   leaked on purpose, so its function pointers are valid for the whole process.
+//!
+//! Thread safety: everything here is `Send + Sync`; opening runs the library's initialisers,
+//! which vendors document as safe to run from any thread.
+
+use std::path::PathBuf;
+use unihal_hal::{HalError, Result};
+
+/// Where to look for one vendor library, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidates {
+    /// What the library is, for messages ("NCCL", "hiprtc", "HIP runtime").
+    pub what: String,
+    /// The override variable: when set (non-empty), its value is the only name tried.
+    pub env: String,
+    /// Names or paths, in order.
+    pub names: Vec<String>,
+}
+
+impl Candidates {
+    /// `what` found through `env`, else through `names` (given to the system loader as they are).
+    pub fn new(what: &str, env: &str, names: &[&str]) -> Candidates {
+        Candidates {
+            what: what.into(),
+            env: env.into(),
+            names: names.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Adds `root/sub/name` for each name, after the current candidates, where `root` is the
+    /// value of the first set variable of `root_vars`, else `default_root` (when given).
+    pub fn under_root(
+        mut self,
+        root_vars: &[&str],
+        default_root: Option<&str>,
+        sub: &str,
+        names: &[&str],
+    ) -> Candidates {
+        let root = root_vars
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
+            .or_else(|| default_root.map(str::to_string));
+        if let Some(root) = root {
+            let dir = PathBuf::from(root.trim()).join(sub);
+            for n in names {
+                let p = dir.join(n).to_string_lossy().into_owned();
+                if !self.names.contains(&p) {
+                    self.names.push(p);
+                }
+            }
+        }
+        self
+    }
+
+    /// The names that will be tried: the override alone when set, else every candidate.
+    pub fn to_try(&self) -> Vec<String> {
+        match std::env::var(&self.env) {
+            Ok(p) if !p.trim().is_empty() => vec![p.trim().to_string()],
+            _ => self.names.clone(),
+        }
+    }
+}
+
+/// One attempt to open a candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The name or path given to the loader.
+    pub name: String,
+    /// The loader's message.
+    pub error: String,
+}
+
+/// The outcome of looking for a library, for reports: where it was found, or every attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Opened from this path (as given to the loader).
+    Found(String),
+    /// Nothing opened; every attempt with the loader's message.
+    Missing(Vec<Attempt>),
+}
+
+/// The message of a library that was not found: every attempt and the override variable.
+pub fn missing_reason(c: &Candidates, tried: &[Attempt]) -> String {
+    let list: Vec<String> = tried
+        .iter()
+        .map(|a| format!("{}: {}", a.name, a.error))
+        .collect();
+    let over = std::env::var(&c.env)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    match over {
+        Some(_) => format!("{} (from {})", list.join("; "), c.env),
+        None => format!(
+            "no {} library found, tried {} (set {} to a path to choose one)",
+            c.what,
+            list.join("; "),
+            c.env
+        ),
+    }
+}
+
+/// An opened vendor library, never unloaded (see the crate docs). Cheap to copy around by
+/// reference; `Send + Sync`.
+#[derive(Debug)]
+pub struct Library {
+    lib: &'static libloading::Library,
+    path: String,
+    what: String,
+}
+
+impl Library {
+    /// Opens the first candidate that loads.
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] naming `what`, every name tried with the loader's message, and
+    /// the override variable.
+    pub fn open(c: &Candidates) -> Result<Library> {
+        Library::open_with_attempts(c).map_err(|tried| HalError::Unavailable {
+            what: c.what.clone(),
+            reason: missing_reason(c, &tried),
+        })
+    }
+
+    /// As [`Library::open`], returning the attempts themselves when nothing opened.
+    ///
+    /// # Errors
+    /// Every attempt, in order.
+    pub fn open_with_attempts(c: &Candidates) -> std::result::Result<Library, Vec<Attempt>> {
+        let mut tried = Vec::new();
+        for name in c.to_try() {
+            // SAFETY: loading a vendor library runs its initialisers; these are the vendors' own
+            // libraries (or unihal's simulated ones) loaded as their documentation prescribes.
+            match unsafe { libloading::Library::new(&name) } {
+                Ok(lib) => {
+                    return Ok(Library {
+                        lib: Box::leak(Box::new(lib)),
+                        path: name,
+                        what: c.what.clone(),
+                    })
+                }
+                Err(e) => tried.push(Attempt {
+                    name,
+                    error: e.to_string(),
+                }),
+            }
+        }
+        Err(tried)
+    }
+
+    /// The name or path the library was opened from.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// What the library is ("NCCL").
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// A required symbol.
+    ///
+    /// # Safety
+    /// `T` must be the C type of `name` (a function pointer type with its exact signature).
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] naming the symbol and the library.
+    pub unsafe fn get<T: Copy>(&self, name: &str) -> Result<T> {
+        // SAFETY: the caller's contract; the library is never unloaded, so the value stays valid.
+        unsafe { self.lib.get::<T>(name.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|e| HalError::Unavailable {
+                what: self.what.clone(),
+                reason: format!("symbol {name} missing from {}: {e}", self.path),
+            })
+    }
+
+    /// An optional symbol (None when the library lacks it: an older version).
+    ///
+    /// # Safety
+    /// As [`Library::get`].
+    pub unsafe fn optional<T: Copy>(&self, name: &str) -> Option<T> {
+        // SAFETY: the caller's contract.
+        unsafe { self.get(name) }.ok()
+    }
+
+    /// The first of `names` the library has, with the name found (one entry point spelled
+    /// differently by two vendors, e.g. `ncclAlltoAll` and RCCL's `ncclAllToAll`).
+    ///
+    /// # Safety
+    /// `T` must be the C type of every name.
+    pub unsafe fn first_of<T: Copy>(&self, names: &[&'static str]) -> Option<(T, &'static str)> {
+        names
+            .iter()
+            // SAFETY: the caller's contract.
+            .find_map(|n| unsafe { self.optional(n) }.map(|f| (f, *n)))
+    }
+}
+
+/// Reads a NUL-terminated C string a vendor returned (NULL gives "").
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string that stays valid during the call.
+pub unsafe fn c_str(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_lists_every_path_tried_with_the_loaders_message() {
+        let c = Candidates::new(
+            "Example",
+            "UNIHAL_DYNLIB_TEST_UNSET",
+            &["libunihal-none-1.so", "/nonexistent/libunihal-none-2.so"],
+        );
+        let Err(HalError::Unavailable { what, reason }) = Library::open(&c) else {
+            panic!("a library that does not exist opened");
+        };
+        assert_eq!(what, "Example");
+        assert!(reason.contains("no Example library found"), "{reason}");
+        assert!(reason.contains("libunihal-none-1.so: "), "{reason}");
+        assert!(reason.contains("/nonexistent/libunihal-none-2.so: "), "{reason}");
+        // The loader's own words for a missing file.
+        assert!(reason.contains("No such file"), "{reason}");
+        assert!(reason.contains("set UNIHAL_DYNLIB_TEST_UNSET"), "{reason}");
+    }
+
+    #[test]
+    fn the_override_is_the_only_name_tried() {
+        std::env::set_var("UNIHAL_DYNLIB_TEST_OVERRIDE", " /nonexistent/override.so ");
+        let c = Candidates::new("Example", "UNIHAL_DYNLIB_TEST_OVERRIDE", &["libc.so.6"]);
+        assert_eq!(c.to_try(), vec!["/nonexistent/override.so".to_string()]);
+        let tried = Library::open_with_attempts(&c).unwrap_err();
+        assert_eq!(tried.len(), 1);
+        let reason = missing_reason(&c, &tried);
+        assert!(reason.contains("(from UNIHAL_DYNLIB_TEST_OVERRIDE)"), "{reason}");
+        std::env::remove_var("UNIHAL_DYNLIB_TEST_OVERRIDE");
+    }
+
+    #[test]
+    fn install_roots_come_from_the_first_set_variable_else_the_default() {
+        std::env::set_var("UNIHAL_DYNLIB_TEST_ROOT_B", "/opt/b");
+        let c = Candidates::new("X", "UNIHAL_DYNLIB_TEST_UNSET", &["libx.so"])
+            .under_root(
+                &["UNIHAL_DYNLIB_TEST_ROOT_A", "UNIHAL_DYNLIB_TEST_ROOT_B"],
+                Some("/opt/default"),
+                "lib",
+                &["libx.so.1"],
+            )
+            .under_root(&["UNIHAL_DYNLIB_TEST_UNSET"], Some("/opt/dtk"), "hip/lib", &["liby.so"])
+            .under_root(&["UNIHAL_DYNLIB_TEST_UNSET"], None, "lib", &["never.so"]);
+        assert_eq!(
+            c.names,
+            vec!["libx.so", "/opt/b/lib/libx.so.1", "/opt/dtk/hip/lib/liby.so"]
+        );
+        std::env::remove_var("UNIHAL_DYNLIB_TEST_ROOT_B");
+    }
+
+    #[test]
+    fn symbols_required_optional_and_spelled_two_ways() {
+        let c = Candidates::new("C library", "UNIHAL_DYNLIB_TEST_UNSET", &["libc.so.6"]);
+        let lib = Library::open(&c).expect("glibc is loadable");
+        assert_eq!(lib.path(), "libc.so.6");
+        type Strlen = unsafe extern "C" fn(*const std::ffi::c_char) -> usize;
+        // SAFETY: strlen's C signature.
+        let f: Strlen = unsafe { lib.get("strlen") }.unwrap();
+        // SAFETY: a NUL-terminated string.
+        assert_eq!(unsafe { f(c"four".as_ptr()) }, 4);
+        // SAFETY: as above (never called).
+        let missing = unsafe { lib.get::<Strlen>("unihal_no_such_symbol") }.unwrap_err();
+        assert!(
+            missing.to_string().contains("symbol unihal_no_such_symbol missing from libc.so.6"),
+            "{missing}"
+        );
+        // SAFETY: as above.
+        assert!(unsafe { lib.optional::<Strlen>("unihal_no_such_symbol") }.is_none());
+        // SAFETY: as above.
+        let (_, found) = unsafe { lib.first_of::<Strlen>(&["unihal_nope", "strlen"]) }.unwrap();
+        assert_eq!(found, "strlen");
+    }
+}
