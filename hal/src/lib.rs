@@ -86,7 +86,7 @@ pub use module::{
 pub use op::nn::{AdamWOptions, CeOptions, CeReduction, ParamGroup, SgdOptions};
 pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};
-pub use stream::{check_peer_copy, FillValue, Stream};
+pub use stream::{check_peer_copy, FillValue, Keep, Stream};
 
 /// Version of the HAL crate (and of unihal: the workspace shares one version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -11,6 +11,10 @@ use crate::op::OpCall;
 use std::any::Any;
 use std::sync::Arc;
 
+/// Something a backend's queued work uses (a buffer, host-buffer use, function or event
+/// handle), kept alive until the work ran. For backends.
+pub type Keep = Box<dyn std::any::Any + Send + Sync>;
+
 /// The checks of [`Stream::copy_peer`] on a stream of device `me` whose peers are `peers`
 /// (`OptionalCaps::peer_devices`): one side must be `me`, the other `me` or a peer.
 ///

@@ -34,14 +34,16 @@
 //!
 //! * **Matmul** ([`cublas`]) through cuBLAS opened at run time (a handle per stream), for every
 //!   layout it expresses; otherwise, and without cuBLAS, the library's tiled GEMM.
-//! * **Collectives** ([`nccl`]) through unihal's own NCCL binding, with a watchdog per
-//!   communicator so nothing hangs.
-//!
-//! Not yet: peer copies, stream-ordered allocation and `ncclCommSplit` (the capabilities report
-//! each honestly).
+//! * **Collectives** through NCCL on the shared NCCL-API engine (`unihal-nccl-api`, the same
+//!   engine RCCL runs on), with a watchdog per communicator so nothing hangs; [`ccl`] is the CUDA
+//!   side of it ([`ccl::CudaPlatform`]).
+//! * **Peers, pools and split**: peer copies through `cuMemcpyPeerAsync` (access enabled on first
+//!   use), stream-ordered allocation from the device's default memory pool, `ncclCommSplit` when
+//!   the NCCL library has it: the capabilities say which a device and library have.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod ccl;
 pub mod context;
 pub mod conv;
 pub mod cublas;
@@ -53,7 +55,6 @@ pub mod library;
 pub mod loader;
 pub mod memory;
 pub mod module;
-pub mod nccl;
 pub mod stream;
 
 pub use device::CudaDevice;
@@ -67,16 +68,29 @@ use unihal_hal::{Backend, BackendInfo, Device, DeviceId, HalError, Invalid, Libr
 pub const NAME: &str = "cuda";
 
 /// The CUDA backend. Devices are opened on first use and live as long as the backend.
-#[derive(Default)]
 pub struct CudaBackend {
     devices: Mutex<Vec<Option<Arc<CudaDevice>>>>,
-    nccl: nccl::NcclCollectives,
+    nccl: unihal_nccl_api::Engine,
+}
+
+impl Default for CudaBackend {
+    fn default() -> CudaBackend {
+        CudaBackend {
+            devices: Mutex::new(Vec::new()),
+            nccl: unihal_nccl_api::Engine::new(unihal_nccl_api::NCCL, Arc::new(ccl::CudaPlatform)),
+        }
+    }
 }
 
 impl CudaBackend {
-    /// A backend that opens the driver on first probe.
+    /// A backend that opens the driver on first probe (and NCCL on first use of collectives).
     pub fn new() -> CudaBackend {
         CudaBackend::default()
+    }
+
+    /// The NCCL engine (whether or not NCCL opened).
+    pub fn nccl(&self) -> &unihal_nccl_api::Engine {
+        &self.nccl
     }
 }
 

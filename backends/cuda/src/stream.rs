@@ -26,8 +26,7 @@ use unihal_hal::{
     UseHolder,
 };
 
-/// Something queued work uses, kept until the work ran.
-pub(crate) type Keep = Box<dyn Any + Send + Sync>;
+pub(crate) use unihal_hal::Keep;
 
 /// How many enqueues may share one tracking event: what they keep is released together, once
 /// the last of them ran. Recording an event per enqueue would cost every launch a driver call.

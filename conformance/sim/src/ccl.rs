@@ -155,6 +155,8 @@ struct CliqueState {
 
 /// The shared state of one communicator's ranks.
 struct Clique {
+    /// Unique in the process for its whole life (an address may be reused once it is freed).
+    serial: u64,
     nranks: usize,
     state: Mutex<CliqueState>,
     changed: Condvar,
@@ -459,10 +461,10 @@ impl Comm {
         let (Some(color), Some((new_rank, size))) = (color, split_place(&asks, self.rank)) else {
             return Ok(None);
         };
-        // Unique within the process while this communicator lives: its shared state's address,
-        // the split's number and the color.
+        // Unique within the process: the parent's serial, the split's number and the color (an
+        // id makes one communicator).
         let mut id = b"unihal-sim-split".to_vec();
-        id.extend_from_slice(&(Arc::as_ptr(&self.clique) as usize as u64).to_le_bytes());
+        id.extend_from_slice(&self.clique.serial.to_le_bytes());
         id.extend_from_slice(&number.to_le_bytes());
         id.extend_from_slice(&color.to_le_bytes());
         registry
@@ -883,7 +885,9 @@ fn form(members: &[Option<Arc<Device>>]) -> SimResult<Arc<Clique>> {
             }
         }
     }
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     Ok(Arc::new(Clique {
+        serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         nranks: members.len(),
         state: Mutex::new(CliqueState {
             rounds: HashMap::new(),

@@ -102,9 +102,7 @@ pub fn missing_reason(c: &Candidates, tried: &[Attempt]) -> String {
         .iter()
         .map(|a| format!("{}: {}", a.name, a.error))
         .collect();
-    let over = std::env::var(&c.env)
-        .ok()
-        .filter(|v| !v.trim().is_empty());
+    let over = std::env::var(&c.env).ok().filter(|v| !v.trim().is_empty());
     match over {
         Some(_) => format!("{} (from {})", list.join("; "), c.env),
         None => format!(
@@ -244,7 +242,10 @@ mod tests {
         assert_eq!(what, "Example");
         assert!(reason.contains("no Example library found"), "{reason}");
         assert!(reason.contains("libunihal-none-1.so: "), "{reason}");
-        assert!(reason.contains("/nonexistent/libunihal-none-2.so: "), "{reason}");
+        assert!(
+            reason.contains("/nonexistent/libunihal-none-2.so: "),
+            "{reason}"
+        );
         // The loader's own words for a missing file.
         assert!(reason.contains("No such file"), "{reason}");
         assert!(reason.contains("set UNIHAL_DYNLIB_TEST_UNSET"), "{reason}");
@@ -258,7 +259,10 @@ mod tests {
         let tried = Library::open_with_attempts(&c).unwrap_err();
         assert_eq!(tried.len(), 1);
         let reason = missing_reason(&c, &tried);
-        assert!(reason.contains("(from UNIHAL_DYNLIB_TEST_OVERRIDE)"), "{reason}");
+        assert!(
+            reason.contains("(from UNIHAL_DYNLIB_TEST_OVERRIDE)"),
+            "{reason}"
+        );
         std::env::remove_var("UNIHAL_DYNLIB_TEST_OVERRIDE");
     }
 
@@ -272,11 +276,20 @@ mod tests {
                 "lib",
                 &["libx.so.1"],
             )
-            .under_root(&["UNIHAL_DYNLIB_TEST_UNSET"], Some("/opt/dtk"), "hip/lib", &["liby.so"])
+            .under_root(
+                &["UNIHAL_DYNLIB_TEST_UNSET"],
+                Some("/opt/dtk"),
+                "hip/lib",
+                &["liby.so"],
+            )
             .under_root(&["UNIHAL_DYNLIB_TEST_UNSET"], None, "lib", &["never.so"]);
         assert_eq!(
             c.names,
-            vec!["libx.so", "/opt/b/lib/libx.so.1", "/opt/dtk/hip/lib/liby.so"]
+            vec![
+                "libx.so",
+                "/opt/b/lib/libx.so.1",
+                "/opt/dtk/hip/lib/liby.so"
+            ]
         );
         std::env::remove_var("UNIHAL_DYNLIB_TEST_ROOT_B");
     }
@@ -294,7 +307,9 @@ mod tests {
         // SAFETY: as above (never called).
         let missing = unsafe { lib.get::<Strlen>("unihal_no_such_symbol") }.unwrap_err();
         assert!(
-            missing.to_string().contains("symbol unihal_no_such_symbol missing from libc.so.6"),
+            missing
+                .to_string()
+                .contains("symbol unihal_no_such_symbol missing from libc.so.6"),
             "{missing}"
         );
         // SAFETY: as above.

@@ -2,8 +2,8 @@
 //! the HIP runtime library itself in ROCm 5.x; declarations written from AMD's hiprtc.h
 //! documentation). Every function returns a `hiprtcResult` (0 = success).
 
-use unihal_dynlib::Library;
 use std::ffi::{c_char, c_int, c_void};
+use unihal_dynlib::Library;
 use unihal_hal::Result;
 
 pub type HiprtcResult = c_int;

@@ -1,8 +1,8 @@
 //! NVRTC's C API: the symbols unihal resolves from `libnvrtc.so.<major>` (declarations written from
 //! NVIDIA's documentation of nvrtc.h). Every function returns an `nvrtcResult` (0 = success).
 
-use unihal_dynlib::Library;
 use std::ffi::{c_char, c_int, c_void};
+use unihal_dynlib::Library;
 use unihal_hal::Result;
 
 pub type NvrtcResult = c_int;

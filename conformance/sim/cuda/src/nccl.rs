@@ -789,6 +789,22 @@ pub extern "C" fn ncclAlltoAll(
     })
 }
 
+/// RCCL's spelling of all-to-all (`ncclAllToAll`), so the RCCL instance of a backend's engine
+/// runs on this library too (its calls counted and failed under this name).
+#[no_mangle]
+pub extern "C" fn ncclAllToAll(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    c: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    nccl("ncclAllToAll", || {
+        collective(Kind::AllToAll, send, recv, count, dtype, c, stream)
+    })
+}
+
 fn p2p(
     send: bool,
     buf: *mut c_void,

@@ -86,6 +86,7 @@ const NCCL_SYMBOLS: &[&str] = &[
     "ncclAllGather",
     "ncclReduceScatter",
     "ncclAlltoAll",
+    "ncclAllToAll",
     "ncclSend",
     "ncclRecv",
 ];

@@ -2,9 +2,12 @@
 //! symbol resolves, the version is the one `.ci/run` pinned, and a unique id comes back. Fails,
 //! never skips, when `UNIHAL_TEST_REAL_NCCL` (the library's path, set by `.ci/run`) is missing.
 
-use unihal_cuda::nccl::ffi::Nccl;
-use unihal_cuda::nccl::NcclCollectives;
+mod support;
+
+use std::sync::Arc;
 use unihal_hal::Collectives;
+use unihal_nccl_api::ffi::Nccl;
+use unihal_nccl_api::{Engine, NCCL};
 
 #[test]
 fn real_libnccl_loads_and_makes_unique_ids() {
@@ -17,11 +20,15 @@ fn real_libnccl_loads_and_makes_unique_ids() {
     std::env::set_var("UNIHAL_NCCL_LIB", &path);
     // Bootstrap on loopback (CI machines may have no other interface).
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
-    let lib = Nccl::load().unwrap_or_else(|e| panic!("{path}: {e}"));
+    let lib = Nccl::load(&NCCL).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(lib.version(), want, "NCCL version code");
-    assert!(lib.all_to_all.is_some(), "NCCL >= 2.28.3 has ncclAlltoAll");
+    assert_eq!(
+        lib.all_to_all_name,
+        Some("ncclAlltoAll"),
+        "NCCL >= 2.28.3 has ncclAlltoAll"
+    );
     assert!(lib.comm_split.is_some(), "NCCL >= 2.18 has ncclCommSplit");
-    let engine = NcclCollectives::default();
+    let engine = Engine::new(NCCL, Arc::new(support::NoDevices));
     let caps = engine.capabilities();
     assert!(caps.engine.starts_with("NCCL 2."), "{}", caps.engine);
     let (a, b) = (engine.unique_id().unwrap(), engine.unique_id().unwrap());

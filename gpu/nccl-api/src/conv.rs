@@ -1,6 +1,6 @@
-//! Conversions of the NCCL engine: dtypes and reductions to NCCL's values, and result codes to
-//! [`HalError`] (codes kept raw: NCCL 2.30 inserted `ncclTimeout = 8`, RCCL and older NCCL stop
-//! at 7).
+//! Conversions of the engine: dtypes and reductions to the NCCL API's values, and result codes
+//! to [`HalError`] (codes kept raw: NCCL 2.30 inserted `ncclTimeout = 8`, RCCL and older NCCL stop
+//! at 7), labelled with the flavor's name.
 
 use super::ffi::Nccl;
 use unihal_hal::{DType, HalError, ReduceOp};
@@ -69,7 +69,8 @@ pub fn name(code: i32) -> String {
     .to_string()
 }
 
-/// A failed NCCL call as a vendor error, with NCCL's own text (and last-error message).
+/// A failed call as a vendor error of the library's flavor, with its own text (and last-error
+/// message).
 pub fn vendor(lib: &Nccl, call: &str, code: i32) -> HalError {
     // SAFETY: ncclGetErrorString returns a static string for any code; ncclGetLastError a
     // thread-local one valid until the next call on this thread.
@@ -92,7 +93,7 @@ pub fn vendor(lib: &Nccl, call: &str, code: i32) -> HalError {
         t
     };
     HalError::Vendor {
-        library: "NCCL".into(),
+        library: lib.label.into(),
         call: call.into(),
         code: code as i64,
         name: name(code),

@@ -1,8 +1,8 @@
-//! One rank of an NCCL communicator, and its watchdog.
+//! One rank of a communicator of the NCCL API, and its watchdog.
 
-use super::conv::{self, IN_PROGRESS, REMOTE_ERROR};
-use super::ffi::{Comm as RawComm, Nccl};
-use crate::stream::{cuda_addr, CudaStream, Keep};
+use crate::conv::{self, IN_PROGRESS, REMOTE_ERROR};
+use crate::ffi::{Comm as RawComm, Nccl};
+use crate::platform::{with_current, Platform};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use unihal_hal::ccl::{check_call, check_not_in_place, check_rank, check_send_recv};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, Event, EventFlags,
-    GroupCall, HalError, Invalid, ReduceOp, Result, Stream,
+    GroupCall, HalError, Invalid, Keep, ReduceOp, Result, Stream,
 };
 
 /// An operation in flight: its completion event and its stream.
@@ -39,6 +39,7 @@ struct Handle {
 /// The state the rank and its watchdog share.
 struct Shared {
     lib: Arc<Nccl>,
+    platform: Arc<dyn Platform>,
     handle: Handle,
     sticky: Mutex<Option<HalError>>,
     inflight: Mutex<Vec<InFlight>>,
@@ -61,14 +62,14 @@ pub(crate) fn release(lib: &Nccl, raw: &mut usize, abort: bool) {
     // caller's exclusive access), zeroed above so that none will after.
     let code = unsafe { f(comm as RawComm) };
     if code != 0 {
-        tracing::warn!(target: "unihal::cuda", "{}", conv::vendor(lib, call, code));
+        tracing::warn!(target: "unihal::ccl", "{}", conv::vendor(lib, call, code));
     }
 }
 
 /// The error of a use after the communicator was released.
-fn released() -> HalError {
+fn released(lib: &Nccl) -> HalError {
     HalError::Aborted {
-        what: "the NCCL communicator (aborted)".into(),
+        what: format!("the {} communicator (aborted)", lib.label),
     }
 }
 
@@ -97,7 +98,7 @@ impl Shared {
             self.release(&mut g, true);
         }
         if *g == 0 {
-            return Err(released());
+            return Err(released(&self.lib));
         }
         self.handle.calling.store(true, Ordering::SeqCst);
         let r = f(*g as RawComm);
@@ -141,9 +142,7 @@ impl Shared {
     fn abort_with(&self, e: HalError) {
         self.sticky.lock().get_or_insert(e.clone());
         for op in self.inflight.lock().drain(..) {
-            if let Some(s) = op.stream.as_any().downcast_ref::<CudaStream>() {
-                s.fail(e.clone());
-            }
+            self.platform.fail_stream(&op.stream, e.clone());
         }
         self.request_abort();
     }
@@ -178,7 +177,7 @@ impl Shared {
             None | Some(Ok(0)) | Some(Ok(IN_PROGRESS)) => {}
             Some(Ok(REMOTE_ERROR)) => {
                 self.abort_with(HalError::Aborted {
-                    what: "a peer rank aborted the NCCL communicator".into(),
+                    what: format!("a peer rank aborted the {} communicator", self.lib.label),
                 });
                 return false;
             }
@@ -218,33 +217,36 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Destroying waits for the communicator's operations (forever, when a peer never comes):
         // with any in flight, or after a failure, it is aborted instead, and the streams of the
-        // operations fail. Deferred out of host callbacks (which must not call CUDA or NCCL).
+        // operations fail. Deferred out of host callbacks (which must not call the runtime or
+        // the library).
         let raw = std::mem::take(self.handle.raw.get_mut());
         let inflight = std::mem::take(self.inflight.get_mut());
         let failed = self.sticky.get_mut().is_some() || *self.handle.abort_requested.get_mut();
         let lib = self.lib.clone();
-        crate::deferred::release(move || {
+        let platform = self.platform.clone();
+        self.platform.release(Box::new(move || {
             let busy = inflight
                 .iter()
                 .any(|op| !matches!(op.done.query(), Ok(true)));
             if busy {
                 let e = HalError::Aborted {
-                    what: "the NCCL communicator was dropped with operations in flight".into(),
+                    what: format!(
+                        "the {} communicator was dropped with operations in flight",
+                        lib.label
+                    ),
                 };
                 for op in &inflight {
-                    if let Some(s) = op.stream.as_any().downcast_ref::<CudaStream>() {
-                        s.fail(e.clone());
-                    }
+                    platform.fail_stream(&op.stream, e.clone());
                 }
             }
             let mut raw = raw;
             // The last handle of the communicator is gone: nothing else uses it.
             release(&lib, &mut raw, busy || failed);
-        });
+        }));
     }
 }
 
-/// One rank of an NCCL communicator. Thread-safe; operations of one rank must be issued in the
+/// One rank of a communicator of the NCCL API (NCCL or RCCL). Thread-safe; operations of one rank must be issued in the
 /// same order on every rank (NCCL's rule).
 pub struct NcclComm {
     shared: Arc<Shared>,
@@ -257,7 +259,7 @@ pub struct NcclComm {
 
 impl NcclComm {
     pub(crate) fn new(
-        lib: Arc<Nccl>,
+        (lib, platform): (Arc<Nccl>, Arc<dyn Platform>),
         raw: RawComm,
         rank: usize,
         size: usize,
@@ -268,6 +270,7 @@ impl NcclComm {
         Arc::new(NcclComm {
             shared: Arc::new(Shared {
                 lib,
+                platform,
                 handle: Handle {
                     raw: Mutex::new(raw as usize),
                     abort_requested: AtomicBool::new(false),
@@ -287,15 +290,15 @@ impl NcclComm {
         })
     }
 
-    /// The checks of every operation, then the CUDA stream.
-    fn check<'s>(
+    /// The checks of every operation, then the backend's own check of the stream.
+    fn check(
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
-        stream: &'s Arc<dyn Stream>,
-    ) -> Result<&'s CudaStream> {
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
         if self.shared.aborted() && self.shared.sticky.lock().is_none() {
             return Err(HalError::Aborted {
-                what: "the NCCL communicator".into(),
+                what: format!("the {} communicator", self.shared.lib.label),
             });
         }
         check_call(
@@ -305,15 +308,7 @@ impl NcclComm {
             call,
             stream,
         )?;
-        stream.as_any().downcast_ref::<CudaStream>().ok_or_else(|| {
-            HalError::invalid(
-                "stream",
-                Invalid::ForeignHandle {
-                    expected: "CUDA stream".into(),
-                    found: format!("stream of {}", stream.device_id()),
-                },
-            )
-        })
+        self.shared.platform.check_stream(stream)
     }
 
     /// The device address of `elems` elements at the start of `buf`.
@@ -327,30 +322,35 @@ impl NcclComm {
                 },
             )
         })?;
-        cuda_addr(buf, arg, self.device.id(), 0, len)
+        self.shared
+            .platform
+            .buffer_addr(buf, arg, self.device.id(), len)
     }
 
-    /// Enqueues `f` on `stream` (keeping `keep`), then watches it until it completes.
-    /// Enqueues `f(communicator, stream)` (NCCL calls, serialised with every other use of the
-    /// communicator) on `stream`, then watches it until it completes.
+    /// Enqueues `f(communicator, native stream)` (library calls, serialised with every other use
+    /// of the communicator) on `stream`, keeping `keep` until it ran, then watches it until it
+    /// completes.
     fn enqueue(
         &self,
         what: String,
         stream: &Arc<dyn Stream>,
-        s: &CudaStream,
         keep: Vec<Keep>,
         f: impl FnOnce(RawComm, *mut std::ffi::c_void) -> i32,
     ) -> Result<()> {
         let lib = self.shared.lib.clone();
-        s.submit_with("nccl", keep, |raw| {
-            let code = self
-                .shared
-                .with_raw(|comm| f(comm, raw as *mut std::ffi::c_void))?;
-            if code != 0 && code != IN_PROGRESS {
-                return Err(conv::vendor(&lib, &what, code));
-            }
-            Ok(())
-        })?;
+        let mut f = Some(f);
+        self.shared
+            .platform
+            .submit(stream, &what, keep, &mut |native| {
+                let f = f
+                    .take()
+                    .ok_or_else(|| HalError::Internal("a collective submitted twice".into()))?;
+                let code = self.shared.with_raw(|comm| f(comm, native))?;
+                if code != 0 && code != IN_PROGRESS {
+                    return Err(conv::vendor(&lib, &what, code));
+                }
+                Ok(())
+            })?;
         let done = self.device.create_event(EventFlags {
             disable_timing: true,
         })?;
@@ -371,7 +371,11 @@ impl NcclComm {
         }
         let weak: Weak<Shared> = Arc::downgrade(&self.shared);
         let spawned = std::thread::Builder::new()
-            .name(format!("unihal-nccl-watch-r{}", self.rank))
+            .name(format!(
+                "unihal-{}-watch-r{}",
+                self.shared.lib.label.to_lowercase(),
+                self.rank
+            ))
             .spawn(move || loop {
                 let Some(shared) = weak.upgrade() else { return };
                 if !shared.watch() {
@@ -408,7 +412,7 @@ impl NcclComm {
         f: impl FnOnce(u64, u64, i32, RawComm, *mut std::ffi::c_void) -> i32,
     ) -> Result<()> {
         let (op, dtype, red) = call;
-        let s = self.check(call, stream)?;
+        self.check(call, stream)?;
         let sa = self.addr(send, "send", send_elems, dtype)?;
         let ra = self.addr(recv, "recv", recv_elems, dtype)?;
         if let Some((so, ro)) = in_place {
@@ -421,13 +425,14 @@ impl NcclComm {
             return Ok(());
         }
         let what = format!(
-            "NCCL {} of {count} {dtype}{}",
+            "{} {} of {count} {dtype}{}",
+            self.shared.lib.label,
             op.name(),
             red.map(|r| format!(" {r}")).unwrap_or_default()
         );
         let dt = conv::dtype(dtype).unwrap_or(-1);
         let keep: Vec<Keep> = vec![Box::new(send.clone()), Box::new(recv.clone())];
-        self.enqueue(what, stream, s, keep, |raw, st| f(sa, ra, dt, raw, st))
+        self.enqueue(what, stream, keep, |raw, st| f(sa, ra, dt, raw, st))
     }
 }
 
@@ -585,10 +590,12 @@ impl Communicator for NcclComm {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         check_not_in_place(send, recv)?;
-        let f =
-            self.shared.lib.all_to_all.ok_or_else(|| {
-                HalError::unsupported("all-to-all: this NCCL has no ncclAlltoAll")
-            })?;
+        let f = self.shared.lib.all_to_all.ok_or_else(|| {
+            HalError::unsupported(format!(
+                "all-to-all: this {} has no ncclAlltoAll/ncclAllToAll",
+                self.shared.lib.label
+            ))
+        })?;
         let call = (CollectiveOp::AllToAll, dtype, None);
         let total = count.saturating_mul(self.size as u64);
         self.two_buffers(
@@ -607,10 +614,9 @@ impl Communicator for NcclComm {
 
     fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()> {
         let mut parts = Vec::with_capacity(calls.len());
-        let mut s = None;
         for c in calls {
             let p = c.parts();
-            s = Some(self.check((CollectiveOp::SendRecv, p.dtype, None), stream)?);
+            self.check((CollectiveOp::SendRecv, p.dtype, None), stream)?;
             check_rank("peer", p.peer, self.size)?;
             let arg = if p.recv { "recv" } else { "send" };
             let a = self.addr(p.buf, arg, p.count, p.dtype)?;
@@ -622,14 +628,16 @@ impl Communicator for NcclComm {
                 p.peer,
             ));
         }
-        let Some(s) = s else { return Ok(()) };
+        if calls.is_empty() {
+            return Ok(());
+        }
         let keep: Vec<Keep> = calls
             .iter()
             .map(|c| Box::new(c.parts().buf.clone()) as Keep)
             .collect();
         let lib = self.shared.lib.clone();
         let what = format!("grouped send/recv of {} calls", calls.len());
-        self.enqueue(what, stream, s, keep, |raw, st| {
+        self.enqueue(what, stream, keep, |raw, st| {
             // SAFETY: every range was checked against a live buffer kept until the work ran;
             // the group is closed on every path.
             unsafe {
@@ -671,7 +679,7 @@ impl Communicator for NcclComm {
             return Err(e);
         }
         let color = match color {
-            None => super::ffi::SPLIT_NOCOLOR,
+            None => crate::ffi::SPLIT_NOCOLOR,
             Some(c) => i32::try_from(c).map_err(|_| {
                 HalError::invalid(
                     "color",
@@ -682,14 +690,14 @@ impl Communicator for NcclComm {
                 )
             })?,
         };
-        let dev = super::NcclCollectives::cuda_device(&self.device)?;
+        let (platform, dev) = (self.shared.platform.clone(), self.device.clone());
         let timeout = config.timeout.unwrap_or(self.timeout);
         let (shared, late_lib) = (self.shared.clone(), lib.clone());
-        let child = super::bounded(
+        let child = crate::engine::bounded(
             "ncclCommSplit",
             timeout,
             move || {
-                dev.call("ncclCommSplit", || {
+                with_current(&*platform, &dev, "ncclCommSplit", || {
                     let mut child: RawComm = std::ptr::null_mut();
                     // The parent stays held (no other call on it) until the split returns, which
                     // may be long after this rank's caller timed out.
@@ -700,7 +708,7 @@ impl Communicator for NcclComm {
                         unsafe { split(parent, color, key, &mut child, std::ptr::null_mut()) }
                     })?;
                     if code != 0 {
-                        return Err(super::NcclCollectives::init_error(
+                        return Err(crate::engine::Engine::init_error(
                             &shared.lib,
                             "ncclCommSplit",
                             code,
@@ -742,7 +750,7 @@ impl Communicator for NcclComm {
             timeout: Some(config.timeout.unwrap_or(self.timeout)),
         };
         Ok(Some(NcclComm::new(
-            lib.clone(),
+            (lib.clone(), self.shared.platform.clone()),
             child,
             rank as usize,
             size as usize,
@@ -754,7 +762,7 @@ impl Communicator for NcclComm {
 
     fn abort(&self) {
         self.shared.abort_with(HalError::Aborted {
-            what: "the NCCL communicator was aborted".into(),
+            what: format!("the {} communicator was aborted", self.shared.lib.label),
         });
     }
 

@@ -1,41 +1,92 @@
-//! Collectives through NCCL, with unihal's own run-time binding of its C API ([`ffi`]; cudarc's
-//! wrapper panics on drop, is not `Send`, lacks all-to-all and async-error queries, and never finds
-//! `libnccl.so.2`). Written so RCCL can reuse it unchanged (same API, another library).
-//!
-//! * Unique ids are NCCL's 128 bytes, exchanged by the caller (the collectives bootstrap).
-//! * Operations validate like every engine ([`unihal_hal::ccl::check_call`]), then enqueue the
-//!   NCCL call on the CUDA stream, which keeps the buffers until the work ran.
-//! * **Never hang**: a communicator's watchdog thread (alive while operations are in flight)
-//!   polls each operation's completion event and `ncclCommGetAsyncError`; past the timeout
-//!   (`UNIHAL_CCL_TIMEOUT`, or the config's) it aborts the NCCL communicator, which ends the
-//!   stuck kernels, and fails the operation's stream and the communicator with `Timeout`. A peer's
-//!   abort (`ncclRemoteError`) aborts this rank too: its pending operations fail with `Aborted`.
-//!   The blocking host calls that wait for every rank (`ncclCommInitRank`, `ncclCommSplit`) run on
-//!   a helper thread (`bounded`): past the timeout the caller gets `Timeout`, and a call that
-//!   completes later has its communicator destroyed by the helper.
-//! * **One caller at a time**: NCCL communicators are not thread-safe, so every call on a
-//!   communicator (collectives, the watchdog's and `async_error`'s `ncclCommGetAsyncError`,
-//!   split, abort, destroy) holds its lock. Abort never waits for a call blocked on its peers: the
-//!   holder aborts when that call returns. Once aborted, the handle is gone and later uses get
-//!   `Aborted`. Dropping the last handle destroys the communicator, or aborts it when operations
-//!   are still in flight or it failed (`ncclCommDestroy` would wait for them).
-//! * Capabilities are NCCL's: ten dtypes, five reductions, reductions *in the element type*
-//!   (f16/bf16 accumulate in f16/bf16 along the ring), grouped calls, split when the library has
-//!   `ncclCommSplit`.
+//! The engine: [`Engine`], the HAL's `Collectives` over one library of the NCCL API, and the
+//! [`Flavor`]s it comes in.
 
-pub mod comm;
-pub mod conv;
-pub mod ffi;
-
-use crate::device::CudaDevice;
-use comm::NcclComm;
-use ffi::{Nccl, UniqueId as RawId};
+use crate::comm::NcclComm;
+use crate::conv;
+use crate::ffi::{self, Nccl, UniqueId as RawId};
+use crate::platform::{with_current, Platform};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
+use unihal_dynlib::Candidates;
 use unihal_hal::ccl::Accumulation;
 use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, Device, HalError, Invalid,
     ReduceOp, Result, UniqueId,
+};
+
+/// One library of the NCCL API: its names, where to look, and its spelling of all-to-all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flavor {
+    /// The library's name in messages and in `HalError::Vendor::library` ("NCCL", "RCCL").
+    pub label: &'static str,
+    /// The override variable (its value is the only path tried when set).
+    pub env: &'static str,
+    /// Names for the system loader, in order.
+    pub names: &'static [&'static str],
+    /// Install roots searched after the names.
+    pub roots: &'static [InstallRoot],
+    /// The all-to-all entry point, the flavor's own spelling first.
+    pub all_to_all: [&'static str; 2],
+}
+
+impl Flavor {
+    /// Where to look for the library, in order (the override alone when set).
+    pub fn candidates(&self) -> Candidates {
+        let mut c = Candidates::new(self.label, self.env, self.names);
+        for r in self.roots {
+            c = c.under_root(r.vars, r.default, r.sub, r.names);
+        }
+        c
+    }
+}
+
+/// Library files under an install root: `$VAR/sub/name` for the first set variable of `vars`,
+/// else `default/sub/name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstallRoot {
+    pub vars: &'static [&'static str],
+    pub default: Option<&'static str>,
+    pub sub: &'static str,
+    pub names: &'static [&'static str],
+}
+
+/// NVIDIA's NCCL (`libnccl.so.2`, `UNIHAL_NCCL_LIB`, `ncclAlltoAll`).
+pub const NCCL: Flavor = Flavor {
+    label: "NCCL",
+    env: "UNIHAL_NCCL_LIB",
+    names: &["libnccl.so.2", "libnccl.so"],
+    roots: &[],
+    all_to_all: ["ncclAlltoAll", "ncclAllToAll"],
+};
+
+/// AMD's RCCL (`librccl.so.1`, `UNIHAL_RCCL_LIB`, `ncclAllToAll`), also under `ROCM_PATH`
+/// (default `/opt/rocm`) and Hygon DTK's root (`DTKROOT`, default `/opt/dtk`: `lib/librccl.so.1`,
+/// older DTKs `rccl/lib/librccl.so`).
+pub const RCCL: Flavor = Flavor {
+    label: "RCCL",
+    env: "UNIHAL_RCCL_LIB",
+    names: &["librccl.so.1", "librccl.so"],
+    roots: &[
+        InstallRoot {
+            vars: &["ROCM_PATH"],
+            default: Some("/opt/rocm"),
+            sub: "lib",
+            names: &["librccl.so.1", "librccl.so"],
+        },
+        InstallRoot {
+            vars: &["DTKROOT"],
+            default: Some("/opt/dtk"),
+            sub: "lib",
+            names: &["librccl.so.1"],
+        },
+        InstallRoot {
+            vars: &["DTKROOT"],
+            default: Some("/opt/dtk"),
+            sub: "rccl/lib",
+            names: &["librccl.so"],
+        },
+    ],
+    all_to_all: ["ncclAllToAll", "ncclAlltoAll"],
 };
 
 /// Runs `call`, a blocking NCCL call that waits for every rank, on a helper thread and waits for
@@ -46,7 +97,7 @@ use unihal_hal::{
 ///
 /// # Errors
 /// `call`'s error; [`HalError::Timeout`]; [`HalError::Internal`] when the thread cannot start.
-pub(crate) fn bounded<T: Send + 'static>(
+pub fn bounded<T: Send + 'static>(
     what: &str,
     timeout: std::time::Duration,
     call: impl FnOnce() -> Result<T> + Send + 'static,
@@ -70,21 +121,41 @@ pub(crate) fn bounded<T: Send + 'static>(
     }
 }
 
-/// The NCCL collective engine of the CUDA backend (NCCL opened on first use).
-#[derive(Default)]
-pub struct NcclCollectives {
+/// A collective engine over one library of the NCCL API ([`NCCL`] or [`RCCL`]) on a backend's
+/// [`Platform`]. The library is opened on first use; its outcome is kept.
+///
+/// Thread safety: any thread. Communicators it makes follow the library's rule: operations of
+/// one communicator must be issued in the same order on every rank.
+pub struct Engine {
+    flavor: Flavor,
+    platform: Arc<dyn Platform>,
     lib: OnceLock<Result<Arc<Nccl>>>,
     caps: OnceLock<CclCaps>,
 }
 
-impl NcclCollectives {
-    /// NCCL, opened once.
+impl Engine {
+    /// The engine of `flavor` on `platform` (nothing is opened yet).
+    pub fn new(flavor: Flavor, platform: Arc<dyn Platform>) -> Engine {
+        Engine {
+            flavor,
+            platform,
+            lib: OnceLock::new(),
+            caps: OnceLock::new(),
+        }
+    }
+
+    /// The flavor.
+    pub fn flavor(&self) -> &Flavor {
+        &self.flavor
+    }
+
+    /// The library, opened once.
     ///
     /// # Errors
     /// [`HalError::Unavailable`] with the names tried.
     pub fn lib(&self) -> Result<&Arc<Nccl>> {
         self.lib
-            .get_or_init(|| Nccl::load().map(Arc::new))
+            .get_or_init(|| Nccl::load(&self.flavor).map(Arc::new))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -101,7 +172,8 @@ impl NcclCollectives {
         let v = lib.version();
         CclCaps {
             engine: format!(
-                "NCCL {}.{}.{} ({})",
+                "{} {}.{}.{} ({})",
+                lib.label,
                 v / 10000,
                 v / 100 % 100,
                 v % 100,
@@ -132,23 +204,7 @@ impl NcclCollectives {
         }
     }
 
-    fn cuda_device(device: &Arc<dyn Device>) -> Result<Arc<CudaDevice>> {
-        device
-            .as_any()
-            .downcast_ref::<CudaDevice>()
-            .ok_or_else(|| {
-                HalError::invalid(
-                    "device",
-                    Invalid::ForeignHandle {
-                        expected: "CUDA device".into(),
-                        found: device.id().to_string(),
-                    },
-                )
-            })?
-            .arc()
-    }
-
-    pub(crate) fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
+    pub fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
         match code {
             8 => HalError::Timeout {
                 what: format!("{call}: not every rank joined"),
@@ -159,12 +215,12 @@ impl NcclCollectives {
     }
 }
 
-impl Collectives for NcclCollectives {
+impl Collectives for Engine {
     fn capabilities(&self) -> &CclCaps {
         self.caps.get_or_init(|| match self.lib() {
-            Ok(l) => NcclCollectives::caps_of(l),
+            Ok(l) => Engine::caps_of(l),
             Err(_) => CclCaps {
-                engine: "NCCL (unavailable)".into(),
+                engine: format!("{} (unavailable)", self.flavor.label),
                 ops: BTreeMap::new(),
                 reductions: BTreeMap::new(),
                 accumulation: BTreeMap::new(),
@@ -203,7 +259,7 @@ impl Collectives for NcclCollectives {
                 "id",
                 Invalid::Value {
                     value: format!("{} bytes", id.0.len()),
-                    accepted: "an NCCL unique id (128 bytes)".into(),
+                    accepted: format!("a {} unique id (128 bytes)", self.flavor.label),
                 },
             ));
         }
@@ -211,37 +267,34 @@ impl Collectives for NcclCollectives {
         for (d, &b) in raw_id.internal.iter_mut().zip(&id.0) {
             *d = b as std::ffi::c_char;
         }
-        let dev = NcclCollectives::cuda_device(device)?;
+        self.platform.device_ordinal(device)?;
         let timeout = config
             .timeout
             .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
         let (call_lib, late_lib) = (lib.clone(), lib.clone());
+        let (platform, dev) = (self.platform.clone(), device.clone());
         let comm = bounded(
             "ncclCommInitRank",
             timeout,
             move || {
-                dev.call("ncclCommInitRank", || {
+                with_current(&*platform, &dev, "ncclCommInitRank", || {
                     let mut comm: ffi::Comm = std::ptr::null_mut();
-                    // SAFETY: an out-pointer to a local; the id by value; the device's context
-                    // is current (NCCL uses the current device).
+                    // SAFETY: an out-pointer to a local; the id by value; the device is current
+                    // (the library uses the current device).
                     let code = unsafe {
                         (call_lib.comm_init_rank)(&mut comm, nranks as i32, raw_id, rank as i32)
                     };
                     if code != 0 {
-                        return Err(NcclCollectives::init_error(
-                            &call_lib,
-                            "ncclCommInitRank",
-                            code,
-                        ));
+                        return Err(Engine::init_error(&call_lib, "ncclCommInitRank", code));
                     }
                     Ok(comm as usize)
                 })
             },
             // A communicator nobody else holds.
-            move |late| comm::release(&late_lib, &mut { late }, false),
+            move |late| crate::comm::release(&late_lib, &mut { late }, false),
         )? as ffi::Comm;
         Ok(NcclComm::new(
-            lib,
+            (lib, self.platform.clone()),
             comm,
             rank,
             nranks,
@@ -260,10 +313,10 @@ impl Collectives for NcclCollectives {
         unihal_hal::ccl::check_distinct_devices(devices)?;
         let ordinals: Vec<i32> = devices
             .iter()
-            .map(|d| NcclCollectives::cuda_device(d).map(|_| d.id().ordinal as i32))
+            .map(|d| self.platform.device_ordinal(d))
             .collect::<Result<_>>()?;
         let mut comms = vec![std::ptr::null_mut(); devices.len()];
-        let first = NcclCollectives::cuda_device(devices.first().ok_or_else(|| {
+        let first = devices.first().ok_or_else(|| {
             HalError::invalid(
                 "devices",
                 Invalid::Value {
@@ -271,14 +324,14 @@ impl Collectives for NcclCollectives {
                     accepted: "one or more devices".into(),
                 },
             )
-        })?)?;
-        first.call("ncclCommInitAll", || {
+        })?;
+        with_current(&*self.platform, first, "ncclCommInitAll", || {
             // SAFETY: room for one communicator per device, and the device list.
             let code = unsafe {
                 (lib.comm_init_all)(comms.as_mut_ptr(), ordinals.len() as i32, ordinals.as_ptr())
             };
             if code != 0 {
-                return Err(NcclCollectives::init_error(&lib, "ncclCommInitAll", code));
+                return Err(Engine::init_error(&lib, "ncclCommInitAll", code));
             }
             Ok(())
         })?;
@@ -289,7 +342,7 @@ impl Collectives for NcclCollectives {
             .enumerate()
             .map(|(rank, (c, d))| {
                 NcclComm::new(
-                    lib.clone(),
+                    (lib.clone(), self.platform.clone()),
                     c,
                     rank,
                     n,

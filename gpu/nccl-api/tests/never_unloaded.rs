@@ -1,11 +1,11 @@
-//! NCCL is never unloaded: dropping the last handle of the binding leaves the library mapped
-//! (its threads and memory may outlive our handles). Only the binding is loaded here (no driver,
-//! no call into it), so nothing else keeps the simulated library mapped.
+//! The library is never unloaded: dropping the last handle of the binding leaves it mapped (its
+//! threads and memory may outlive our handles). Only the binding is loaded here (no driver, no
+//! call into it), so nothing else keeps the simulated library mapped.
 
 mod support;
 
-use support::simulated_driver;
-use unihal_cuda::nccl::ffi::Nccl;
+use support::simulated_library as simulated_driver;
+use unihal_nccl_api::ffi::Nccl;
 
 /// glibc's `RTLD_NOLOAD` (dlfcn.h): open only a library already loaded.
 const RTLD_NOLOAD: std::ffi::c_int = 4;
@@ -14,7 +14,7 @@ const RTLD_NOLOAD: std::ffi::c_int = 4;
 fn nccl_stays_loaded_after_its_last_handle_drops() {
     let lib = simulated_driver();
     std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    let nccl = Nccl::load().unwrap();
+    let nccl = Nccl::load(&unihal_nccl_api::NCCL).unwrap();
     drop(nccl);
     // RTLD_NOLOAD: succeeds only if the library is still mapped.
     // SAFETY: opens nothing new (RTLD_NOLOAD); no initialiser runs.
