@@ -54,8 +54,8 @@ pub fn entry_names() -> Vec<String> {
 }
 
 /// A stable 64-bit FNV-1a hash of `text` (for compile caches keyed on the source).
-pub fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+pub fn fnv1a(data: impl AsRef<[u8]>) -> u64 {
+    data.as_ref().iter().fold(0xcbf29ce484222325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     })
 }

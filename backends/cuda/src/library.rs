@@ -3,16 +3,16 @@
 //! driver JIT-compiles it, and a driver older than NVRTC rejects its PTX), cached in memory per
 //! device and on disk.
 //!
-//! Disk cache: `UNIHAL_KERNEL_CACHE` names the directory (default `$XDG_CACHE_HOME/unihal/kernels`
-//! or `~/.cache/unihal/kernels`; `off` disables it). An entry is keyed on the source hash, the
-//! architecture and the NVRTC version; clear it with [`clear_cache`] or by deleting the directory.
+//! The cache is the shared one of `unihal_gpu::kernel_cache` (`UNIHAL_KERNEL_CACHE`), keyed on
+//! the source hash, the architecture, the NVRTC version, its options and the driver version;
+//! clear it with [`clear_cache`] or by deleting the directory.
 
 use crate::device::CudaDevice;
 use crate::module::CudaModule;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
+use unihal_gpu::kernel_cache::{CacheKey, KernelCache};
 use unihal_hal::{Function, Module, ModuleSource, Result};
 use unihal_kernels::rtc::nvrtc::Nvrtc;
 use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
@@ -40,29 +40,12 @@ impl Library {
     }
 }
 
-/// The cache directory, or None when disabled.
-pub fn cache_dir() -> Option<PathBuf> {
-    match std::env::var("UNIHAL_KERNEL_CACHE") {
-        Ok(v) if v.trim() == "off" => None,
-        Ok(v) if !v.trim().is_empty() => Some(PathBuf::from(v.trim())),
-        _ => {
-            let base = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-            Some(base.join("unihal").join("kernels"))
-        }
-    }
-}
-
-/// Deletes the disk cache.
+/// Deletes the disk cache (and forgets the compiled images of this process).
 ///
 /// # Errors
 /// The I/O error, except when there is nothing to delete.
 pub fn clear_cache() -> std::io::Result<()> {
-    match cache_dir() {
-        Some(d) if d.exists() => std::fs::remove_dir_all(d),
-        _ => Ok(()),
-    }
+    KernelCache::global().clear()
 }
 
 /// NVRTC, opened once per process (devices ask whether it is there; libraries compile with it).
@@ -77,35 +60,42 @@ pub fn nvrtc() -> Result<&'static Nvrtc> {
         .map_err(Clone::clone)
 }
 
-/// PTX and cubin for `arch`, from the disk cache or NVRTC.
+/// PTX and cubin for `arch`, from the cache or NVRTC.
 fn compiled(arch: &str) -> Result<(String, Vec<u8>)> {
     let nvrtc = nvrtc()?;
     let src = library_source(GpuTarget::Cuda);
     let (major, minor) = nvrtc.version();
-    let key = format!("{:016x}-{arch}-nvrtc{major}.{minor}", fnv1a(&src));
-    let dir = cache_dir();
-    if let Some(d) = &dir {
-        let (ptx, cubin) = (d.join(format!("{key}.ptx")), d.join(format!("{key}.cubin")));
-        if let (Ok(p), Ok(c)) = (std::fs::read_to_string(&ptx), std::fs::read(&cubin)) {
-            return Ok((p, c));
-        }
-    }
-    let t = std::time::Instant::now();
-    let out = nvrtc.compile(&src, "unihal_kernels.cu", arch)?;
-    tracing::info!(target: "unihal::cuda", "NVRTC {major}.{minor} compiled the kernel library for {arch} in {:?}", t.elapsed());
-    if let Some(d) = &dir {
-        // Best effort, written atomically (rename), so concurrent processes never read halves.
-        let write = |ext: &str, bytes: &[u8]| -> std::io::Result<()> {
-            std::fs::create_dir_all(d)?;
-            let tmp = d.join(format!("{key}.{ext}.{}", std::process::id()));
-            std::fs::write(&tmp, bytes)?;
-            std::fs::rename(tmp, d.join(format!("{key}.{ext}")))
-        };
-        if let Err(e) = write("cubin", &out.cubin).and_then(|()| write("ptx", out.ptx.as_bytes())) {
-            tracing::warn!(target: "unihal::cuda", "kernel cache {}: {e}", d.display());
-        }
-    }
-    Ok((out.ptx, out.cubin))
+    let key = CacheKey {
+        source_hash: fnv1a(&src),
+        target: arch.to_string(),
+        compiler: format!("NVRTC {major}.{minor}"),
+        options: Nvrtc::options(arch),
+        runtime: format!(
+            "CUDA driver {}",
+            crate::loader::driver().map_or(0, |d| d.version)
+        ),
+    };
+    let (parts, from) = KernelCache::global().get_or_compile(&key, || {
+        let t = std::time::Instant::now();
+        let out = nvrtc.compile(&src, "unihal_kernels.cu", arch)?;
+        tracing::info!(target: "unihal::cuda", "NVRTC {major}.{minor} compiled the kernel library for {arch} in {:?}", t.elapsed());
+        Ok(vec![
+            ("ptx".to_string(), out.ptx.into_bytes()),
+            ("cubin".to_string(), out.cubin),
+        ])
+    })?;
+    tracing::debug!(target: "unihal::cuda", "kernel library for {arch}: {from:?}");
+    let part = |name: &str| {
+        parts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default()
+    };
+    Ok((
+        String::from_utf8_lossy(&part("ptx")).into_owned(),
+        part("cubin"),
+    ))
 }
 
 /// Compiles (or reads from the cache) and loads the library on `dev`: cubin first, PTX if the

@@ -97,6 +97,15 @@ impl Nvrtc {
         &self.path
     }
 
+    /// The options [`Nvrtc::compile`] passes for `arch` (part of a compile cache's key).
+    pub fn options(arch: &str) -> Vec<String> {
+        vec![
+            format!("--gpu-architecture={arch}"),
+            "--fmad=false".to_string(),
+            "--std=c++14".to_string(),
+        ]
+    }
+
     /// Compiles `src` for `arch` (`sm_90` gives PTX and cubin, `compute_90` PTX only).
     ///
     /// # Errors
@@ -116,11 +125,7 @@ impl Nvrtc {
                 },
             ));
         }
-        let options = vec![
-            format!("--gpu-architecture={arch}"),
-            "--fmad=false".to_string(),
-            "--std=c++14".to_string(),
-        ];
+        let options = Nvrtc::options(arch);
         let sys = &self.sys;
         let ((ptx, cubin), log) = compile_program(sys, src, name, &options, |prog| {
             // SAFETY: prog is the live, compiled program; sizes come from the matching size calls.
