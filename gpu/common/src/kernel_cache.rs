@@ -153,8 +153,7 @@ fn decode(key: &CacheKey, data: &[u8]) -> std::result::Result<Parts, String> {
         Ok(a)
     };
     let mut parts = Vec::new();
-    loop {
-        let Ok(len) = take(4) else { break };
+    while let Ok(len) = take(4) {
         let name_len = u32::from_le_bytes(len.try_into().map_err(|_| "bad length")?) as usize;
         let name = String::from_utf8_lossy(take(name_len)?).into_owned();
         let n = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "bad length")?);
