@@ -2,10 +2,9 @@
 //! driver says it ran.
 //!
 //! Every enqueue that uses HAL objects (buffers, host buffers, functions, events) keeps them until
-//! a timing-free event recorded after the work completes; entries are released, oldest first, once
-//! their event completes (checked at each enqueue, query and synchronize), or all at once by a
-//! synchronisation. One event covers up to `SEAL_EVERY` enqueues (host buffers, whose busy state
-//! callers observe, get theirs at once), so a launch does not cost an event record. So dropping a
+//! a timing-free event recorded after the work completes, through the shared retention of GPU
+//! streams (`unihal_gpu::retention`: batched seals, released when their event completed, at each
+//! enqueue, query and synchronize, and when a host buffer's holder is asked). So dropping a
 //! buffer that queued work still reads is safe: its memory is freed after the work.
 
 use crate::conv::{not_ready, vendor};
@@ -17,43 +16,19 @@ use crate::module::CudaFunction;
 use cudarc::driver::sys;
 use parking_lot::Mutex;
 use std::any::Any;
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use unihal_gpu::retention::Retention;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream,
-    UseHolder,
+    Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, UseHolder,
 };
 
 pub(crate) use unihal_hal::Keep;
 
-/// How many enqueues may share one tracking event: what they keep is released together, once
-/// the last of them ran. Recording an event per enqueue would cost every launch a driver call.
-const SEAL_EVERY: usize = 32;
-
-/// What a batch of enqueues keeps, behind the event recorded after them.
-struct Sealed {
-    /// Position in the stream's sequence of batches (a synchronisation releases the batches
-    /// sealed before it began, and only those).
-    seq: u64,
-    event: sys::CUevent,
-    keep: Vec<Keep>,
-}
-
 struct Inner {
-    /// Sealed batches, oldest first.
-    pending: VecDeque<Sealed>,
-    /// The `seq` of the next sealed batch.
-    next_seq: u64,
-    /// What the latest enqueues keep, not yet behind an event (memory and handles only, unless
-    /// sealing failed: their later release is not observable); sealed by the next event, or
-    /// released by a synchronisation that began after they were enqueued.
-    unsealed: Vec<Keep>,
-    /// Enqueues in `unsealed`.
-    unsealed_ops: usize,
-    /// Completed events for reuse.
-    spare: Vec<sys::CUevent>,
+    /// What queued work keeps, behind CUDA events (the shared retention of GPU streams).
+    kept: Retention<sys::CUevent>,
     /// The first error that poisons the context.
     sticky: Option<HalError>,
 }
@@ -108,11 +83,7 @@ impl CudaStream {
             dyn_dev,
             raw,
             inner: Mutex::new(Inner {
-                pending: VecDeque::new(),
-                next_seq: 0,
-                unsealed: Vec::new(),
-                unsealed_ops: 0,
-                spare: Vec::new(),
+                kept: Retention::new(),
                 sticky: None,
             }),
             callback_error: Arc::new(Mutex::new(None)),
@@ -203,47 +174,25 @@ impl CudaStream {
                 }
                 return Err(e);
             }
-            if keep.is_empty() {
-                return Ok(());
-            }
-            // Host buffers are busy until their copy ran, which callers observe (`map` is
-            // refused meanwhile): they are sealed at once. The rest waits for a batch.
-            let observable = keep.iter().any(|k| k.is::<HostUse>());
-            inner.unsealed.extend(keep);
-            inner.unsealed_ops += 1;
-            if !observable && inner.unsealed_ops < SEAL_EVERY {
-                return Ok(());
-            }
             // The work is queued: what it uses is kept whatever happens below. When no event
-            // can track it, it stays unsealed, released by the next synchronisation (never
-            // earlier, and without waiting here for work that may wait for the caller).
-            inner.unsealed_ops = 0;
-            let ev = match inner.spare.pop() {
-                Some(ev) => ev,
-                None => match result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
-                    Ok(ev) => ev,
-                    Err(e) => {
-                        tracing::warn!(target: "unihal::cuda", "{}; kept until a synchronisation",
-                            vendor("cuEventCreate", e));
-                        return Ok(());
-                    }
-                },
-            };
-            // SAFETY: a live event and stream of the current context.
-            if let Err(e) = unsafe { result::event::record(ev, self.raw) } {
-                inner.spare.push(ev);
-                tracing::warn!(target: "unihal::cuda", "{}; kept until a synchronisation",
-                    vendor("cuEventRecord", e));
-                return Ok(());
-            }
-            let keep = std::mem::take(&mut inner.unsealed);
-            let seq = inner.next_seq;
-            inner.next_seq += 1;
-            inner.pending.push_back(Sealed {
-                seq,
-                event: ev,
+            // can track it, it stays kept until a synchronisation (never released earlier, and
+            // without waiting here for work that may wait for the caller).
+            let raw = self.raw;
+            let sealed = inner.kept.keep(
                 keep,
-            });
+                || {
+                    result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                        .map_err(|e| vendor("cuEventCreate", e).to_string())
+                },
+                // SAFETY: a live event and stream of the current context.
+                |ev| {
+                    unsafe { result::event::record(ev, raw) }
+                        .map_err(|e| vendor("cuEventRecord", e).to_string())
+                },
+            );
+            if let Err(e) = sealed {
+                tracing::warn!(target: "unihal::cuda", "{e}; kept until a synchronisation");
+            }
             Ok(())
         })
     }
@@ -253,13 +202,12 @@ impl CudaStream {
         // enqueue meanwhile (the driver call is not made under the lock, so a communicator's
         // watchdog may fail this stream meanwhile) keeps what it uses.
         crate::deferred::refuse_in_callback("cuStreamSynchronize")?;
-        let (upto, covered) = {
+        let cover = {
             let mut inner = self.inner.lock();
             if let Some(e) = self.sticky(&mut inner) {
                 return Err(e);
             }
-            inner.unsealed_ops = 0;
-            (inner.next_seq, std::mem::take(&mut inner.unsealed))
+            inner.kept.begin_sync()
         };
         let r = self.dev.call("cuStreamSynchronize", || {
             // SAFETY: a live stream.
@@ -267,14 +215,8 @@ impl CudaStream {
                 .map_err(|e| vendor("cuStreamSynchronize", e))
         });
         let mut inner = self.inner.lock();
-        if r.is_ok() {
-            self.retire_upto(&mut inner, upto);
-            drop(covered);
-        } else {
-            // Not known to have run: kept (released by a later synchronisation).
-            inner.unsealed.extend(covered);
-            self.retire(&mut inner, false);
-        }
+        // On failure, not known to have run: kept (released by a later synchronisation).
+        inner.kept.end_sync(cover, r.is_ok(), event_done);
         if let Err(e) = &r {
             if poisons(e) {
                 inner.sticky.get_or_insert(e.clone());
@@ -286,32 +228,13 @@ impl CudaStream {
         }
     }
 
-    /// Releases what the batches sealed before `upto` kept (their work ran: a synchronisation
-    /// that began after they were sealed returned).
-    fn retire_upto(&self, inner: &mut Inner, upto: u64) {
-        while inner.pending.front().is_some_and(|b| b.seq < upto) {
-            let b = inner.pending.pop_front().expect("front exists");
-            drop(b.keep);
-            inner.spare.push(b.event);
-        }
-    }
-
     /// Releases what completed work kept (all of it when `all`: only under the lock held
     /// across a driver call that saw the whole stream complete).
     fn retire(&self, inner: &mut Inner, all: bool) {
         if all {
-            inner.unsealed.clear();
-            inner.unsealed_ops = 0;
-        }
-        while let Some(b) = inner.pending.front() {
-            // SAFETY: a live event recorded on this stream.
-            let done = all || unsafe { result::event::query(b.event) }.is_ok();
-            if !done {
-                break;
-            }
-            let b = inner.pending.pop_front().expect("front exists");
-            drop(b.keep);
-            inner.spare.push(b.event);
+            inner.kept.retire_all();
+        } else {
+            inner.kept.retire(event_done);
         }
     }
 
@@ -647,7 +570,7 @@ impl Stream for CudaStream {
         // given back if the callback cannot be queued.
         let failed = self.callback_error.clone();
         self.submit_locked("cuLaunchHostFunc", Vec::new(), |inner, s| {
-            let uses = Arc::new(Mutex::new(take_host_uses(inner)));
+            let uses = Arc::new(Mutex::new(inner.kept.take_host_uses()));
             let taken = uses.clone();
             let r = launch_host_fn(
                 s,
@@ -666,9 +589,7 @@ impl Stream for CudaStream {
                     // Not queued: the uses go back, released once the work that holds them ran.
                     let back = std::mem::take(&mut *uses.lock());
                     drop(f);
-                    inner
-                        .unsealed
-                        .extend(back.into_iter().map(|u| Box::new(u) as Keep));
+                    inner.kept.give_back(back);
                     Err(vendor("cuLaunchHostFunc", e))
                 }
             }
@@ -777,14 +698,9 @@ impl Stream for CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        let inner = self.inner.get_mut();
-        let pending: Vec<(usize, Vec<Keep>)> = inner
-            .pending
-            .drain(..)
-            .map(|b| (b.event as usize, b.keep))
-            .collect();
-        let unsealed = std::mem::take(&mut inner.unsealed);
-        let spare: Vec<usize> = inner.spare.drain(..).map(|ev| ev as usize).collect();
+        let parts = std::mem::take(&mut self.inner.get_mut().kept).into_parts();
+        let keep = parts.keep;
+        let events: Vec<usize> = parts.events.into_iter().map(|ev| ev as usize).collect();
         let blas = self.blas.get_mut().take();
         let (dev, raw) = (self.dev.clone(), self.raw as usize);
         crate::deferred::release(move || {
@@ -793,10 +709,8 @@ impl Drop for CudaStream {
                 // Never wait here for queued work: it may wait for something the caller does
                 // only later (an event, a flag). What it uses is released by a host function
                 // queued behind it; the driver releases the stream itself once its work ran.
-                let events: Vec<usize> = pending.iter().map(|(ev, _)| *ev).chain(spare).collect();
                 let release = move || {
-                    drop(pending);
-                    drop(unsealed);
+                    drop(keep);
                     if let Some(h) = blas {
                         dev.blas_pool.lock().push(h);
                     }
@@ -851,21 +765,9 @@ fn launch_host_fn(
     })
 }
 
-/// Moves the host-buffer uses out of the sealed batches (their buffers stay kept).
-fn take_host_uses(inner: &mut Inner) -> Vec<HostUse> {
-    let mut uses = Vec::new();
-    for b in inner.pending.iter_mut() {
-        let (host, mut rest): (Vec<Keep>, Vec<Keep>) = std::mem::take(&mut b.keep)
-            .into_iter()
-            .partition(|k| k.is::<HostUse>());
-        for u in host
-            .into_iter()
-            .filter_map(|k| k.downcast::<HostUse>().ok())
-        {
-            rest.push(Box::new(u.buffer().clone()));
-            uses.push(*u);
-        }
-        b.keep = rest;
-    }
-    uses
+/// Whether a tracking event's record has completed (an error counts as not: its batch stays
+/// kept until a synchronisation).
+fn event_done(ev: sys::CUevent) -> bool {
+    // SAFETY: a live event recorded on this stream, of the current context.
+    unsafe { result::event::query(ev) }.is_ok()
 }

@@ -13,8 +13,14 @@
 //!   cannot express say so, and the backend runs the portable GEMM instead. A host emulation of
 //!   the BLAS indexing checks the mapping in the tests.
 //!
+//! * [`retention`]: what queued work on a vendor stream uses, kept until an event recorded after
+//!   it completes (batched seals, host-buffer uses sealed at once, a synchronisation retires only
+//!   what it covered, no error path releases what work still uses, host callbacks end the uses
+//!   queued before them, a dropped stream never waits).
+//!
 //! The collective engine over the NCCL API lives in `unihal-nccl-api`, library loading in
 //! `unihal-dynlib`.
 
 pub mod gemm;
 pub mod kernel_cache;
+pub mod retention;
