@@ -184,8 +184,8 @@ impl CudaStream {
                     result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
                         .map_err(|e| vendor("cuEventCreate", e).to_string())
                 },
-                // SAFETY: a live event and stream of the current context.
                 |ev| {
+                    // SAFETY: a live event and stream of the current context.
                     unsafe { result::event::record(ev, raw) }
                         .map_err(|e| vendor("cuEventRecord", e).to_string())
                 },

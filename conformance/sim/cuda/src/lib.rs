@@ -59,6 +59,30 @@
 
 pub mod conv;
 pub mod driver;
+
+/// The built simulator (`libunihal_sim_cuda.so`) next to the running test executable: cargo
+/// builds a dev-dependency's cdylib into `target/<profile>/deps` (`cargo test`) or
+/// `target/<profile>` (`cargo build`).
+///
+/// # Panics
+/// When it is not built there (a test that needs it cannot run; the message says where).
+pub fn built_library() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the executable's directory");
+    [
+        Some(deps.join("libunihal_sim_cuda.so")),
+        deps.parent().map(|p| p.join("libunihal_sim_cuda.so")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| {
+        panic!(
+            "the simulated driver (libunihal_sim_cuda.so) is not built next to {}",
+            deps.display()
+        )
+    })
+}
 pub mod fault;
 pub mod nccl;
 pub mod nccl_conv;

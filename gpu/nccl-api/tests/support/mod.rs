@@ -6,23 +6,9 @@ use std::sync::Arc;
 use unihal_hal::{Buffer, Device, DeviceId, HalError, Invalid, Keep, Result, Stream};
 use unihal_nccl_api::Platform;
 
-/// The simulated driver and NCCL built for these tests (`libunihal_sim_cuda.so`, one object
-/// exporting the NCCL API under both all-to-all spellings).
+/// The simulated driver and NCCL built for these tests (one object, `libunihal_sim_cuda.so`).
 pub fn simulated_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libunihal_sim_cuda.so"),
-        deps.parent().unwrap().join("libunihal_sim_cuda.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| {
-        panic!(
-            "libunihal_sim_cuda.so is not built next to {}",
-            deps.display()
-        )
-    })
+    unihal_sim_cuda::built_library()
 }
 
 /// A platform with no device of its own: every device and stream is foreign. Enough for what
