@@ -31,6 +31,65 @@ pub struct BenchOptions {
     pub ranks: usize,
 }
 
+impl BenchOptions {
+    /// Refuses what the run could not honour, as nccl-tests does: more ranks than `available`
+    /// (a reader comparing with an 8-GPU figure must not get a 4-rank one), zero iterations
+    /// (nothing would be measured), a step factor below 2 between different sizes, a minimum
+    /// above the maximum, a root outside the ranks.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] naming the flag (`-g`, `-n`, `-f`, `-b`, `-r`).
+    pub fn validate(&self, available: usize) -> Result<()> {
+        let bad = |arg: &'static str, value: String, accepted: String| {
+            Err(HalError::invalid(
+                arg,
+                unihal_hal::Invalid::Value { value, accepted },
+            ))
+        };
+        if self.ranks > available {
+            return bad(
+                "-g",
+                format!("{} ranks", self.ranks),
+                format!("at most the {available} device(s) (or processes) the backend has"),
+            );
+        }
+        if self.iters == 0 {
+            return bad(
+                "-n",
+                "0 iterations".into(),
+                "1 or more (a time needs at least one measured iteration)".into(),
+            );
+        }
+        if self.min_bytes > self.max_bytes {
+            return bad(
+                "-b",
+                format!("minimum {} bytes", self.min_bytes),
+                format!("at most the maximum (-e) {} bytes", self.max_bytes),
+            );
+        }
+        if self.step_factor < 2 && self.min_bytes < self.max_bytes {
+            return bad(
+                "-f",
+                format!("step factor {}", self.step_factor),
+                "2 or more when -b and -e differ".into(),
+            );
+        }
+        let n = if self.ranks == 0 {
+            available
+        } else {
+            self.ranks
+        };
+        if matches!(self.op, CollectiveOp::Broadcast | CollectiveOp::Reduce) && self.root >= n {
+            return bad(
+                "-r",
+                format!("root {}", self.root),
+                format!("a rank below {n}"),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// One line of results.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
@@ -291,14 +350,23 @@ pub fn run(
     })?;
     let (devices, comms, spmd) =
         match crate::bootstrap::connected_world(backend, &CommConfig::default())? {
-            Some(world) => (vec![world.device().clone()], vec![world], true),
+            Some(world) => {
+                o.validate(world.size())?;
+                if o.ranks != 0 && o.ranks != world.size() {
+                    return Err(HalError::invalid(
+                        "-g",
+                        unihal_hal::Invalid::Value {
+                            value: format!("{} ranks", o.ranks),
+                            accepted: format!("the world's {} processes (or 0)", world.size()),
+                        },
+                    ));
+                }
+                (vec![world.device().clone()], vec![world], true)
+            }
             None => {
                 let avail = backend.probe()?;
-                let n = if o.ranks == 0 {
-                    avail
-                } else {
-                    o.ranks.min(avail)
-                };
+                o.validate(avail)?;
+                let n = if o.ranks == 0 { avail } else { o.ranks };
                 let devices: Vec<Arc<dyn Device>> =
                     (0..n).map(|i| backend.open(i)).collect::<Result<_>>()?;
                 let comms = ccl.init_all(&devices, &CommConfig::default())?;
@@ -323,7 +391,17 @@ pub fn run(
     let w = |out: &mut dyn std::io::Write, s: String| {
         let _ = writeln!(out, "{s}");
     };
-    w(out, format!("# nThread 1 nGpus {n} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0", o.min_bytes, o.max_bytes, o.step_factor, o.warmup, o.iters, o.check as u8));
+    // The step actually used: one size when -b equals -e.
+    let step = if o.min_bytes < o.max_bytes {
+        format!("{}(factor)", o.step_factor)
+    } else {
+        "none(one size)".to_string()
+    };
+    w(out, format!("# nThread 1 nGpus {n} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0", o.min_bytes, o.max_bytes, o.warmup, o.iters, o.check as u8));
+    w(
+        out,
+        format!("# backend {} {}", backend.name(), ccl.capabilities().engine),
+    );
     w(out, "#".into());
     w(out, "# Using devices".into());
     for (d, c) in devices.iter().zip(&comms) {
@@ -405,7 +483,7 @@ pub fn run(
             for k in &ranks {
                 k.stream.synchronize()?;
             }
-            let mut t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            let mut t = t0.elapsed().as_secs_f64() / o.iters as f64;
             if spmd {
                 t = world_reduce(&ranks[0], t, ReduceOp::Max)?;
             }
@@ -458,7 +536,10 @@ pub fn run(
             row.in_place.time_us, row.in_place.algbw_gbs, row.in_place.busbw_gbs, row.in_place.wrong
         ));
         rows.push(row);
-        size = match size.checked_mul(o.step_factor.max(2)) {
+        if size >= o.max_bytes {
+            break;
+        }
+        size = match size.checked_mul(o.step_factor) {
             Some(s) => s,
             None => break,
         };
@@ -535,13 +616,13 @@ fn mpi_comparison(
                     .all_reduce(&k.send, &k.recv, c, o.dtype, o.redop, &k.stream)?;
             }
             k.stream.synchronize()?;
-            let t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            let t = t0.elapsed().as_secs_f64() / o.iters as f64;
             ours.push(world_reduce(k, t, ReduceOp::Max)?);
             let t0 = Instant::now();
             for _ in 0..o.iters {
                 unihal_cpu::ccl::mpi::direct_all_reduce(&k.send, &k.recv, c, o.dtype, o.redop)?;
             }
-            let t = t0.elapsed().as_secs_f64() / o.iters.max(1) as f64;
+            let t = t0.elapsed().as_secs_f64() / o.iters as f64;
             direct.push(world_reduce(k, t, ReduceOp::Max)?);
         }
         let (a, b) = (median(ours), median(direct));

@@ -37,6 +37,15 @@ fn devices_json_lists_the_cpu_backend() {
         cpu["devices"][2]["capabilities"]["optional"]["peer_devices"],
         serde_json::json!([0, 1])
     );
+    // The collective engine and what it runs.
+    assert!(
+        cpu["collectives"]["engine"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("unihal-cpu in-process")),
+        "{}",
+        cpu["collectives"]
+    );
+    assert!(cpu["collectives"]["ops"]["all_reduce"].is_array());
 }
 
 #[test]
@@ -185,4 +194,54 @@ fn bench_prints_nccl_tests_output_with_its_busbw_factors() {
         // Gathered sizes round down to a multiple of the rank count, as in nccl-tests.
         assert_eq!(rows[0][0], if op == "all_gather" { "1020" } else { "1024" });
     }
+}
+
+#[test]
+fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
+    for (args, flag) in [
+        (vec!["-g", "8", "-b", "1K", "-e", "1K"], "`-g`"),
+        (vec!["-n", "0", "-b", "1K", "-e", "1K"], "`-n`"),
+        (vec!["-b", "64K", "-e", "1K"], "`-b`"),
+        (vec!["-b", "1K", "-e", "4K", "-f", "1"], "`-f`"),
+    ] {
+        let mut all = vec!["bench", "all_reduce", "--backend", "cpu"];
+        all.extend(args);
+        let o = unihal(&all, "4");
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{all:?}: {t}");
+        assert!(t.contains(flag), "{all:?}: {t}");
+        assert!(
+            bench_rows(&String::from_utf8_lossy(&o.stdout)).is_empty(),
+            "{t}"
+        );
+    }
+    // One size: the header says so, and the run ends (a factor of 1 is fine then).
+    let o = unihal(
+        &[
+            "bench",
+            "broadcast",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-f",
+            "1",
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ],
+        "2",
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("step: none(one size)") && t.contains("# backend cpu "),
+        "{t}"
+    );
+    assert_eq!(
+        bench_rows(&String::from_utf8_lossy(&o.stdout)).len(),
+        1,
+        "{t}"
+    );
 }

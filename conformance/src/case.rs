@@ -124,9 +124,7 @@ impl Need {
             Need::CclSplit => ccl.is_some_and(|c| c.split),
             Need::InProcess => !spmd,
             Need::WholeWorld(n) => !spmd || ranks == *n,
-            Need::TestKernels => {
-                unihal_kernels::testing::module_for(&caps.mandatory.module_formats).is_some()
-            }
+            Need::TestKernels => backend.test_kernels(device).is_some(),
             Need::ConcurrentKernels => backend.info().concurrent,
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
@@ -156,9 +154,9 @@ impl Need {
                  the simulator's concurrent mode run this case)"
                 .into(),
             Need::TestKernels => format!(
-                "no conformance test kernels for module formats {:?} (available: {:?})",
-                caps.mandatory.module_formats,
-                unihal_kernels::testing::FORMATS
+                "backend {} has no conformance test kernels for this device (module formats {:?})",
+                backend.name(),
+                caps.mandatory.module_formats
             ),
         })
     }
@@ -256,9 +254,11 @@ impl Ctx {
     /// A test kernel, loaded from the test module (loaded once per context).
     pub fn kernel(&self, name: &str) -> HalResult<Arc<dyn Function>> {
         if self.module.get().is_none() {
-            let formats = &self.device.capabilities().mandatory.module_formats;
-            let src = unihal_kernels::testing::module_for(formats).ok_or_else(|| {
-                HalError::unsupported(format!("no test kernels for formats {formats:?}"))
+            let src = self.backend.test_kernels(&*self.device).ok_or_else(|| {
+                HalError::unsupported(format!(
+                    "backend {} has no test kernels",
+                    self.backend.name()
+                ))
             })?;
             let m = self.device.load_module(&src)?;
             let _ = self.module.set(m);
@@ -268,9 +268,12 @@ impl Ctx {
 
     /// Loads the test module for `device` (another device than the context's).
     pub fn kernel_on(&self, device: &Arc<dyn Device>, name: &str) -> HalResult<Arc<dyn Function>> {
-        let formats = &device.capabilities().mandatory.module_formats;
-        let src = unihal_kernels::testing::module_for(formats)
-            .ok_or_else(|| HalError::unsupported("no test kernels"))?;
+        let src = self.backend.test_kernels(&**device).ok_or_else(|| {
+            HalError::unsupported(format!(
+                "backend {} has no test kernels",
+                self.backend.name()
+            ))
+        })?;
         device.load_module(&src)?.function(name)
     }
 

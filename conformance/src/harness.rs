@@ -7,7 +7,7 @@
 //! per case), `UNIHAL_CONFORMANCE_TIMEOUT_S` (watchdog, default 60), `UNIHAL_CONFORMANCE_REPORT=DIR`
 //! (write JSON, JUnit and summary reports there).
 
-use crate::report::{CaseReport, Counts, Outcome, Report, TargetReport};
+use crate::report::{CaseReport, Outcome, Report, TargetReport};
 use crate::runner::{discover, plan, run_case, run_child_if_requested, Plan, RunOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use parking_lot::Mutex;
@@ -124,13 +124,7 @@ pub fn libtest_main(registry: &Registry) -> ! {
                 .zip(per_target.iter_mut())
                 .map(|(t, r)| {
                     r.sort_by(|a, b| a.id.cmp(&b.id));
-                    TargetReport {
-                        backend: t.backend.info(),
-                        device: t.device.info().clone(),
-                        capabilities: t.device.capabilities().clone(),
-                        counts: Counts::of(r),
-                        results: std::mem::take(r),
-                    }
+                    TargetReport::of(t, std::mem::take(r))
                 })
                 .collect(),
         };

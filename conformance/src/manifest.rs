@@ -73,13 +73,17 @@ impl Manifest {
         Ok(Manifest { entries })
     }
 
-    /// The manifest shipped for `backend` (empty for a backend without one).
-    pub fn builtin(backend: &str) -> Manifest {
-        let text = match backend {
-            "cpu" => include_str!("../manifests/cpu.manifest"),
-            _ => "",
-        };
-        Manifest::parse(text).expect("built-in manifests parse (checked by a unit test)")
+    /// The manifest `backend` ships ([`unihal_hal::Backend::conformance_manifest`]).
+    ///
+    /// # Errors
+    /// The parse error, naming the backend: a broken manifest fails the run, never skips.
+    pub fn of(backend: &dyn unihal_hal::Backend) -> Result<Manifest, String> {
+        Manifest::parse(backend.conformance_manifest()).map_err(|e| {
+            format!(
+                "the conformance manifest of backend {}: {e}",
+                backend.name()
+            )
+        })
     }
 
     /// The first entry covering case `id`.
@@ -111,6 +115,7 @@ mod tests {
 
     #[test]
     fn builtin_manifests_parse_and_cpu_is_empty() {
-        assert!(Manifest::builtin("cpu").entries.is_empty());
+        let cpu = unihal_cpu::CpuBackend::new();
+        assert!(Manifest::of(&cpu).unwrap().entries.is_empty());
     }
 }

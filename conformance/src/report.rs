@@ -84,8 +84,27 @@ pub struct TargetReport {
     pub backend: BackendInfo,
     pub device: DeviceInfo,
     pub capabilities: Capabilities,
+    /// The backend's collective engine and what it supports (None: no engine).
+    pub collectives: Option<unihal_hal::CclCaps>,
     pub counts: Counts,
     pub results: Vec<CaseReport>,
+}
+
+impl TargetReport {
+    /// The report of `target` with its results (sorted by the caller as it wants them).
+    pub fn of(target: &crate::runner::Target, results: Vec<CaseReport>) -> TargetReport {
+        TargetReport {
+            backend: target.backend.info(),
+            device: target.device.info().clone(),
+            capabilities: target.device.capabilities().clone(),
+            collectives: target
+                .backend
+                .collectives()
+                .map(|c| c.capabilities().clone()),
+            counts: Counts::of(&results),
+            results,
+        }
+    }
 }
 
 /// A backend that could not be tested, and why.
@@ -142,6 +161,28 @@ impl Report {
         for u in &self.unavailable {
             let _ = writeln!(s, "backend {}: unavailable: {}", u.backend, u.reason);
         }
+        // A device that runs no library op skips every op case: say why before the table.
+        for t in &self.targets {
+            if !t.capabilities.optional.ops.is_empty() {
+                continue;
+            }
+            let missing: Vec<String> = t
+                .backend
+                .libraries
+                .iter()
+                .filter_map(|l| Some(format!("{}: {}", l.name, l.error.as_ref()?)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "NOTE: {} runs no library op, so every op case skips{}",
+                t.device.id,
+                if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!("; missing: {}", missing.join("; "))
+                }
+            );
+        }
         let _ = writeln!(
             s,
             "{:<10} {:<34} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>9}",
@@ -174,7 +215,10 @@ impl Report {
                 .backend
                 .libraries
                 .iter()
-                .map(|l| format!("{} {}", l.name, l.version.as_deref().unwrap_or("?")))
+                .map(|l| match &l.error {
+                    None => format!("{} {}", l.name, l.version.as_deref().unwrap_or("?")),
+                    Some(_) => format!("{} (not found)", l.name),
+                })
                 .collect();
             let _ = writeln!(
                 s,

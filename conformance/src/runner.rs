@@ -3,7 +3,7 @@
 
 use crate::case::{Case, Ctx, Need};
 use crate::manifest::{EntryKind, Manifest};
-use crate::report::{CaseReport, Counts, Outcome, Report, TargetReport, UnavailableBackend};
+use crate::report::{CaseReport, Outcome, Report, TargetReport, UnavailableBackend};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io::Read;
@@ -58,7 +58,8 @@ pub struct Target {
 /// Unavailable backends are returned with their reasons, never silently dropped.
 ///
 /// # Errors
-/// A message when `spec` names an unregistered backend.
+/// A message when `spec` names an unregistered backend, or when a backend's conformance
+/// manifest does not parse.
 pub fn discover(
     registry: &Registry,
     spec: Option<&str>,
@@ -81,12 +82,13 @@ pub fn discover(
                 continue;
             }
         };
+        let manifest = Manifest::of(&*b)?;
         for i in 0..n {
             match b.open(i) {
                 Ok(device) => targets.push(Target {
                     backend: b.clone(),
                     device,
-                    manifest: Manifest::builtin(b.name()),
+                    manifest: manifest.clone(),
                     world: None,
                 }),
                 Err(e) => unavailable.push(UnavailableBackend {
@@ -364,9 +366,11 @@ fn child_outcome(registry: &Registry, spec: &str) -> Outcome {
     let target = match registry
         .get(backend)
         .and_then(|b| Ok((b.clone(), b.open(ordinal)?)))
+        .map_err(|e| e.to_string())
+        .and_then(|(b, d)| Ok((Manifest::of(&*b)?, b, d)))
     {
-        Ok((backend, device)) => Target {
-            manifest: Manifest::builtin(backend.name()),
+        Ok((manifest, backend, device)) => Target {
+            manifest,
             backend,
             device,
             world: None,
@@ -466,13 +470,7 @@ pub fn run(
                 .filter(|c| selected(&c.id, opts))
                 .map(|c| run_case(c, t, opts))
                 .collect();
-            TargetReport {
-                backend: t.backend.info(),
-                device: t.device.info().clone(),
-                capabilities: t.device.capabilities().clone(),
-                counts: Counts::of(&results),
-                results,
-            }
+            TargetReport::of(t, results)
         })
         .collect();
     Report {

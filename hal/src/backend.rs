@@ -6,12 +6,42 @@ use serde::Serialize;
 use std::any::Any;
 use std::sync::Arc;
 
-/// A vendor library a backend opened, with where it was found and its version.
+/// A vendor library a backend uses: where it was found and its version, or why it was not.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LibraryInfo {
+    /// What it does for the backend: "driver", "runtime compiler", "collectives", "BLAS".
+    pub role: String,
+    /// The library ("CUDA driver", "NVRTC", "NCCL", "cuBLAS").
     pub name: String,
+    /// Where it was found (None when not found).
     pub path: Option<String>,
     pub version: Option<String>,
+    /// Why it is not usable: every path tried with the loader's message (None when found).
+    pub error: Option<String>,
+}
+
+impl LibraryInfo {
+    /// A library that was found.
+    pub fn found(role: &str, name: &str, path: String, version: Option<String>) -> LibraryInfo {
+        LibraryInfo {
+            role: role.into(),
+            name: name.into(),
+            path: Some(path),
+            version,
+            error: None,
+        }
+    }
+
+    /// A library that was not found or does not work, and why.
+    pub fn missing(role: &str, name: &str, error: String) -> LibraryInfo {
+        LibraryInfo {
+            role: role.into(),
+            name: name.into(),
+            path: None,
+            version: None,
+            error: Some(error),
+        }
+    }
 }
 
 /// Versions of a backend and the vendor libraries behind it, for reports.
@@ -35,7 +65,8 @@ pub trait Backend: Send + Sync {
     /// Registry name (`cpu`, `cuda`, `hip`, `ascend`).
     fn name(&self) -> &'static str;
 
-    /// Versions of the backend and of the libraries it has opened so far.
+    /// Versions of the backend and of every vendor library it uses (opening them to report
+    /// them; a library not found is listed with the paths tried and why).
     fn info(&self) -> BackendInfo;
 
     /// Loads the vendor libraries if needed and counts devices.
@@ -54,6 +85,20 @@ pub trait Backend: Send + Sync {
 
     /// The backend's collective engine, if it has one.
     fn collectives(&self) -> Option<&dyn crate::ccl::Collectives> {
+        None
+    }
+
+    /// The backend's conformance manifest: lines `<unsupported|xfail> <case id or prefix.*>
+    /// <reason>` that the conformance suite applies to it (empty: every case must pass). The
+    /// backend ships it; the suite names no backend.
+    fn conformance_manifest(&self) -> &'static str {
+        ""
+    }
+
+    /// The conformance suite's test kernels (`unihal_kernels::testing`) in a format `device`
+    /// loads, or None when the backend has none (the kernel cases then skip with the reason).
+    fn test_kernels(&self, device: &dyn Device) -> Option<crate::module::ModuleSource> {
+        let _ = device;
         None
     }
 

@@ -56,9 +56,10 @@ enum Cmd {
     Bench {
         /// The collective.
         op: String,
-        /// Backend whose devices are the ranks.
-        #[arg(long, default_value = "cpu")]
-        backend: String,
+        /// Backend whose devices are the ranks (default: the first of UNIHAL_BACKENDS, else
+        /// the first registered backend that has devices and collectives: cpu, cuda).
+        #[arg(long)]
+        backend: Option<String>,
         /// Number of ranks (devices); 0 = all devices.
         #[arg(short = 'g', default_value_t = 0)]
         ngpus: usize,
@@ -108,6 +109,8 @@ struct BackendEntry {
     available: bool,
     reason: Option<String>,
     info: BackendInfo,
+    /// The collective engine and its capabilities (None: the backend has none).
+    collectives: Option<unihal::CclCaps>,
     devices: Vec<DeviceEntry>,
 }
 
@@ -135,6 +138,7 @@ fn list(backend: &dyn Backend) -> BackendEntry {
         available: !devices.is_empty(),
         reason,
         info: backend.info(),
+        collectives: backend.collectives().map(|c| c.capabilities().clone()),
         devices,
     }
 }
@@ -184,12 +188,38 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
                 .unwrap_or_default()
         );
         for l in &e.info.libraries {
-            println!(
-                "  library {} {} {}",
-                l.name,
-                l.version.as_deref().unwrap_or("?"),
-                l.path.as_deref().unwrap_or("")
-            );
+            match &l.error {
+                None => println!(
+                    "  {:<17} {} {} ({})",
+                    l.role,
+                    l.name,
+                    l.version.as_deref().unwrap_or("?"),
+                    l.path.as_deref().unwrap_or("?")
+                ),
+                Some(why) => println!("  {:<17} {} NOT FOUND: {why}", l.role, l.name),
+            }
+        }
+        match &e.collectives {
+            Some(c) => {
+                let ops: Vec<String> = c
+                    .ops
+                    .iter()
+                    .map(|(op, d)| format!("{} ({} dtypes)", op.name(), d.len()))
+                    .collect();
+                println!(
+                    "  collective engine {}: {}; groups {}, split {}, survives a dead rank {}",
+                    c.engine,
+                    if ops.is_empty() {
+                        "no operations".to_string()
+                    } else {
+                        ops.join(", ")
+                    },
+                    c.groups,
+                    c.split,
+                    c.survives_dead_rank
+                );
+            }
+            None => println!("  collective engine: none"),
         }
         for d in &e.devices {
             let (m, o) = (&d.capabilities.mandatory, &d.capabilities.optional);
@@ -372,7 +402,7 @@ fn bench_cmd(cmd: Cmd) -> ExitCode {
         eprintln!("unihal bench: bad -d, -o, -b or -e value");
         return ExitCode::from(2);
     };
-    let b = match unihal::registry().get(&backend) {
+    let b = match bench_backend(backend.as_deref()) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("unihal bench: {e}");
@@ -412,11 +442,35 @@ fn bench_cmd(cmd: Cmd) -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+        Err(e @ unihal::HalError::InvalidArgument { .. }) => {
+            eprintln!("unihal bench: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("unihal bench: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The backend `unihal bench` measures: the one named, else the first selected by
+/// `UNIHAL_BACKENDS` (or registered) that has devices and a collective engine.
+fn bench_backend(name: Option<&str>) -> Result<std::sync::Arc<dyn Backend>, String> {
+    if let Some(n) = name {
+        return unihal::registry().get(n).map_err(|e| e.to_string());
+    }
+    let all = unihal::registry()
+        .select_from_env()
+        .map_err(|e| e.to_string())?;
+    let mut why = Vec::new();
+    for b in all {
+        match (b.probe(), b.collectives().is_some()) {
+            (Ok(_), true) => return Ok(b),
+            (Ok(_), false) => why.push(format!("{}: no collective engine", b.name())),
+            (Err(e), _) => why.push(format!("{}: {e}", b.name())),
+        }
+    }
+    Err(format!("no backend to benchmark ({})", why.join("; ")))
 }
 
 fn main() -> ExitCode {

@@ -189,6 +189,14 @@ impl Backend for CpuBackend {
         Some(&self.ccl)
     }
 
+    fn conformance_manifest(&self) -> &'static str {
+        include_str!("../conformance.manifest")
+    }
+
+    fn test_kernels(&self, device: &dyn unihal_hal::Device) -> Option<unihal_hal::ModuleSource> {
+        unihal_kernels::testing::module_for(&device.capabilities().mandatory.module_formats)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -100,18 +100,67 @@ impl Backend for CudaBackend {
     }
 
     fn info(&self) -> BackendInfo {
-        let (libraries, simulated, concurrent) = match loader::driver() {
+        let (driver, simulated, concurrent) = match loader::driver() {
             Ok(d) => (
-                vec![LibraryInfo {
-                    name: "CUDA driver".into(),
-                    path: Some(d.path.clone()),
-                    version: Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
-                }],
+                LibraryInfo::found(
+                    "driver",
+                    "CUDA driver",
+                    d.path.clone(),
+                    Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
+                ),
                 d.simulated,
                 d.concurrent,
             ),
-            Err(_) => (Vec::new(), false, true),
+            Err(e) => (
+                LibraryInfo::missing("driver", "CUDA driver", e.to_string()),
+                false,
+                true,
+            ),
         };
+        let mut libraries = vec![driver];
+        if libraries[0].error.is_none() {
+            libraries.push(match library::nvrtc() {
+                Ok(n) => {
+                    let (major, minor) = n.version();
+                    LibraryInfo::found(
+                        "runtime compiler",
+                        "NVRTC",
+                        n.path().to_string(),
+                        Some(format!("{major}.{minor}")),
+                    )
+                }
+                Err(e) => LibraryInfo::missing(
+                    "runtime compiler",
+                    "NVRTC",
+                    format!("{e} (without it the devices run no library ops)"),
+                ),
+            });
+            libraries.push(match self.nccl.lib() {
+                Ok(l) => {
+                    let v = l.version();
+                    LibraryInfo::found(
+                        "collectives",
+                        "NCCL",
+                        l.path.clone(),
+                        Some(format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)),
+                    )
+                }
+                Err(e) => LibraryInfo::missing("collectives", "NCCL", e.to_string()),
+            });
+            libraries.push(if cublas::available() {
+                LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)
+            } else {
+                LibraryInfo::missing(
+                    "BLAS",
+                    "cuBLAS",
+                    format!(
+                        "not found through the system loader (tried {:?}); matmul runs the \
+                         portable GEMM",
+                        cudarc::get_lib_name_candidates("cublas")
+                    ),
+                )
+            });
+        }
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -159,6 +208,14 @@ impl Backend for CudaBackend {
                 None
             }
         }
+    }
+
+    fn conformance_manifest(&self) -> &'static str {
+        include_str!("../conformance.manifest")
+    }
+
+    fn test_kernels(&self, device: &dyn Device) -> Option<unihal_hal::ModuleSource> {
+        unihal_kernels::testing::module_for(&device.capabilities().mandatory.module_formats)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -21,6 +21,21 @@ fn a_missing_driver_is_unavailable_with_the_path_tried() {
     // Asking again gives the same answer (the outcome is kept), and opening fails the same way.
     assert!(matches!(b.probe(), Err(HalError::Unavailable { .. })));
     assert!(matches!(b.open(0), Err(HalError::Unavailable { .. })));
+    // The report lists the driver as not found, with the path tried (and nothing it would need
+    // the driver for).
     let info = b.info();
-    assert!(info.libraries.is_empty() && !info.simulated);
+    assert!(!info.simulated);
+    assert_eq!(info.libraries.len(), 1, "{:?}", info.libraries);
+    let l = &info.libraries[0];
+    assert_eq!(
+        (l.role.as_str(), l.name.as_str()),
+        ("driver", "CUDA driver")
+    );
+    assert!(
+        l.path.is_none()
+            && l.error
+                .as_deref()
+                .is_some_and(|e| e.contains("/nonexistent/libcuda.so")),
+        "{l:?}"
+    );
 }
