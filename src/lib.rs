@@ -8,8 +8,9 @@
 //! `unihal` binary lists devices and runs the conformance suite.
 //!
 //! ```no_run
-//! let backends = unihal::registry().select_from_env()?; // UNIHAL_BACKENDS=cuda,cpu
-//! let device = backends[0].open(0)?;
+//! // The first available accelerator, else the CPU (`UNIHAL_BACKENDS=cuda,cpu` chooses).
+//! let device = unihal::open_preferred()?;
+//! println!("running on {} ({})", device.id(), device.info().name);
 //! let stream = device.create_stream()?;
 //! let buf = device.alloc(1024)?;
 //! stream.write(&buf, 0, &[1u8; 1024])?;
@@ -40,21 +41,48 @@ pub const BUILD_INFO: &str = concat!(
     ")"
 );
 
-/// The registry of the backends compiled into this build, in default preference order. Out-of-tree
-/// backends may register more at run time.
+/// The registry of the backends compiled into this build, in default preference order:
+/// accelerators first, the always-available CPU last. Out-of-tree backends may register more at
+/// run time. Adding a backend to this build is one more `register` call here.
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let r = Registry::new();
-        r.register(unihal_cpu::NAME, || {
-            std::sync::Arc::new(unihal_cpu::CpuBackend::new())
-        })
-        .expect("built-in backend names are unique");
         r.register(unihal_cuda::NAME, || {
             std::sync::Arc::new(unihal_cuda::CudaBackend::new())
         })
         .expect("built-in backend names are unique");
+        r.register(unihal_cpu::NAME, || {
+            std::sync::Arc::new(unihal_cpu::CpuBackend::new())
+        })
+        .expect("built-in backend names are unique");
         r
+    })
+}
+
+/// Device 0 of the first backend, in preference order (`UNIHAL_BACKENDS`, else the registry's:
+/// accelerators first, the CPU last), that has one. Backends passed over are logged at INFO with
+/// their reason, so a run that fell back to the CPU says why.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for an unknown name in `UNIHAL_BACKENDS`;
+/// [`HalError::Unavailable`] listing every backend's reason when none has a device.
+pub fn open_preferred() -> Result<std::sync::Arc<dyn Device>> {
+    let mut why = Vec::new();
+    for b in registry().select_from_env()? {
+        match b.probe().and_then(|_| b.open(0)) {
+            Ok(d) => {
+                if !why.is_empty() {
+                    tracing::info!(target: "unihal", "using {}: passed over {}", d.id(), why.join("; "));
+                }
+                return Ok(d);
+            }
+            Err(e) => why.push(format!("{}: {e}", b.name())),
+        }
+    }
+    Err(HalError::Unavailable {
+        what: "any backend".into(),
+        reason: why.join("; "),
     })
 }
 
