@@ -59,7 +59,7 @@ fn ptx_entries_and_parameter_sizes_are_read() {
 #[test]
 fn a_library_kernel_runs_from_a_ptx_module() {
     let d = Device::with_kernels(1 << 24, Mode::Deferred, library(), Limits::default());
-    let m = d.load_module(ptx().as_bytes()).unwrap();
+    let m = d.load_module(parse_ptx(ptx().as_bytes()).unwrap()).unwrap();
     let f = d.function(m, "uh_add_f32").unwrap();
     assert!(matches!(d.function(m, "nope"), Err(SimError::NotFound(_))));
     let n = 1000usize;
@@ -143,7 +143,7 @@ fn a_concurrent_kernel_spins_while_the_host_goes_on_and_its_destroyed_stream_fin
     }
     let d = Device::with_kernels(1 << 20, Mode::Concurrent, k, Limits::default());
     let m = d
-        .load_module(unihal_kernels::testing::PTX.as_bytes())
+        .load_module(parse_ptx(unihal_kernels::testing::PTX.as_bytes()).unwrap())
         .unwrap();
     let f = d
         .function(m, unihal_kernels::testing::names::WAIT_FLAG)

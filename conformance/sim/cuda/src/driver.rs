@@ -534,7 +534,9 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
             // SAFETY: as above: NUL-terminated text.
             unsafe { CStr::from_ptr(image as *const c_char) }.to_bytes()
         };
-        let id = dev.load_module(bytes).map_err(c)?;
+        // Modules must be PTX: the face reads the entry points, the core loads them.
+        let entries = unihal_sim::module::parse_ptx(bytes).map_err(c)?;
+        let id = dev.load_module(entries).map_err(c)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(module, id.0 as *mut c_void) }
     })
