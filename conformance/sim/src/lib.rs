@@ -32,6 +32,7 @@
 pub mod ccl;
 pub mod error;
 pub mod fault;
+pub mod gpu;
 pub mod memory;
 pub mod module;
 pub mod peer;

@@ -3,7 +3,7 @@
 //! current context selects the device where the driver API does.
 
 use crate::conv::*;
-use crate::{api, out, sim, Sim, CURRENT, DRIVER_VERSION, PRIMARY_CTX, SIM};
+use crate::{api, out, sim, Sim, DRIVER_VERSION, PRIMARY_CTX, SIM};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 use unihal_sim::peer::Remote;
@@ -153,9 +153,9 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(d: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
     api("cuCtxGetCurrent", || {
-        sim()?;
+        let current = sim()?.0.current().map_or(0, |o| PRIMARY_CTX + o);
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(ctx, CURRENT.get() as *mut c_void) }
+        unsafe { out(ctx, current as *mut c_void) }
     })
 }
 
@@ -163,11 +163,12 @@ pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
 pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
     api("cuCtxSetCurrent", || {
         let s = sim()?;
-        let valid = (PRIMARY_CTX..PRIMARY_CTX + s.devices.len()).contains(&(ctx as usize));
-        if !ctx.is_null() && !valid {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        CURRENT.set(ctx as usize);
+        let ordinal = if ctx.is_null() {
+            None
+        } else {
+            Some(context_ordinal(s, ctx)?)
+        };
+        s.set_current(ordinal);
         Ok(())
     })
 }
@@ -406,11 +407,9 @@ pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, f: HostFn, data: *mut c_
             run: Box::new(move |_| {
                 // It must not call the driver (here the device is locked): such calls are refused
                 // and recorded as violations.
-                let outer = crate::IN_HOST_FN.replace(true);
                 // SAFETY: the caller's function and data, called once in stream order, as the
                 // driver does.
-                unsafe { f(data as *mut c_void) };
-                crate::IN_HOST_FN.set(outer);
+                unihal_sim::gpu::run_host_fn(|| unsafe { f(data as *mut c_void) });
                 Ok(())
             }),
         };
@@ -657,7 +656,7 @@ pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_i
         if me == other {
             return Err(CUDA_ERROR_INVALID_DEVICE);
         }
-        if !s.peer_access.lock().insert((me, other)) {
+        if !s.enable_peer(me, other) {
             return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
         }
         Ok(())
@@ -669,7 +668,7 @@ pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
     api("cuCtxDisablePeerAccess", || {
         let s = sim()?;
         let (me, other) = (s.current()?, context_ordinal(s, peer)?);
-        if !s.peer_access.lock().remove(&(me, other)) {
+        if !s.disable_peer(me, other) {
             return Err(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
         }
         Ok(())
@@ -727,17 +726,10 @@ fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
     // caught (`memory.host.zeroed`).
     // SAFETY: `a` is valid for `bytes` bytes, just allocated, not yet shared.
     unsafe { std::ptr::write_bytes(a, GARBAGE, bytes) };
-    s.pinned.lock().insert(
-        a as u64,
-        crate::Pinned {
-            len: bytes as u64,
-            layout,
-            in_use: Default::default(),
-        },
-    );
+    s.pin(a as u64, bytes as u64, layout);
     // SAFETY: the out-pointer contract; on a null out-pointer the allocation is released.
     unsafe { out(p, a as *mut c_void) }.inspect_err(|_| {
-        s.pinned.lock().remove(&(a as u64));
+        let _ = s.unpin(a as u64);
         // SAFETY: allocated just above with this layout and never handed out.
         unsafe { std::alloc::dealloc(a, layout) };
     })
@@ -761,15 +753,9 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) ->
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
     api("cuMemFreeHost", || {
         let s = sim()?;
-        let layout = {
-            let mut table = s.pinned.lock();
-            let e = table.get(&(p as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            if e.in_use.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                // A queued copy still reads or writes it: freeing now would race with the copy.
-                return Err(CUDA_ERROR_INVALID_VALUE);
-            }
-            table.remove(&(p as u64)).expect("present above").layout
-        };
+        // Unknown, or a queued copy still reads or writes it (freeing now would race with the
+        // copy): refused.
+        let layout = s.unpin(p as u64).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: allocated by host_alloc with this layout; removed from the table (no new copy
         // can treat it as pinned) with no queued copy using it.
         unsafe { std::alloc::dealloc(p as *mut u8, layout) };

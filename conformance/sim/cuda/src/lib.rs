@@ -88,13 +88,10 @@ pub mod nccl;
 pub mod nccl_conv;
 
 use conv::*;
-use parking_lot::Mutex;
-use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-use unihal_sim::{Device, Kernels, Limits, Mode, StreamId};
+use unihal_sim::gpu::{GpuFace, Settings};
+use unihal_sim::{Device, StreamId};
 
 /// `cuDriverGetVersion`: CUDA 13.0.
 pub const DRIVER_VERSION: i32 = 13000;
@@ -103,95 +100,27 @@ pub const MAX_DEVICES: usize = 8;
 /// Primary context handles are `PRIMARY_CTX + ordinal`.
 const PRIMARY_CTX: usize = 0x5100;
 
-/// The simulated devices and what is shared between the faces.
-struct Sim {
-    devices: Vec<Arc<Device>>,
-    /// The legacy default stream (the null stream) of each device.
-    default_streams: Vec<StreamId>,
-    watchdog: Duration,
-    /// Pinned host allocations: address -> (length, layout, queued copies using it).
-    pinned: Mutex<BTreeMap<u64, Pinned>>,
-    /// `(device, peer)` pairs with peer access enabled (`cuCtxEnablePeerAccess`).
-    peer_access: Mutex<std::collections::BTreeSet<(usize, usize)>>,
-}
+/// The simulated devices: the core's GPU face state (device table, current device, default
+/// streams, pinned host table, peer access), with the CUDA driver's handles and result codes.
+pub(crate) struct Sim(GpuFace);
 
-/// A pinned host allocation.
-struct Pinned {
-    len: u64,
-    layout: std::alloc::Layout,
-    /// Queued copies that read or write it (a free while any is queued is refused).
-    in_use: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-/// Marks a pinned allocation in use by one queued copy, until dropped (with the copy's work,
-/// run or not).
-struct PinnedUse(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for PinnedUse {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+impl std::ops::Deref for Sim {
+    type Target = GpuFace;
+    fn deref(&self) -> &GpuFace {
+        &self.0
     }
 }
 
 static SIM: OnceLock<Result<Sim, i32>> = OnceLock::new();
 
-thread_local! {
-    /// The calling thread's current context (0: none).
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
-}
-
-fn env_number(name: &str, default: u64) -> Result<u64, i32> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| CUDA_ERROR_INVALID_VALUE),
-        Err(_) => Ok(default),
-    }
-}
-
 fn start() -> Result<Sim, i32> {
-    let mode = match std::env::var("UNIHAL_SIM_MODE").as_deref().map(str::trim) {
-        Ok("eager") => Mode::Eager,
-        Ok("concurrent") => Mode::Concurrent,
-        Ok("deferred") | Err(_) => Mode::Deferred,
-        Ok(_) => return Err(CUDA_ERROR_INVALID_VALUE),
-    };
-    let memory = env_number("UNIHAL_SIM_MEMORY", 8 << 30)?;
-    let count = env_number("UNIHAL_SIM_DEVICES", 2)? as usize;
-    if !(1..=MAX_DEVICES).contains(&count) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let watchdog = Duration::from_millis(env_number("UNIHAL_SIM_WATCHDOG_MS", 60_000)?);
-    // The portable library and the conformance test kernels, by entry name.
-    let tables = [
-        unihal_kernels::cpu::host_symbols(),
-        std::sync::Arc::new(unihal_kernels::testing::host_symbols()),
-    ];
-    let mut devices = Vec::with_capacity(count);
-    let mut default_streams = Vec::with_capacity(count);
-    for ordinal in 0..count {
-        let mut kernels = Kernels::new();
-        for table in &tables {
-            for name in table.names() {
-                if let Some(k) = table.get(name) {
-                    kernels.insert(name.to_string(), k.func);
-                }
-            }
-        }
-        let dev = Device::with_kernels(memory, mode, kernels, Limits::default())
-            .with_ordinal(ordinal as u32)
-            .with_watchdog(watchdog);
-        default_streams.push(dev.create_legacy_stream().map_err(|e| code(&e))?);
-        devices.push(Arc::new(dev));
-    }
-    Ok(Sim {
-        devices,
-        default_streams,
-        watchdog,
-        pinned: Mutex::new(BTreeMap::new()),
-        peer_access: Mutex::new(Default::default()),
-    })
+    let settings = Settings::from_env(MAX_DEVICES).map_err(|e| {
+        eprintln!("unihal-sim: {e}");
+        CUDA_ERROR_INVALID_VALUE
+    })?;
+    GpuFace::start(&settings, unihal_sim::gpu::host_kernels())
+        .map(Sim)
+        .map_err(|e| code(&e))
 }
 
 /// The simulator, once `cuInit` succeeded.
@@ -206,18 +135,14 @@ fn sim() -> Result<&'static Sim, i32> {
 impl Sim {
     /// The device with this ordinal.
     fn device(&self, ordinal: i32) -> Result<&Arc<Device>, i32> {
-        usize::try_from(ordinal)
-            .ok()
-            .and_then(|o| self.devices.get(o))
+        self.0
+            .device(ordinal as i64)
             .ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
     /// The ordinal of the calling thread's current context.
     fn current(&self) -> Result<usize, i32> {
-        let ctx = CURRENT.get();
-        ctx.checked_sub(PRIMARY_CTX)
-            .filter(|&o| o < self.devices.len())
-            .ok_or(CUDA_ERROR_INVALID_CONTEXT)
+        self.0.current().ok_or(CUDA_ERROR_INVALID_CONTEXT)
     }
 
     /// The current context's device.
@@ -227,9 +152,7 @@ impl Sim {
 
     /// The device a handle (stream, event, module, function) belongs to.
     fn owner(&self, handle: u64) -> Result<&Arc<Device>, i32> {
-        self.devices
-            .get(Device::ordinal_of(handle) as usize)
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)
+        self.0.owner(handle).ok_or(CUDA_ERROR_INVALID_HANDLE)
     }
 
     /// A stream handle's device and stream; the null stream is the current context's default.
@@ -245,33 +168,17 @@ impl Sim {
     /// The device whose memory holds `addr` (else the current context's device, which then
     /// reports the address as unknown).
     fn memory_owner(&self, addr: u64) -> Result<&Arc<Device>, i32> {
-        match self.devices.iter().find(|d| d.owns(addr)) {
+        match self.0.memory_owner(addr) {
             Some(d) => Ok(d),
             None => self.current_device(),
         }
     }
-
-    /// A use of the pinned allocation holding `[addr, addr + len)`, if it is pinned.
-    fn pinned_use(&self, addr: u64, len: u64) -> Option<PinnedUse> {
-        let table = self.pinned.lock();
-        let (_, p) = table
-            .range(..=addr)
-            .next_back()
-            .filter(|(&start, p)| addr.saturating_add(len) <= start + p.len)?;
-        p.in_use.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Some(PinnedUse(p.in_use.clone()))
-    }
-}
-
-thread_local! {
-    /// True while this thread runs a host function (`cuLaunchHostFunc`).
-    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Refuses (and records as a violation) a call of `name` made from inside a host function: CUDA
 /// forbids driver calls there (`CUDA_ERROR_NOT_PERMITTED`; here the device lock is also held).
 fn outside_host_fn(name: &str) -> Result<(), i32> {
-    if IN_HOST_FN.get() {
+    if unihal_sim::gpu::in_host_fn() {
         fault::violation(format!("{name} called from inside a host function"));
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
