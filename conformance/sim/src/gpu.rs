@@ -22,6 +22,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The largest `UNIHAL_SIM_DEVICES`.
+pub const MAX_DEVICES: usize = 8;
+
+/// The process's GPU face (one per simulated library: its runtime face and its collective face
+/// share it), started from the environment on first use with unihal's host kernels.
+///
+/// # Errors
+/// The settings' or the start's error (kept: every later call gets it too).
+pub fn global() -> SimResult<&'static GpuFace> {
+    static FACE: std::sync::OnceLock<SimResult<GpuFace>> = std::sync::OnceLock::new();
+    FACE.get_or_init(|| {
+        let settings = Settings::from_env(MAX_DEVICES)?;
+        GpuFace::start(&settings, host_kernels())
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
 /// The `UNIHAL_SIM_*` settings of a GPU face.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
@@ -186,6 +204,18 @@ impl GpuFace {
     /// The device a handle (stream, event, module, function) belongs to.
     pub fn owner(&self, handle: u64) -> Option<&Arc<Device>> {
         self.devices.get(Device::ordinal_of(handle) as usize)
+    }
+
+    /// A stream handle's device and stream: the null handle is the current device's legacy
+    /// default stream; others carry their device's ordinal. None without a current device or
+    /// for a handle of no device.
+    pub fn stream(&self, handle: u64) -> Option<(&Arc<Device>, StreamId)> {
+        if handle == 0 {
+            let o = self.current()?;
+            Some((&self.devices[o], self.default_streams[o]))
+        } else {
+            Some((self.owner(handle)?, StreamId(handle)))
+        }
     }
 
     /// The device whose memory holds `addr`, if any.

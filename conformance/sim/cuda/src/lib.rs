@@ -84,43 +84,40 @@ pub fn built_library() -> std::path::PathBuf {
     })
 }
 pub mod fault;
-pub mod nccl;
-pub mod nccl_conv;
+/// The NCCL faces of this library (the shared simulated NCCL API, exported from this object).
+pub use unihal_sim_nccl::{api as nccl, conv as nccl_conv};
 
 use conv::*;
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
-use unihal_sim::gpu::{GpuFace, Settings};
+use unihal_sim::gpu::GpuFace;
 use unihal_sim::{Device, StreamId};
 
 /// `cuDriverGetVersion`: CUDA 13.0.
 pub const DRIVER_VERSION: i32 = 13000;
-/// The largest `UNIHAL_SIM_DEVICES`.
-pub const MAX_DEVICES: usize = 8;
+pub use unihal_sim::gpu::MAX_DEVICES;
 /// Primary context handles are `PRIMARY_CTX + ordinal`.
 const PRIMARY_CTX: usize = 0x5100;
 
 /// The simulated devices: the core's GPU face state (device table, current device, default
-/// streams, pinned host table, peer access), with the CUDA driver's handles and result codes.
-pub(crate) struct Sim(GpuFace);
+/// streams, pinned host table, peer access; shared with the NCCL face), with the CUDA driver's
+/// handles and result codes.
+pub(crate) struct Sim(&'static GpuFace);
 
 impl std::ops::Deref for Sim {
     type Target = GpuFace;
     fn deref(&self) -> &GpuFace {
-        &self.0
+        self.0
     }
 }
 
 static SIM: OnceLock<Result<Sim, i32>> = OnceLock::new();
 
 fn start() -> Result<Sim, i32> {
-    let settings = Settings::from_env(MAX_DEVICES).map_err(|e| {
+    unihal_sim::gpu::global().map(Sim).map_err(|e| {
         eprintln!("unihal-sim: {e}");
-        CUDA_ERROR_INVALID_VALUE
-    })?;
-    GpuFace::start(&settings, unihal_sim::gpu::host_kernels())
-        .map(Sim)
-        .map_err(|e| code(&e))
+        code(&e)
+    })
 }
 
 /// The simulator, once `cuInit` succeeded.
@@ -157,11 +154,10 @@ impl Sim {
 
     /// A stream handle's device and stream; the null stream is the current context's default.
     fn stream(&self, h: *mut c_void) -> Result<(&Arc<Device>, StreamId), i32> {
-        if h.is_null() {
-            let o = self.current()?;
-            Ok((&self.devices[o], self.default_streams[o]))
-        } else {
-            Ok((self.owner(h as u64)?, StreamId(h as u64)))
+        match self.0.stream(h as u64) {
+            Some(s) => Ok(s),
+            None if h.is_null() => Err(CUDA_ERROR_INVALID_CONTEXT),
+            None => Err(CUDA_ERROR_INVALID_HANDLE),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The NCCL entry points (`nccl*`): version, unique ids, communicator init (one rank per call,
+//! The entry points of the NCCL API (`nccl*`, also what RCCL exports): version, unique ids, communicator init (one rank per call,
 //! or all at once), the collectives, point-to-point calls, groups, asynchronous errors, abort and
 //! destroy, and `ncclCommSplit` (blocking, outside groups). Ranks are threads of this process (or one thread driving several devices through a
 //! group), each on its own simulated device; collectives are queued on the simulated driver's
@@ -8,12 +8,11 @@
 //! `ncclCommDestroy` and `ncclCommFinalize` wait for the communicator's queued operations, as
 //! NCCL's do (bounded here by the watchdog); `ncclCommAbort` ends them without waiting.
 //!
-//! Errors come back as `ncclResult_t` codes ([`crate::nccl_conv`]) with a message for
+//! Errors come back as `ncclResult_t` codes ([`crate::conv`]) with a message for
 //! `ncclGetLastError`. Not simulated: a split inside a group, non-blocking communicators
 //! (`ncclCommInitRankConfig`), user-defined reductions and FP8 types.
 
-use crate::nccl_conv::*;
-use crate::{sim, Sim, SIM};
+use crate::conv::*;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -21,6 +20,8 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Registry};
+use unihal_sim::fault;
+use unihal_sim::gpu::GpuFace as Sim;
 use unihal_sim::{EventId, SimError, StreamId};
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
@@ -139,14 +140,16 @@ thread_local! {
     static GROUP: RefCell<Group> = RefCell::new(Group::default());
 }
 
-/// Runs entry point `name`: an injected failure ([`crate::fault`]) returns its code instead; a
-/// call from a host function is refused; panics never cross the C boundary; failures record
+/// Runs entry point `name`: an injected failure ([`unihal_sim::fault`]) returns its code
+/// instead; a call from a host function is refused (and recorded as a violation: the runtime
+/// forbids it, here the device is locked); panics never cross the C boundary; failures record
 /// their message.
 fn nccl(name: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
-    if crate::outside_host_fn(name).is_err() {
+    if unihal_sim::gpu::in_host_fn() {
+        fault::violation(format!("{name} called from inside a host function"));
         return NCCL_INVALID_USAGE;
     }
-    if let Some(code) = crate::fault::injected(name) {
+    if let Some(code) = fault::injected(name) {
         return code;
     }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -161,10 +164,10 @@ fn nccl(name: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
     }
 }
 
-/// The simulator (NCCL initialises the CUDA driver itself).
+/// The process's GPU face (the library initialises the runtime itself, as NCCL does).
 fn started() -> Result<&'static Sim, Fail> {
-    SIM.get_or_init(crate::start);
-    sim().map_err(|e| Fail(NCCL_UNHANDLED_CUDA_ERROR, format!("CUDA error {e}")))
+    unihal_sim::gpu::global()
+        .map_err(|e| Fail(NCCL_UNHANDLED_CUDA_ERROR, format!("runtime error: {e}")))
 }
 
 /// The calling thread's device, as `cudaGetDevice` gives it (device 0 without a context).
@@ -195,7 +198,7 @@ fn comm(h: *mut c_void, call: &str) -> Result<Using, Fail> {
     let found = g.comms.lock().get(&(h as usize)).cloned();
     let Some(k) = found else {
         if g.dead.lock().contains(&(h as usize)) {
-            crate::fault::violation(format!(
+            fault::violation(format!(
                 "{call} on communicator {h:?} after ncclCommAbort/ncclCommDestroy released it"
             ));
         }
@@ -204,7 +207,7 @@ fn comm(h: *mut c_void, call: &str) -> Result<Using, Fail> {
         )));
     };
     if k.users.fetch_add(1, Ordering::SeqCst) > 0 {
-        crate::fault::violation(format!(
+        fault::violation(format!(
             "{call} on communicator {h:?} while another thread is inside a call on it (NCCL \
              communicators are not thread-safe)"
         ));
@@ -613,7 +616,7 @@ fn comm_stream(s: &Sim, k: &NcclComm, stream: *mut c_void) -> Result<StreamId, F
     }
     let dev = s
         .owner(stream as u64)
-        .map_err(|_| invalid(format!("stream {stream:?} is not a stream")))?;
+        .ok_or_else(|| invalid(format!("stream {stream:?} is not a stream")))?;
     if dev.ordinal() as usize != k.ordinal {
         return Err(invalid(format!(
             "stream {stream:?} belongs to device {}, the communicator to device {}",
@@ -650,7 +653,7 @@ fn collective(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> Result<(), Fail> {
-    let dtype = crate::nccl_conv::dtype(dtype)
+    let dtype = crate::conv::dtype(dtype)
         .ok_or_else(|| invalid(format!("datatype {dtype} is not supported")))?;
     // Null or foreign buffers fail the range check of the ranks that use them.
     let call = Collective {
@@ -814,7 +817,7 @@ fn p2p(
     c: *mut c_void,
     stream: *mut c_void,
 ) -> Result<(), Fail> {
-    let dtype = crate::nccl_conv::dtype(dtype)
+    let dtype = crate::conv::dtype(dtype)
         .ok_or_else(|| invalid(format!("datatype {dtype} is not supported")))?;
     let peer = usize::try_from(peer).map_err(|_| invalid(format!("peer {peer}")))?;
     if count > 0 && buf.is_null() {
