@@ -63,15 +63,8 @@ pub(crate) fn on_ranks(
     body: impl Fn(&Rank) -> CaseResult + Sync,
 ) -> CaseResult {
     let Some(world) = &ctx.world else {
-        let total = ctx.backend.probe()?;
-        let me = ctx.device.id().ordinal as usize;
-        let devices: Vec<Arc<dyn Device>> = (0..n)
-            .map(|i| ctx.backend.open((me + i) % total))
-            .collect::<Result<_, _>>()?;
-        let ccl = ctx
-            .backend
-            .collectives()
-            .ok_or_else(|| HalError::unsupported("collectives"))?;
+        let devices = rank_devices(ctx, n)?;
+        let ccl = engine(ctx)?;
         let ranks: Vec<Rank> = ccl
             .init_all(&devices, config)?
             .into_iter()
@@ -111,16 +104,9 @@ pub(crate) fn on_ranks_by_id(
     config: &CommConfig,
     body: impl Fn(&Rank) -> CaseResult + Sync,
 ) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let Some(world) = &ctx.world else {
-        let total = ctx.backend.probe()?;
-        let me = ctx.device.id().ordinal as usize;
-        let devices: Vec<Arc<dyn Device>> = (0..n)
-            .map(|i| ctx.backend.open((me + i) % total))
-            .collect::<Result<_, _>>()?;
+        let devices = rank_devices(ctx, n)?;
         let (tx, rx) = std::sync::mpsc::channel::<unihal_hal::UniqueId>();
         let rx = std::sync::Mutex::new(rx);
         let txs: Vec<_> = (1..n).map(|_| tx.clone()).collect();
@@ -225,15 +211,8 @@ fn init_ranks_with(
     nranks: usize,
     config: &CommConfig,
 ) -> Result<(Vec<unihal_hal::Result<()>>, Duration), Failure> {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
-    let total = ctx.backend.probe()?;
-    let me = ctx.device.id().ordinal as usize;
-    let devices: Vec<Arc<dyn Device>> = (0..ids.len())
-        .map(|i| ctx.backend.open((me + i) % total))
-        .collect::<Result<_, _>>()?;
+    let ccl = engine(ctx)?;
+    let devices = rank_devices(ctx, ids.len())?;
     let t0 = Instant::now();
     let results = std::thread::scope(|sc| {
         let hs: Vec<_> = devices
@@ -281,10 +260,7 @@ fn all_failed_in_time(
 /// A rank given another id than its peers (a fresh one, or bytes no engine made) never joins
 /// them: every rank fails with `Timeout` or a typed error within the timeout, never hangs.
 fn init_rank_wrong_id(ctx: &Ctx) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let cfg = CommConfig {
         timeout: Some(INIT_LIMIT),
     };
@@ -303,10 +279,7 @@ fn init_rank_wrong_id(ctx: &Ctx) -> CaseResult {
 /// error or `Timeout`, as NCCL's bootstrap root is gone) within the timeout, never a second
 /// communicator and never a hang.
 fn init_rank_stale_id(ctx: &Ctx) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let id = ccl.unique_id()?;
     let (first, _) = init_ranks_with(ctx, &[id.clone(), id.clone()], 2, &config())?;
     ensure!(
@@ -323,10 +296,7 @@ fn init_rank_stale_id(ctx: &Ctx) -> CaseResult {
 /// A rank that never calls `init_rank`: the others fail with `Timeout` within their timeout
 /// (naming the missing rank where the engine sees arrivals), never hang.
 fn init_rank_missing(ctx: &Ctx) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let names = ccl.capabilities().names_missing_ranks;
     let cfg = CommConfig {
         timeout: Some(INIT_LIMIT),
@@ -355,6 +325,20 @@ fn init_rank_missing(ctx: &Ctx) -> CaseResult {
         "init without rank 2 failed after {took:?}, before its timeout of {INIT_LIMIT:?}"
     );
     Ok(())
+}
+
+/// The devices of `n` ranks in one process: the context's device and the next ones (wrapping).
+fn rank_devices(ctx: &Ctx, n: usize) -> unihal_hal::Result<Vec<Arc<dyn Device>>> {
+    let total = ctx.backend.probe()?;
+    let me = ctx.device.id().ordinal as usize;
+    (0..n).map(|i| ctx.backend.open((me + i) % total)).collect()
+}
+
+/// The backend's collective engine.
+fn engine(ctx: &Ctx) -> unihal_hal::Result<&dyn unihal_hal::Collectives> {
+    ctx.backend
+        .collectives()
+        .ok_or_else(|| HalError::unsupported("collectives"))
 }
 
 /// The first failing rank's failure, named by rank.
@@ -483,12 +467,7 @@ pub(crate) fn reductions(
 
 /// Runs `op` on `n` ranks for every claimed reduction, count and placement.
 fn run_op(ctx: &Ctx, op: CollectiveOp, d: DType, n: usize) -> CaseResult {
-    let caps = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?
-        .capabilities()
-        .clone();
+    let caps = engine(ctx)?.capabilities().clone();
     let reds = reductions(&caps, op, d)?;
     on_ranks(ctx, n, &config(), |rk| {
         for &red in &reds {
@@ -847,7 +826,7 @@ fn misuse(ctx: &Ctx) -> CaseResult {
             matches!(r, Invalid::Other(_)),
             "all_to_allv in place: {r:?}"
         );
-        let engine = ctx.backend.collectives().unwrap().capabilities().clone();
+        let engine = engine(ctx)?.capabilities().clone();
         let bool_sum = c.all_reduce(&b, &b, 4, DType::Bool, ReduceOp::Sum, s);
         if engine.supports(CollectiveOp::AllReduce, DType::Bool, Some(ReduceOp::Sum)) {
             bool_sum.map_err(|e| Failure::new(format!("claimed bool sum failed: {e}")))?;
@@ -1042,10 +1021,7 @@ fn overlap_and_overflow(ctx: &Ctx) -> CaseResult {
 /// `init_all` with one device twice is rejected (two ranks on one device share its streams and
 /// memory; NCCL rejects it too).
 fn device_twice(ctx: &Ctx) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let r = ccl.init_all(&[ctx.device.clone(), ctx.device.clone()], &config());
     match r {
         Err(HalError::InvalidArgument { arg, .. }) => {
@@ -1062,10 +1038,7 @@ fn device_twice(ctx: &Ctx) -> CaseResult {
 /// Two `init_rank` calls that claim the same rank of one id: one is rejected, and neither hangs
 /// (the communicator can never complete, so the other times out).
 fn duplicate_rank(ctx: &Ctx) -> CaseResult {
-    let ccl = ctx
-        .backend
-        .collectives()
-        .ok_or_else(|| HalError::unsupported("collectives"))?;
+    let ccl = engine(ctx)?;
     let other = ctx.other_device()?;
     let id = ccl.unique_id()?;
     let cfg = CommConfig {
