@@ -178,3 +178,60 @@ fn two_uses_and_a_host_map() {
 fn planted_relaxed_use_end_is_caught() {
     loom::model(|| map_against_use(true));
 }
+
+/// A GPU-like stream that learns of completion lazily: it keeps the use of its queued copy until
+/// asked, and releases it only once its "device" says the copy ran (a flag with `Release` on the
+/// device's side, `Acquire` here, as a vendor event query gives).
+struct LazyStream {
+    kept: loom::sync::Mutex<Option<unihal_hal::HostUse>>,
+    done: AtomicBool,
+}
+
+impl unihal_hal::UseHolder for LazyStream {
+    fn release_completed(&self) {
+        if self.done.load(loom::sync::atomic::Ordering::Acquire) {
+            drop(self.kept.lock().unwrap().take());
+        }
+    }
+}
+
+/// `map` asks the buffer's holder: the device writes the bytes through the use and then signals
+/// completion; no stream call follows, yet the host's map succeeds once the copy ran and sees its
+/// write, and never while it runs (the holder releases the use only after completion).
+#[test]
+fn map_asks_a_lazy_holder_to_release_completed_work() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(4);
+    b.check(|| {
+        let buf = buffer();
+        let stream = std::sync::Arc::new(LazyStream {
+            kept: loom::sync::Mutex::new(None),
+            done: AtomicBool::new(false),
+        });
+        let holder: std::sync::Weak<dyn unihal_hal::UseHolder> =
+            std::sync::Arc::downgrade(&stream) as std::sync::Weak<dyn unihal_hal::UseHolder>;
+        let u = buf.begin_use_by("buf", 0, 4, holder).unwrap();
+        *stream.kept.lock().unwrap() = Some(u);
+        let (b2, s2) = (buf.clone(), stream.clone());
+        let device = thread::spawn(move || {
+            // The copy runs: the bytes are written through the kept use.
+            let g = s2.kept.lock().unwrap();
+            g.as_ref().unwrap().with_ptr(|p, _| {
+                // SAFETY: the use's 4 bytes; the protocol makes it their only accessor.
+                unsafe { p.write(7) }
+            });
+            drop(g);
+            s2.done.store(true, loom::sync::atomic::Ordering::Release);
+            drop(b2);
+        });
+        let seen = loop {
+            match buf.map() {
+                Ok(m) => break m[0],
+                Err(_) => thread::yield_now(),
+            }
+        };
+        device.join().unwrap();
+        assert_eq!(seen, 7, "mapped before the copy ran, or without its write");
+        assert_eq!(buf.pending_uses(), 0);
+    });
+}

@@ -14,8 +14,9 @@
 //! * **Symbols** ([`Library::get`], [`Library::optional`], [`Library::first_of`]): a missing
 //!   required symbol is `Unavailable` naming the symbol and the library's path.
 //! * **Never unloaded**: vendor libraries start threads and hand out memory that may outlive
-//!   every handle of ours; unloading one under them is undefined behaviour. A [`Library`] is
-//!   leaked on purpose, so its function pointers are valid for the whole process.
+//!   every handle of ours; unloading one under them is undefined behaviour. Dropping a
+//!   [`Library`] never closes the loader's handle (no `dlclose`), so its function pointers are
+//!   valid for the whole process, and nothing is allocated for it (no leak for LeakSanitizer).
 //!
 //! Thread safety: everything here is `Send + Sync`; opening runs the library's initialisers,
 //! which vendors document as safe to run from any thread.
@@ -118,7 +119,8 @@ pub fn missing_reason(c: &Candidates, tried: &[Attempt]) -> String {
 /// reference; `Send + Sync`.
 #[derive(Debug)]
 pub struct Library {
-    lib: &'static libloading::Library,
+    /// Never dropped: dropping would `dlclose` the library.
+    lib: std::mem::ManuallyDrop<libloading::Library>,
     path: String,
     what: String,
 }
@@ -148,7 +150,7 @@ impl Library {
             match unsafe { libloading::Library::new(&name) } {
                 Ok(lib) => {
                     return Ok(Library {
-                        lib: Box::leak(Box::new(lib)),
+                        lib: std::mem::ManuallyDrop::new(lib),
                         path: name,
                         what: c.what.clone(),
                     })
@@ -180,7 +182,8 @@ impl Library {
     /// # Errors
     /// [`HalError::Unavailable`] naming the symbol and the library.
     pub unsafe fn get<T: Copy>(&self, name: &str) -> Result<T> {
-        // SAFETY: the caller's contract; the library is never unloaded, so the value stays valid.
+        // SAFETY: the caller's contract; the library is never unloaded (ManuallyDrop), so the
+        // value stays valid for the process.
         unsafe { self.lib.get::<T>(name.as_bytes()) }
             .map(|s| *s)
             .map_err(|e| HalError::Unavailable {
