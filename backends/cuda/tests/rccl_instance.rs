@@ -1,7 +1,8 @@
 //! The RCCL instance of the shared NCCL-API engine runs, not only resolves: on the CUDA platform
-//! and the simulated driver, with the simulated library loaded as RCCL (`UNIHAL_RCCL_LIB`), an
-//! all-to-all between two ranks goes through RCCL's `ncclAllToAll` (an injected failure of that
-//! entry point, and only that one, fails it) and errors carry RCCL's name.
+//! and the simulated driver, with the simulated library loaded as RCCL (`UNIHAL_RCCL_LIB`,
+//! answering as RCCL: `UNIHAL_SIM_NCCL_FLAVOR=rccl`), an all-to-all between two ranks goes
+//! through RCCL's `ncclAllToAll` (an injected failure of that entry point, and only that one,
+//! fails it) and errors carry RCCL's name.
 
 mod support;
 
@@ -17,6 +18,7 @@ fn the_rccl_instance_runs_all_to_all_through_rccls_entry_point() {
     let lib = simulated_driver();
     std::env::set_var("UNIHAL_CUDA_LIB", &lib);
     std::env::set_var("UNIHAL_RCCL_LIB", &lib);
+    std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
     let backend = Arc::new(CudaBackend::new());
     let rccl = Engine::new(RCCL, Arc::new(CudaPlatform));
     assert!(

@@ -244,7 +244,7 @@ unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Result<(), Fail> {
 pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
     // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
     nccl("ncclGetVersion", || unsafe {
-        put(version, NCCL_VERSION_CODE, "version")
+        put(version, version_code(), "version")
     })
 }
 

@@ -1,6 +1,10 @@
 //! Conversions of the simulated NCCL: `ncclResult_t` codes and strings, `ncclDataType_t` and
 //! `ncclRedOp_t` values (from NCCL's `nccl.h`; 2.30's numbering, which has `ncclTimeout = 8`),
 //! and the codes of simulator errors.
+//!
+//! `UNIHAL_SIM_NCCL_FLAVOR=rccl` makes the library answer as RCCL (read once): `ncclGetVersion`
+//! gives RCCL 2.22.3's code and no result beyond `ncclInProgress = 7` is returned (RCCL has no
+//! `ncclTimeout`; a timeout is `ncclSystemError`, as a failed wait is there).
 
 use std::ffi::CStr;
 use unihal_hal::{DType, ReduceOp};
@@ -9,6 +13,49 @@ use unihal_sim::SimError;
 
 /// `ncclGetVersion`: the simulator follows NCCL 2.30.7's API.
 pub const NCCL_VERSION_CODE: i32 = 23007;
+/// `ncclGetVersion` when answering as RCCL (2.22.3, as ROCm 6.3 ships).
+pub const RCCL_VERSION_CODE: i32 = 22203;
+
+/// Which library the simulated NCCL API answers as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Nccl,
+    Rccl,
+}
+
+/// The flavor `UNIHAL_SIM_NCCL_FLAVOR` chooses (`nccl`, the default, or `rccl`; read once).
+pub fn flavor() -> Flavor {
+    static F: std::sync::OnceLock<Flavor> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        match std::env::var("UNIHAL_SIM_NCCL_FLAVOR")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("rccl") => Flavor::Rccl,
+            Ok("nccl") | Err(_) => Flavor::Nccl,
+            Ok(other) => {
+                eprintln!("unihal-sim: UNIHAL_SIM_NCCL_FLAVOR={other} is not nccl or rccl; nccl");
+                Flavor::Nccl
+            }
+        }
+    })
+}
+
+/// `ncclGetVersion`'s answer in the current flavor.
+pub fn version_code() -> i32 {
+    match flavor() {
+        Flavor::Nccl => NCCL_VERSION_CODE,
+        Flavor::Rccl => RCCL_VERSION_CODE,
+    }
+}
+
+/// The code of a timeout in the current flavor (RCCL has no `ncclTimeout`).
+pub fn timeout_code() -> i32 {
+    match flavor() {
+        Flavor::Nccl => NCCL_TIMEOUT,
+        Flavor::Rccl => NCCL_SYSTEM_ERROR,
+    }
+}
 
 pub const NCCL_SUCCESS: i32 = 0;
 pub const NCCL_UNHANDLED_CUDA_ERROR: i32 = 1;
@@ -33,7 +80,7 @@ pub fn error_string(code: i32) -> &'static CStr {
         NCCL_INVALID_USAGE => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
         NCCL_REMOTE_ERROR => c"remote process exited or there was a network error",
         NCCL_IN_PROGRESS => c"NCCL operation in progress",
-        NCCL_TIMEOUT => c"operation timed out",
+        NCCL_TIMEOUT if flavor() == Flavor::Nccl => c"operation timed out",
         _ => c"unknown result code",
     }
 }
@@ -45,7 +92,7 @@ pub fn code(e: &SimError) -> i32 {
             NCCL_INVALID_ARGUMENT
         }
         SimError::InvalidUsage(_) => NCCL_INVALID_USAGE,
-        SimError::Timeout(_) => NCCL_TIMEOUT,
+        SimError::Timeout(_) => timeout_code(),
         SimError::OutOfMemory { .. } => NCCL_SYSTEM_ERROR,
         // A poisoned device: the CUDA call NCCL makes fails.
         SimError::IllegalAddress { .. } | SimError::LaunchFailed(_) => NCCL_UNHANDLED_CUDA_ERROR,
@@ -58,7 +105,7 @@ pub fn async_code(e: &CommError) -> i32 {
     match e {
         CommError::Aborted => NCCL_INVALID_USAGE,
         CommError::PeerAborted(_) => NCCL_REMOTE_ERROR,
-        CommError::Failed(SimError::Timeout(_)) => NCCL_TIMEOUT,
+        CommError::Failed(SimError::Timeout(_)) => timeout_code(),
         CommError::Failed(SimError::LaunchFailed(_)) => NCCL_INVALID_USAGE,
         CommError::Failed(e) => code(e),
     }
