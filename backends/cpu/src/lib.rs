@@ -148,10 +148,26 @@ impl Backend for CpuBackend {
     }
 
     fn info(&self) -> BackendInfo {
+        // The CPU backend's kernels are compiled at build time and its in-process collectives
+        // need no library; under `mpirun` (feature `mpi`) the collectives are MPI's.
+        #[allow(unused_mut)]
+        let mut libraries = Vec::new();
+        #[cfg(feature = "mpi")]
+        if ccl::mpi::selected() {
+            libraries.push(match ccl::mpi::engine() {
+                Ok(_) => unihal_hal::LibraryInfo::found(
+                    "collectives",
+                    "MPI",
+                    "linked at build time".into(),
+                    Some(ccl::mpi::library_version()),
+                ),
+                Err(e) => unihal_hal::LibraryInfo::missing("collectives", "MPI", e.to_string()),
+            });
+        }
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            libraries: Vec::new(),
+            libraries,
             simulated: false,
             concurrent: true,
         }

@@ -86,8 +86,8 @@ impl Link {
     /// Duplicates `parent` into a new data and control communicator.
     pub(crate) fn dup(parent: ffi::Comm, timeout: Duration) -> Result<Arc<Link>> {
         let mut data = MaybeUninit::uninit();
-        // SAFETY: `parent` is a live communicator; MPI_Comm_dup writes the new handle.
         conv::check(
+            // SAFETY: `parent` is a live communicator; MPI_Comm_dup writes the new handle.
             unsafe { ffi::MPI_Comm_dup(parent.0, data.as_mut_ptr()) },
             "MPI_Comm_dup",
         )?;
@@ -458,8 +458,8 @@ impl MpiComm {
             )?;
             for (p, &(_, n, peer, _)) in reqs.iter().zip(&plan).filter(|(p, _)| p.recv) {
                 let mut got = 0;
-                // SAFETY: the status was written by the completed MPI_Test.
                 conv::check(
+                    // SAFETY: the status was written by the completed MPI_Test.
                     unsafe { ffi::MPI_Get_count(&p.status, conv::bytes(), &mut got) },
                     "MPI_Get_count",
                 )?;
@@ -793,8 +793,8 @@ impl Communicator for MpiComm {
             .arrive(TAG_SPLIT, token(no, "split"), &what)
             .inspect_err(|e| self.link.fail(e))?;
         let mut child = MaybeUninit::uninit();
-        // SAFETY: every rank has arrived at this split; the handle is written by the call.
         conv::check(
+            // SAFETY: every rank has arrived at this split; the handle is written by the call.
             unsafe { ffi::MPI_Comm_split(self.link.data.0, mpi_color, key, child.as_mut_ptr()) },
             "MPI_Comm_split",
         )?;

@@ -206,7 +206,7 @@ impl MpiCollectives {
 }
 
 /// The first line of `MPI_Get_library_version`.
-fn library_version() -> String {
+pub(crate) fn library_version() -> String {
     // SAFETY: a constant set up by the MPI library.
     let max = unsafe { ffi::RSMPI_MAX_LIBRARY_VERSION_STRING }.max(1) as usize;
     let mut buf = vec![0u8; max];
