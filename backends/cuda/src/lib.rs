@@ -136,15 +136,12 @@ impl Backend for CudaBackend {
                 ),
             });
             libraries.push(match self.nccl.lib() {
-                Ok(l) => {
-                    let v = l.version();
-                    LibraryInfo::found(
-                        "collectives",
-                        "NCCL",
-                        l.path.clone(),
-                        Some(format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)),
-                    )
-                }
+                Ok(l) => LibraryInfo::found(
+                    "collectives",
+                    "NCCL",
+                    l.path.clone(),
+                    Some(l.version_string()),
+                ),
                 Err(e) => LibraryInfo::missing("collectives", "NCCL", e.to_string()),
             });
             libraries.push(if cublas::available() {

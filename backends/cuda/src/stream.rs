@@ -765,9 +765,11 @@ fn launch_host_fn(
     })
 }
 
-/// Whether a tracking event's record has completed (an error counts as not: its batch stays
-/// kept until a synchronisation).
+/// Whether a tracking event's record has completed (an error, e.g. no current context on a
+/// failed synchronisation's path, counts as not: its batch stays kept until a synchronisation).
 fn event_done(ev: sys::CUevent) -> bool {
-    // SAFETY: a live event recorded on this stream, of the current context.
+    // SAFETY: a live event of this stream: the retention hands out only events of batches it
+    // still holds, and they are destroyed only after the stream's final release, so the handle
+    // is valid on every path; the call reads nothing else.
     unsafe { result::event::query(ev) }.is_ok()
 }

@@ -75,19 +75,11 @@ pub fn vendor(lib: &Nccl, call: &str, code: i32) -> HalError {
     // SAFETY: ncclGetErrorString returns a static string for any code; ncclGetLastError a
     // thread-local one valid until the next call on this thread.
     let text = unsafe {
-        let s = (lib.get_error_string)(code);
-        let mut t = if s.is_null() {
-            String::new()
-        } else {
-            std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned()
-        };
+        let mut t = unihal_dynlib::c_str((lib.get_error_string)(code));
         if let Some(last) = lib.get_last_error {
-            let l = last(std::ptr::null_mut());
-            if !l.is_null() {
-                let l = std::ffi::CStr::from_ptr(l).to_string_lossy();
-                if !l.is_empty() {
-                    t = format!("{t}: {l}");
-                }
+            let l = unihal_dynlib::c_str(last(std::ptr::null_mut()));
+            if !l.is_empty() {
+                t = format!("{t}: {l}");
             }
         }
         t

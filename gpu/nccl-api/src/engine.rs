@@ -169,16 +169,8 @@ impl Engine {
             }
             ops.insert(op, dtypes.clone());
         }
-        let v = lib.version();
         CclCaps {
-            engine: format!(
-                "{} {}.{}.{} ({})",
-                lib.label,
-                v / 10000,
-                v / 100 % 100,
-                v % 100,
-                lib.path
-            ),
+            engine: format!("{} {} ({})", lib.label, lib.version_string(), lib.path),
             ops,
             reductions: dtypes
                 .iter()

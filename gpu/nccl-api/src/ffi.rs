@@ -127,6 +127,12 @@ impl Nccl {
         }
     }
 
+    /// The version as `major.minor.patch` (from [`Nccl::version`]).
+    pub fn version_string(&self) -> String {
+        let v = self.version();
+        format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+    }
+
     /// `ncclGetVersion` (e.g. 23007 for 2.30.7).
     pub fn version(&self) -> i32 {
         let mut v = 0;
