@@ -47,7 +47,7 @@ impl Drop for Context {
         // which must not call the driver: then the release is deferred to the next backend call
         // made outside a callback.
         let dev = self.dev;
-        crate::deferred::release(move || {
+        unihal_gpu::deferred::release(move || {
             // SAFETY: retained in `retain`, released once (this context is being dropped).
             if let Err(e) = unsafe { result::primary_ctx::release(dev) } {
                 tracing::warn!(target: "unihal::cuda", "{}", vendor("cuDevicePrimaryCtxRelease", e));

@@ -8,11 +8,12 @@
 //! `unihal_gpu::gemm`, which hipBLAS and rocBLAS take too.
 
 use crate::loader::guard;
-use crate::stream::{cuda_addr, CudaStream};
+use crate::runtime::{Cuda, CudaStream};
 use cudarc::cublas::sys as blas;
 use std::sync::OnceLock;
 use unihal_gpu::gemm::{gemm_of, Op};
-use unihal_hal::{DType, DeviceId, HalError, OpCall, Result, TensorView};
+use unihal_gpu::stream::device_addr;
+use unihal_hal::{DType, HalError, OpCall, Result, TensorView};
 
 /// True when cuBLAS can be opened (checked once, without panicking).
 pub fn available() -> bool {
@@ -27,7 +28,7 @@ pub fn available() -> bool {
 /// its device's pool once the work queued on it has run, so handles are never destroyed
 /// (`cublasDestroy` synchronises the whole device, which a stream's release must not do) and
 /// no handle's workspace is shared by two streams' work at once.
-pub(crate) struct Handle(pub(crate) usize);
+pub struct Handle(pub(crate) usize);
 
 impl Handle {
     /// Creates a handle in the current context.
@@ -75,7 +76,8 @@ fn op(o: Op) -> blas::cublasOperation_t {
 
 /// Validates a matmul call and runs it through cuBLAS on `stream`; `None` when cuBLAS is absent or the
 /// layout is not one it expresses (the caller then runs the portable GEMM).
-pub(crate) fn matmul(stream: &CudaStream, device: DeviceId, call: &OpCall) -> Option<Result<()>> {
+pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
+    let device = stream.gpu_device().core().id;
     if !available() {
         return None;
     }
@@ -108,7 +110,7 @@ pub(crate) fn matmul(stream: &CudaStream, device: DeviceId, call: &OpCall) -> Op
         return Some(Ok(()));
     }
     let esz = dtype.size() as u64;
-    let addr = |t: &TensorView, arg| cuda_addr(&t.buffer, arg, device, t.offset, esz);
+    let addr = |t: &TensorView, arg| device_addr::<Cuda>(&t.buffer, arg, device, t.offset, esz);
     let (pa, pb, pc) = match (addr(a, "a"), addr(b, "b"), addr(c, "c")) {
         (Ok(x), Ok(y), Ok(z)) => (x, y, z),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(Err(e)),
@@ -133,7 +135,7 @@ pub(crate) fn matmul(stream: &CudaStream, device: DeviceId, call: &OpCall) -> Op
         // during the call, and beta = 0 makes cuBLAS not read C (as the HAL requires).
         let st = unsafe {
             blas::cublasGemmStridedBatchedEx(
-                h as blas::cublasHandle_t,
+                h.0 as blas::cublasHandle_t,
                 op(g.op_a),
                 op(g.op_b),
                 g.m,

@@ -422,30 +422,4 @@ pub(crate) mod result {
             unsafe { cuModuleUnload(m) }.result()
         }
     }
-
-    /// # Safety
-    /// Two ranges of live device memory of the stream's context, and a live stream.
-    pub(crate) unsafe fn memcpy_dtod_async(
-        dst: CUdeviceptr,
-        src: CUdeviceptr,
-        n: usize,
-        s: CUstream,
-    ) -> R<()> {
-        // SAFETY: the caller's contract.
-        unsafe { cuMemcpyDtoDAsync_v2(dst, src, n, s) }.result()
-    }
-
-    /// # Safety
-    /// Two ranges of live device memory of these contexts, and a live stream.
-    pub(crate) unsafe fn memcpy_peer_async(
-        dst_ctx: CUcontext,
-        dst: CUdeviceptr,
-        src_ctx: CUcontext,
-        src: CUdeviceptr,
-        n: usize,
-        s: CUstream,
-    ) -> R<()> {
-        // SAFETY: the caller's contract.
-        unsafe { cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, s) }.result()
-    }
 }

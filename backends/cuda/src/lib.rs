@@ -11,21 +11,24 @@
 //!   first (`is_culib_present`) and runs every driver call under a guard that turns a panic into
 //!   [`unihal_hal::HalError::Unavailable`]. No driver, or no device, is `Unavailable` with the
 //!   names tried and the driver's code; never a panic, never "0 devices".
+//! * **The shared GPU layer**: devices, memory, streams, events and modules are `unihal_gpu`'s
+//!   (the same code as the HIP backend's) over [`runtime::Cuda`], this backend's implementation
+//!   of its `Runtime` trait: each driver call once, failures named with the driver's call name.
 //! * **Devices** ([`device`]) use each GPU's primary context ([`context`]), bound to the calling
 //!   thread before every driver call, so any host thread may use any device. Capabilities come from
 //!   the driver's attributes (compute capability, SM count, warp size, limits, memory). A kernel
 //!   fault poisons a CUDA context: `fault_poisons_device` says so, and such errors are sticky on
 //!   every stream.
-//! * **Memory** ([`memory`]): `cuMemAlloc` device memory and `cuMemHostAlloc` pinned host memory.
-//! * **Streams** ([`stream`]) are non-blocking `CUstream`s. What queued work uses (buffers, host
+//! * **Memory**: `cuMemAlloc` device memory and `cuMemHostAlloc` pinned host memory.
+//! * **Streams** are non-blocking `CUstream`s. What queued work uses (buffers, host
 //!   buffers, functions, events) is kept until an event recorded after the work completes (or a
 //!   synchronisation that began after it was queued), so dropping a buffer that queued work still
 //!   uses is safe; when that cannot be tracked (a failed driver call), it is kept longer or
 //!   leaked, never released early. Host callbacks must not call the driver: backend calls made
 //!   there fail with `InvalidArgument`, releases they trigger are deferred, and a panic in one
 //!   fails its stream.
-//! * **Events** ([`event`]) with timing unless disabled; cross-device waits are the driver's.
-//! * **Modules** ([`module`]): PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
+//! * **Events** with timing unless disabled; cross-device waits are the driver's.
+//! * **Modules**: PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
 //!   so launches are size-checked) and cubin.
 //!
 //! * **Library ops** ([`library`]): `run_op` plans with `unihal_kernels::plan` (the same planner as
@@ -47,17 +50,13 @@ pub mod ccl;
 pub mod context;
 pub mod conv;
 pub mod cublas;
-mod deferred;
 pub mod device;
 mod drv;
-pub mod event;
 pub mod library;
 pub mod loader;
-pub mod memory;
-pub mod module;
-pub mod stream;
+pub mod runtime;
 
-pub use device::CudaDevice;
+pub use runtime::{Cuda, CudaDevice, CudaStream};
 
 use parking_lot::Mutex;
 use std::any::Any;
@@ -77,7 +76,10 @@ impl Default for CudaBackend {
     fn default() -> CudaBackend {
         CudaBackend {
             devices: Mutex::new(Vec::new()),
-            nccl: unihal_nccl_api::Engine::new(unihal_nccl_api::NCCL, Arc::new(ccl::CudaPlatform)),
+            nccl: unihal_nccl_api::Engine::new(
+                unihal_nccl_api::NCCL,
+                Arc::new(ccl::CudaPlatform::default()),
+            ),
         }
     }
 }
@@ -189,7 +191,7 @@ impl Backend for CudaBackend {
         if let Some(d) = &devices[ordinal] {
             return Ok(d.clone());
         }
-        let d = CudaDevice::open(DeviceId {
+        let d = device::open(DeviceId {
             backend: NAME,
             ordinal: ordinal as u32,
         })?;

@@ -7,38 +7,15 @@
 //! the source hash, the architecture, the NVRTC version, its options and the driver version;
 //! clear it with [`clear_cache`] or by deleting the directory.
 
-use crate::device::CudaDevice;
-use crate::module::CudaModule;
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use crate::runtime::{prepare_ptx, Cuda, CudaDevice};
 use std::sync::{Arc, OnceLock};
 use unihal_gpu::kernel_cache::{CacheKey, KernelCache};
-use unihal_hal::{Function, Module, ModuleSource, Result};
+use unihal_gpu::library::Library;
+use unihal_gpu::module::GpuModule;
+use unihal_gpu::runtime::PreparedModule;
+use unihal_hal::{ModuleFormat, Result};
 use unihal_kernels::rtc::nvrtc::Nvrtc;
 use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
-
-/// The library loaded on one device.
-pub struct Library {
-    module: Arc<CudaModule>,
-    /// Which image loaded: "cubin" or "PTX" (and why PTX).
-    pub loaded: String,
-    functions: Mutex<HashMap<String, Arc<dyn Function>>>,
-}
-
-impl Library {
-    /// The entry `name`, resolved once.
-    ///
-    /// # Errors
-    /// As [`Module::function`].
-    pub fn function(&self, name: &str) -> Result<Arc<dyn Function>> {
-        if let Some(f) = self.functions.lock().get(name) {
-            return Ok(f.clone());
-        }
-        let f = self.module.function(name)?;
-        self.functions.lock().insert(name.to_string(), f.clone());
-        Ok(f)
-    }
-}
 
 /// Deletes the disk cache (and forgets the compiled images of this process).
 ///
@@ -104,27 +81,31 @@ fn compiled(arch: &str) -> Result<(String, Vec<u8>)> {
 /// # Errors
 /// [`unihal_hal::HalError::Unavailable`] without NVRTC; NVRTC's log; the driver's error for the
 /// PTX.
-pub(crate) fn load(dev: &Arc<CudaDevice>, arch: &str) -> Result<Library> {
-    let (ptx, cubin) = compiled(arch)?;
+pub(crate) fn load(dev: &Arc<CudaDevice>) -> Result<Library> {
+    let arch = unihal_hal::Device::capabilities(dev.as_ref())
+        .optional
+        .arch
+        .clone()
+        .unwrap_or_default();
+    let (ptx, cubin) = compiled(&arch)?;
     // The cubin carries no parameter sizes: they come from the PTX of the same build.
-    let cubin_err =
-        match CudaModule::load_with(dev.clone(), &ModuleSource::Cubin(cubin), Some(&ptx)) {
-            Ok(module) => {
-                return Ok(Library {
-                    module,
-                    loaded: "cubin".into(),
-                    functions: Mutex::new(HashMap::new()),
-                });
-            }
-            Err(e) => e,
-        };
-    let module = CudaModule::load(dev.clone(), &ModuleSource::Ptx(ptx)).inspect_err(|e| {
-        tracing::error!(target: "unihal::cuda", "the kernel library loads neither as cubin ({cubin_err}) nor as PTX ({e})");
-    })?;
+    let from_ptx = prepare_ptx(&ptx)?;
+    let cubin = PreparedModule {
+        image: cubin,
+        params: from_ptx.params.clone(),
+    };
+    let cubin_err = match GpuModule::<Cuda>::load_prepared(dev.clone(), ModuleFormat::Cubin, cubin)
+    {
+        Ok(module) => return Ok(Library::new(module, "cubin")),
+        Err(e) => e,
+    };
+    let module = GpuModule::<Cuda>::load_prepared(dev.clone(), ModuleFormat::Ptx, from_ptx)
+        .inspect_err(|e| {
+            tracing::error!(target: "unihal::cuda", "the kernel library loads neither as cubin ({cubin_err}) nor as PTX ({e})");
+        })?;
     tracing::info!(target: "unihal::cuda", "kernel library loaded from PTX (cubin refused: {cubin_err})");
-    Ok(Library {
+    Ok(Library::new(
         module,
-        loaded: format!("PTX (cubin refused: {cubin_err})"),
-        functions: Mutex::new(HashMap::new()),
-    })
+        format!("PTX (cubin refused: {cubin_err})"),
+    ))
 }

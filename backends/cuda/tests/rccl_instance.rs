@@ -20,7 +20,7 @@ fn the_rccl_instance_runs_all_to_all_through_rccls_entry_point() {
     std::env::set_var("UNIHAL_RCCL_LIB", &lib);
     std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
     let backend = Arc::new(CudaBackend::new());
-    let rccl = Engine::new(RCCL, Arc::new(CudaPlatform));
+    let rccl = Engine::new(RCCL, Arc::new(CudaPlatform::default()));
     assert!(
         rccl.capabilities().engine.starts_with("RCCL "),
         "{}",

@@ -18,9 +18,37 @@
 //!   what it covered, no error path releases what work still uses, host callbacks end the uses
 //!   queued before them, a dropped stream never waits).
 //!
+//! ## The shared GPU backend
+//!
+//! Above the raw calls, a GPU backend is the same code whatever the vendor: a backend implements
+//! [`runtime::Runtime`] (its symbol table's calls, each mapping the vendor's failure to a
+//! [`unihal_hal::HalError::Vendor`] that names the call, plus hooks for what differs: module
+//! formats, the kernel library's compiler, BLAS) and opens its devices as
+//! [`device::GpuDevice`]s. Everything the HAL's rules need is written once here:
+//!
+//! * [`device`]: memory (pinned host memory zeroed before safe code sees it), peer access
+//!   enabled on first use, the kernel library loaded once per device, a pool of BLAS handles;
+//! * [`stream`]: the HAL's argument checks, what queued work keeps (on [`retention`]), sticky
+//!   errors after a device fault or a panicking host callback, host callbacks that release the
+//!   host-buffer uses queued before them, library ops planned by `unihal_kernels::plan`, and a
+//!   drop that never waits;
+//! * [`event`], [`module`], [`memory`]: the HAL objects over the runtime's handles;
+//! * [`deferred`]: releases triggered inside a host callback (where runtimes forbid their own
+//!   calls) run at the next call outside one;
+//! * [`platform`]: the `unihal-nccl-api` platform, so NCCL and RCCL run on any such backend.
+//!
 //! The collective engine over the NCCL API lives in `unihal-nccl-api`, library loading in
 //! `unihal-dynlib`.
 
+pub mod deferred;
+pub mod device;
+pub mod event;
 pub mod gemm;
 pub mod kernel_cache;
+pub mod library;
+pub mod memory;
+pub mod module;
+pub mod platform;
 pub mod retention;
+pub mod runtime;
+pub mod stream;

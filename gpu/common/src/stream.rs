@@ -1,83 +1,72 @@
-//! CUDA streams: the HAL's `Stream` over a `CUstream`, holding what queued work uses until the
-//! driver says it ran.
+//! Streams of a GPU runtime: the HAL's `Stream` over a vendor stream, holding what queued work
+//! uses until the runtime says it ran.
 //!
 //! Every enqueue that uses HAL objects (buffers, host buffers, functions, events) keeps them until
-//! a timing-free event recorded after the work completes, through the shared retention of GPU
-//! streams (`unihal_gpu::retention`: batched seals, released when their event completed, at each
-//! enqueue, query and synchronize, and when a host buffer's holder is asked). So dropping a
-//! buffer that queued work still reads is safe: its memory is freed after the work.
+//! a timing-free event recorded after the work completes, through [`crate::retention`] (batched
+//! seals, released when their event completed, at each enqueue, query and synchronize, and when a
+//! host buffer's holder is asked). So dropping a buffer that queued work still reads is safe: its
+//! memory is freed after the work.
 
-use crate::conv::{not_ready, vendor};
-use crate::device::CudaDevice;
-use crate::drv::{self, result, DriverError};
-use crate::event::CudaEvent;
-use crate::memory::CudaAllocation;
-use crate::module::CudaFunction;
-use cudarc::driver::sys;
+use crate::device::GpuDevice;
+use crate::event::GpuEvent;
+use crate::memory::GpuAllocation;
+use crate::module::GpuFunction;
+use crate::retention::Retention;
+use crate::runtime::{Raw, Runtime};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use unihal_gpu::retention::Retention;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, UseHolder,
+    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, UseHolder,
 };
 
-pub(crate) use unihal_hal::Keep;
-
 struct Inner {
-    /// What queued work keeps, behind CUDA events (the shared retention of GPU streams).
-    kept: Retention<sys::CUevent>,
-    /// The first error that poisons the context.
+    /// What queued work keeps, behind runtime events.
+    kept: Retention<Raw>,
+    /// The first error that poisons the device.
     sticky: Option<HalError>,
 }
 
-/// A stream of a CUDA device. Thread-safe: enqueues are serialised by a lock.
-pub struct CudaStream {
+/// A stream of a GPU device. Thread-safe: enqueues are serialised by a lock. Dropping it never
+/// waits: what its work uses is released by a host function queued behind that work.
+pub struct GpuStream<R: Runtime> {
     /// This stream, as the holder of the host-buffer uses its work keeps.
-    me: std::sync::Weak<CudaStream>,
-    dev: Arc<CudaDevice>,
+    me: std::sync::Weak<GpuStream<R>>,
+    dev: Arc<GpuDevice<R>>,
     dyn_dev: Arc<dyn Device>,
-    raw: sys::CUstream,
+    raw: Raw,
     inner: Mutex<Inner>,
     /// The error of a host callback that panicked: set by the callback (which must not wait for
-    /// `inner`, held by enqueues that may wait in the driver), moved into the sticky error by
+    /// `inner`, held by enqueues that may wait in the runtime), moved into the sticky error by
     /// the next call.
     callback_error: Arc<Mutex<Option<HalError>>>,
-    /// This stream's cuBLAS handle, created on its first matmul.
-    blas: Mutex<Option<crate::cublas::Handle>>,
+    /// This stream's BLAS handle, taken from the device's pool on its first matmul.
+    blas: Mutex<Option<R::Blas>>,
 }
 
-// SAFETY: CUstream handles may be used from any thread; the kept objects are Send + Sync.
-unsafe impl Send for CudaStream {}
-// SAFETY: as above; mutable state is behind the mutex.
-unsafe impl Sync for CudaStream {}
-
-/// CUDA errors after which the context is unusable (a kernel fault, a killed kernel).
-fn poisons(e: &HalError) -> bool {
-    matches!(e, HalError::Vendor { code, .. } if matches!(*code, 700 | 702 | 714..=719))
-}
-
-/// Device address of `[offset, offset+len)` of a CUDA buffer on `device`, after every check.
-pub(crate) fn cuda_addr(
+/// Device address of `[offset, offset+len)` of a buffer of runtime `R` on `device`, after every
+/// check (its own allocation, on `device`, in range, not freed).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming `arg`.
+pub fn device_addr<R: Runtime>(
     buf: &Buffer,
     arg: &'static str,
     device: DeviceId,
     offset: u64,
     len: u64,
 ) -> Result<u64> {
-    buf.downcast_allocation::<CudaAllocation>(arg)?;
+    buf.downcast_allocation::<GpuAllocation<R>>(arg)?;
     buf.check_use(arg, device, offset, len)
 }
 
-impl CudaStream {
-    pub(crate) fn new(dev: Arc<CudaDevice>) -> Result<Arc<CudaStream>> {
-        let raw = dev.call("cuStreamCreate", || {
-            result::stream::create_non_blocking().map_err(|e| vendor("cuStreamCreate", e))
-        })?;
+impl<R: Runtime> GpuStream<R> {
+    pub(crate) fn new(dev: Arc<GpuDevice<R>>) -> Result<Arc<GpuStream<R>>> {
+        let raw = dev.call("stream create", || dev.rt().stream_create())?;
         let dyn_dev: Arc<dyn Device> = dev.clone();
-        Ok(Arc::new_cyclic(|me| CudaStream {
+        Ok(Arc::new_cyclic(|me| GpuStream {
             me: me.clone(),
             dev,
             dyn_dev,
@@ -91,46 +80,73 @@ impl CudaStream {
         }))
     }
 
+    /// The stream of a HAL stream of this backend.
+    ///
+    /// # Errors
+    /// [`Invalid::ForeignHandle`] (argument `stream`) for another backend's stream.
+    pub fn of(stream: &Arc<dyn Stream>) -> Result<&GpuStream<R>> {
+        stream
+            .as_any()
+            .downcast_ref::<GpuStream<R>>()
+            .ok_or_else(|| {
+                HalError::invalid(
+                    "stream",
+                    Invalid::ForeignHandle {
+                        expected: format!("{} stream", R::VENDOR),
+                        found: format!("stream of {}", stream.device_id()),
+                    },
+                )
+            })
+    }
+
+    /// The device this stream belongs to.
+    pub fn gpu_device(&self) -> &Arc<GpuDevice<R>> {
+        &self.dev
+    }
+
     fn id(&self) -> DeviceId {
-        self.dev.ctx.id
+        self.dev.core.id
     }
 
-    /// Enqueues `f` (a driver call on this stream) and keeps `keep` until it has run.
-    fn submit(
-        &self,
-        call: &str,
-        keep: Vec<Keep>,
-        f: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
-    ) -> Result<()> {
-        self.submit_with(call, keep, |s| f(s).map_err(|e| vendor(call, e)))
+    fn rt(&self) -> &'static R {
+        self.dev.rt()
     }
 
-    /// Runs `f(cuBLAS handle, what to keep)` as an enqueue on this stream (the handle is created
-    /// on first use and bound to the stream), then keeps what `f` listed until the work ran.
-    pub(crate) fn blas(&self, f: impl FnOnce(usize, &mut Vec<Keep>) -> Result<()>) -> Result<()> {
+    /// Enqueues `f(stream)` (a runtime call on this stream) and keeps `keep` until it has run.
+    fn submit(&self, what: &str, keep: Vec<Keep>, f: impl FnOnce(Raw) -> Result<()>) -> Result<()> {
+        self.submit_locked(what, keep, |_, raw| f(raw))
+    }
+
+    /// Runs `f(BLAS handle, what to keep)` as an enqueue on this stream (the handle is taken
+    /// from the device's pool, or created, on first use and bound to the stream), then keeps
+    /// what `f` listed until the work ran.
+    ///
+    /// # Errors
+    /// The stream's sticky error; the handle's creation or binding; `f`'s.
+    pub fn blas(&self, f: impl FnOnce(&R::Blas, &mut Vec<Keep>) -> Result<()>) -> Result<()> {
         let mut keep = Vec::new();
-        self.submit_with("cuBLAS", Vec::new(), |raw| {
+        self.submit("BLAS", Vec::new(), |raw| {
             let mut h = self.blas.lock();
             if h.is_none() {
                 let pooled = self.dev.blas_pool.lock().pop();
                 let handle = match pooled {
                     Some(handle) => handle,
-                    None => crate::cublas::Handle::new()?,
+                    None => self.rt().blas_create()?,
                 };
-                if let Err(e) = handle.bind(raw) {
+                if let Err(e) = self.rt().blas_bind(&handle, raw) {
                     self.dev.blas_pool.lock().push(handle);
                     return Err(e);
                 }
                 *h = Some(handle);
             }
-            f(h.as_ref().expect("created above").0, &mut keep)
+            f(h.as_ref().expect("created above"), &mut keep)
         })?;
         self.keep(keep)
     }
 
     /// Fails the stream with `e` (a communicator's timeout or abort): later enqueues,
     /// synchronisations and queries return it. The first error stays.
-    pub(crate) fn fail(&self, e: HalError) {
+    pub fn fail(&self, e: HalError) {
         self.inner.lock().sticky.get_or_insert(e);
     }
 
@@ -142,34 +158,38 @@ impl CudaStream {
         inner.sticky.clone()
     }
 
-    /// As [`CudaStream::submit`] for a call of another library on this stream (`f` maps its
-    /// own errors).
-    pub(crate) fn submit_with(
+    /// Enqueues `f(native stream)` (a call of another library on this stream: collectives,
+    /// BLAS) and keeps `keep` until it has run.
+    ///
+    /// # Errors
+    /// The stream's sticky error; `f`'s (nothing is kept then).
+    pub fn submit_with(
         &self,
-        call: &str,
+        what: &str,
         keep: Vec<Keep>,
-        f: impl FnOnce(sys::CUstream) -> Result<()>,
+        f: impl FnOnce(Raw) -> Result<()>,
     ) -> Result<()> {
-        self.submit_locked(call, keep, |_, raw| f(raw))
+        self.submit(what, keep, f)
     }
 
-    /// As [`CudaStream::submit_with`], `f` also given the stream's state (under its lock).
+    /// As [`GpuStream::submit`], `f` also given the stream's state (under its lock).
     fn submit_locked(
         &self,
-        call: &str,
+        what: &str,
         keep: Vec<Keep>,
-        f: impl FnOnce(&mut Inner, sys::CUstream) -> Result<()>,
+        f: impl FnOnce(&mut Inner, Raw) -> Result<()>,
     ) -> Result<()> {
-        crate::deferred::refuse_in_callback(call)?;
+        crate::deferred::refuse_in_callback(R::VENDOR, what)?;
         crate::deferred::flush();
         let mut inner = self.inner.lock();
         if let Some(e) = self.sticky(&mut inner) {
             return Err(e);
         }
-        self.dev.call(call, || {
+        let rt = self.rt();
+        self.dev.call(what, || {
             self.retire(&mut inner, false);
             if let Err(e) = f(&mut inner, self.raw) {
-                if poisons(&e) {
+                if rt.poisons(&e) {
                     inner.sticky = Some(e.clone());
                 }
                 return Err(e);
@@ -180,18 +200,11 @@ impl CudaStream {
             let raw = self.raw;
             let sealed = inner.kept.keep(
                 keep,
-                || {
-                    result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                        .map_err(|e| vendor("cuEventCreate", e).to_string())
-                },
-                |ev| {
-                    // SAFETY: a live event and stream of the current context.
-                    unsafe { result::event::record(ev, raw) }
-                        .map_err(|e| vendor("cuEventRecord", e).to_string())
-                },
+                || rt.event_create(false).map_err(|e| e.to_string()),
+                |ev| rt.event_record(ev, raw).map_err(|e| e.to_string()),
             );
             if let Err(e) = sealed {
-                tracing::warn!(target: "unihal::cuda", "{e}; kept until a synchronisation");
+                tracing::warn!(target: "unihal::gpu", "{e}; kept until a synchronisation");
             }
             Ok(())
         })
@@ -199,9 +212,9 @@ impl CudaStream {
 
     fn synchronize_inner(&self) -> Result<()> {
         // What the synchronisation covers: the work queued before it begins. Work other threads
-        // enqueue meanwhile (the driver call is not made under the lock, so a communicator's
+        // enqueue meanwhile (the runtime call is not made under the lock, so a communicator's
         // watchdog may fail this stream meanwhile) keeps what it uses.
-        crate::deferred::refuse_in_callback("cuStreamSynchronize")?;
+        crate::deferred::refuse_in_callback(R::VENDOR, "stream synchronize")?;
         let cover = {
             let mut inner = self.inner.lock();
             if let Some(e) = self.sticky(&mut inner) {
@@ -209,16 +222,17 @@ impl CudaStream {
             }
             inner.kept.begin_sync()
         };
-        let r = self.dev.call("cuStreamSynchronize", || {
-            // SAFETY: a live stream.
-            unsafe { result::stream::synchronize(self.raw) }
-                .map_err(|e| vendor("cuStreamSynchronize", e))
-        });
+        let rt = self.rt();
+        let r = self
+            .dev
+            .call("stream synchronize", || rt.stream_synchronize(self.raw));
         let mut inner = self.inner.lock();
         // On failure, not known to have run: kept (released by a later synchronisation).
-        inner.kept.end_sync(cover, r.is_ok(), event_done);
+        inner
+            .kept
+            .end_sync(cover, r.is_ok(), |ev| event_done(rt, ev));
         if let Err(e) = &r {
-            if poisons(e) {
+            if rt.poisons(e) {
                 inner.sticky.get_or_insert(e.clone());
             }
         }
@@ -229,12 +243,13 @@ impl CudaStream {
     }
 
     /// Releases what completed work kept (all of it when `all`: only under the lock held
-    /// across a driver call that saw the whole stream complete).
+    /// across a runtime call that saw the whole stream complete).
     fn retire(&self, inner: &mut Inner, all: bool) {
         if all {
             inner.kept.retire_all();
         } else {
-            inner.kept.retire(event_done);
+            let rt = self.rt();
+            inner.kept.retire(|ev| event_done(rt, ev));
         }
     }
 
@@ -247,56 +262,52 @@ impl CudaStream {
         (device_addr, keep): (u64, Buffer),
         len: u64,
     ) -> Result<()> {
-        let call = if to_device {
-            "cuMemcpyHtoDAsync"
-        } else {
-            "cuMemcpyDtoHAsync"
-        };
         let holder: std::sync::Weak<dyn UseHolder> = self.me.clone();
         let range = host.begin_use_by(host_arg, host_offset, len, holder)?;
         if len == 0 {
             return Ok(());
         }
-        let raw_ok = range.with_ptr(|p, n| {
-            self.submit(call, Vec::new(), |s| {
+        let rt = self.rt();
+        let what = if to_device { "copy h2d" } else { "copy d2h" };
+        range.with_ptr(|p, n| {
+            self.submit(what, Vec::new(), |s| {
                 // SAFETY: the host range was checked by begin_use and stays in use (kept below)
                 // until the copy ran; the device range was checked and `keep` holds it.
                 unsafe {
                     if to_device {
-                        drv::cuMemcpyHtoDAsync_v2(device_addr, p as *const _, n, s).result()
+                        rt.copy_h2d(device_addr, p as *const u8, n, s)
                     } else {
-                        drv::cuMemcpyDtoHAsync_v2(p as *mut _, device_addr, n, s).result()
+                        rt.copy_d2h(p, device_addr, n, s)
                     }
                 }
             })
-        });
-        raw_ok?;
+        })?;
         self.keep(vec![Box::new(range), Box::new(keep)])
     }
 
     /// Keeps objects until the work queued so far has run.
     fn keep(&self, keep: Vec<Keep>) -> Result<()> {
-        self.submit("cuEventRecord", keep, |_| Ok(()))
+        self.submit("keep", keep, |_| Ok(()))
     }
 }
 
-impl UseHolder for CudaStream {
+impl<R: Runtime> UseHolder for GpuStream<R> {
     /// Releases what completed batches kept (their events are queried), so a host buffer is
     /// mappable once its copy ran, whichever call showed that. Nothing inside a host callback
-    /// (no driver call there; the callback released the uses queued before it).
+    /// (no runtime call there; the callback released the uses queued before it).
     fn release_completed(&self) {
         if crate::deferred::in_callback() {
             return;
         }
         let mut inner = self.inner.lock();
-        let _ = self.dev.call("cuEventQuery", || {
+        let _ = self.dev.call("event query", || {
             self.retire(&mut inner, false);
             Ok(())
         });
     }
 }
 
-impl Stream for CudaStream {
+impl<R: Runtime> Stream for GpuStream<R> {
     fn device(&self) -> &Arc<dyn Device> {
         &self.dyn_dev
     }
@@ -309,13 +320,13 @@ impl Stream for CudaStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        let d = device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
         self.host_copy(true, (src, "src", src_offset), (d, dst.clone()), len)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
         let len = src.len() as u64;
-        cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
         let staging = self.dev.alloc_host(src.len())?;
         staging.map()?.copy_from_slice(src);
         self.copy_h2d(&staging, 0, dst, dst_offset, len)
@@ -329,7 +340,7 @@ impl Stream for CudaStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
+        let s = device_addr::<R>(src, "src", self.id(), src_offset, len)?;
         self.host_copy(false, (dst, "dst", dst_offset), (s, src.clone()), len)
     }
 
@@ -341,8 +352,8 @@ impl Stream for CudaStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let s = cuda_addr(src, "src", self.id(), src_offset, len)?;
-        let d = cuda_addr(dst, "dst", self.id(), dst_offset, len)?;
+        let s = device_addr::<R>(src, "src", self.id(), src_offset, len)?;
+        let d = device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
         if len > 0 && s < d + len && d < s + len {
             return Err(HalError::invalid(
                 "dst",
@@ -357,10 +368,11 @@ impl Stream for CudaStream {
             return Ok(());
         }
         let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
-        self.submit("cuMemcpyDtoDAsync", keep, |st| {
+        let rt = self.rt();
+        self.submit("copy d2d", keep, |st| {
             // SAFETY: both ranges were checked against live allocations held by `keep`, and are
             // disjoint.
-            unsafe { result::memcpy_dtod_async(d, s, len as usize, st) }
+            unsafe { rt.copy_d2d(d, s, len as usize, st) }
         })
     }
 
@@ -375,8 +387,8 @@ impl Stream for CudaStream {
         let me = self.id();
         let peers = &self.dev.capabilities().optional.peer_devices;
         check_peer_copy(me, peers, src.device(), dst.device())?;
-        let sa = src.downcast_allocation::<CudaAllocation>("src")?;
-        let da = dst.downcast_allocation::<CudaAllocation>("dst")?;
+        let sa = src.downcast_allocation::<GpuAllocation<R>>("src")?;
+        let da = dst.downcast_allocation::<GpuAllocation<R>>("dst")?;
         let s = src.check_use("src", src.device(), src_offset, len)?;
         let d = dst.check_use("dst", dst.device(), dst_offset, len)?;
         if src.device() == dst.device() {
@@ -386,28 +398,24 @@ impl Stream for CudaStream {
         if len == 0 {
             return Ok(());
         }
-        let far = if src.device() == me { &da.ctx } else { &sa.ctx };
+        let far = if src.device() == me {
+            da.core()
+        } else {
+            sa.core()
+        };
         self.dev.enable_peer(far)?;
-        let (src_ctx, dst_ctx) = (sa.ctx.raw as usize, da.ctx.raw as usize);
+        let (src_core, dst_core) = (sa.core().clone(), da.core().clone());
         let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
-        self.submit("cuMemcpyPeerAsync", keep, |st| {
+        let rt = self.rt();
+        self.submit("copy peer", keep, |st| {
             // SAFETY: both ranges were checked against live allocations of their devices, held by
-            // `keep`; the contexts are those devices' retained primary contexts.
-            unsafe {
-                result::memcpy_peer_async(
-                    dst_ctx as sys::CUcontext,
-                    d,
-                    src_ctx as sys::CUcontext,
-                    s,
-                    len as usize,
-                    st,
-                )
-            }
+            // `keep`; the contexts are those devices'.
+            unsafe { rt.copy_peer((&dst_core.ctx, d), (&src_core.ctx, s), len as usize, st) }
         })
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
-        let d = cuda_addr(dst, "dst", self.id(), offset, len)?;
+        let d = device_addr::<R>(dst, "dst", self.id(), offset, len)?;
         let w = value.width();
         if d % w != 0 || len % w != 0 {
             return Err(HalError::invalid(
@@ -422,15 +430,10 @@ impl Stream for CudaStream {
             return Ok(());
         }
         let n = (len / w) as usize;
-        self.submit("cuMemsetD*Async", vec![Box::new(dst.clone())], |s| {
+        let rt = self.rt();
+        self.submit("fill", vec![Box::new(dst.clone())], |s| {
             // SAFETY: the range was checked (and its alignment) and the buffer is kept.
-            unsafe {
-                match value {
-                    FillValue::U8(v) => drv::cuMemsetD8Async(d, v, n, s).result(),
-                    FillValue::U16(v) => drv::cuMemsetD16Async(d, v, n, s).result(),
-                    FillValue::U32(v) => drv::cuMemsetD32Async(d, v, n, s).result(),
-                }
-            }
+            unsafe { rt.fill(d, value, n, s) }
         })
     }
 
@@ -442,12 +445,12 @@ impl Stream for CudaStream {
     ) -> Result<()> {
         let f = function
             .as_any()
-            .downcast_ref::<CudaFunction>()
+            .downcast_ref::<GpuFunction<R>>()
             .ok_or_else(|| {
                 HalError::invalid(
                     "function",
                     Invalid::ForeignHandle {
-                        expected: "CUDA function".into(),
+                        expected: format!("{} function", R::VENDOR),
                         found: format!(
                             "function {:?} of {}",
                             function.name(),
@@ -486,32 +489,27 @@ impl Stream for CudaStream {
             .collect();
         keep.push(Box::new(function.clone()));
         let (g, b) = (config.grid, config.block);
-        self.submit("cuLaunchKernel", keep, |s| {
+        let rt = self.rt();
+        self.submit("launch", keep, |s| {
             // SAFETY: the caller vouches for the arguments' meaning (this fn is unsafe); their
-            // sizes match the kernel's parameters where known; the driver copies the values
+            // sizes match the kernel's parameters where known; the runtime copies the values
             // during the call; the buffers they name are kept until the kernel ran.
             unsafe {
-                drv::cuLaunchKernel(
+                rt.launch(
                     f.raw,
-                    g.x,
-                    g.y,
-                    g.z,
-                    b.x,
-                    b.y,
-                    b.z,
+                    [g.x, g.y, g.z],
+                    [b.x, b.y, b.z],
                     config.shared_mem_bytes,
                     s,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
+                    &mut params,
                 )
-                .result()
             }
         })
     }
 
     fn run_op(&self, call: &OpCall) -> Result<()> {
         for t in &call.tensors {
-            cuda_addr(&t.buffer, "tensors", self.id(), 0, 0)?;
+            device_addr::<R>(&t.buffer, "tensors", self.id(), 0, 0)?;
         }
         let caps = self.dev.capabilities();
         if let Some(d) = call.key_dtype() {
@@ -520,7 +518,7 @@ impl Stream for CudaStream {
             }
         }
         if call.op == OpId::Matmul {
-            if let Some(r) = crate::cublas::matmul(self, self.id(), call) {
+            if let Some(r) = self.rt().matmul(self, call) {
                 return r;
             }
         }
@@ -565,14 +563,16 @@ impl Stream for CudaStream {
         // When the callback runs, everything queued before it has completed: the host buffers
         // that work used are free again, so the callback may map them. Their uses are released
         // in the callback (a host-side counter); the handles themselves stay with the stream,
-        // since freeing memory would call the driver, which a host function must not do. They
+        // since freeing memory would call the runtime, which a host function must not do. They
         // are taken only once the stream is known healthy (the sticky check comes first) and
         // given back if the callback cannot be queued.
         let failed = self.callback_error.clone();
-        self.submit_locked("cuLaunchHostFunc", Vec::new(), |inner, s| {
+        let rt = self.rt();
+        self.submit_locked("host callback", Vec::new(), |inner, s| {
             let uses = Arc::new(Mutex::new(inner.kept.take_host_uses()));
             let taken = uses.clone();
             let r = launch_host_fn(
+                rt,
                 s,
                 Box::new(move || {
                     drop(std::mem::take(&mut *taken.lock()));
@@ -590,14 +590,14 @@ impl Stream for CudaStream {
                     let back = std::mem::take(&mut *uses.lock());
                     drop(f);
                     inner.kept.give_back(back);
-                    Err(vendor("cuLaunchHostFunc", e))
+                    Err(e)
                 }
             }
         })
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
-        let e = CudaEvent::of(event.as_ref(), "event")?;
+        let e = GpuEvent::<R>::of(event.as_ref(), "event")?;
         if e.device_id() != self.id() {
             return Err(HalError::invalid(
                 "event",
@@ -607,21 +607,19 @@ impl Stream for CudaStream {
                 },
             ));
         }
-        self.submit("cuEventRecord", vec![Box::new(event.clone())], |s| {
-            // SAFETY: a live event and stream of the same context.
-            unsafe { result::event::record(e.raw, s) }
+        let rt = self.rt();
+        self.submit("event record", vec![Box::new(event.clone())], |s| {
+            rt.event_record(e.raw, s)
         })?;
         e.recorded.store(true, Ordering::Release);
         Ok(())
     }
 
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
-        let e = CudaEvent::of(event.as_ref(), "event")?;
-        self.submit("cuStreamWaitEvent", vec![Box::new(event.clone())], |s| {
-            // SAFETY: a live event (of any context of this process) and a live stream.
-            unsafe {
-                result::stream::wait_event(s, e.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-            }
+        let e = GpuEvent::<R>::of(event.as_ref(), "event")?;
+        let rt = self.rt();
+        self.submit("stream wait event", vec![Box::new(event.clone())], |s| {
+            rt.stream_wait_event(s, e.raw)
         })
     }
 
@@ -634,16 +632,15 @@ impl Stream for CudaStream {
             return Err(e);
         }
         // From the device's default pool, in this stream's order. The buffer's release is a
-        // plain cuMemFree once no queued work holds it, which CUDA documents as not synchronising
-        // for pool memory.
-        self.dev.alloc_with("cuMemAllocAsync", len, || {
-            // SAFETY: a non-zero size and a live stream of the current context.
-            unsafe { result::malloc_async(self.raw, len) }
-        })
+        // plain free once no queued work holds it, which the runtimes document as not
+        // synchronising for pool memory.
+        let rt = self.rt();
+        self.dev
+            .alloc_with("alloc async", len, || rt.malloc_async(len, self.raw))
     }
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {
-        cuda_addr(buffer, "buffer", self.id(), 0, 0)?;
+        device_addr::<R>(buffer, "buffer", self.id(), 0, 0)?;
         buffer.mark_free_enqueued("buffer")?;
         // The memory returns when the last handle (queued work holds its own) is dropped.
         self.keep(vec![Box::new(buffer.clone())])
@@ -656,31 +653,25 @@ impl Stream for CudaStream {
     }
 
     fn query(&self) -> Result<bool> {
-        crate::deferred::refuse_in_callback("cuStreamQuery")?;
+        crate::deferred::refuse_in_callback(R::VENDOR, "stream query")?;
         let mut inner = self.inner.lock();
         if let Some(e) = self.sticky(&mut inner) {
             return Err(e);
         }
-        self.dev.call("cuStreamQuery", || {
-            // SAFETY: a live stream.
-            match unsafe { drv::cuStreamQuery(self.raw) }.result() {
-                Ok(()) => {
-                    self.retire(&mut inner, true);
-                    Ok(true)
-                }
-                Err(e) if not_ready(&e) => {
-                    self.retire(&mut inner, false);
-                    Ok(false)
+        let rt = self.rt();
+        self.dev
+            .call("stream query", || match rt.stream_query(self.raw) {
+                Ok(done) => {
+                    self.retire(&mut inner, done);
+                    Ok(done)
                 }
                 Err(e) => {
-                    let e = vendor("cuStreamQuery", e);
-                    if poisons(&e) {
+                    if rt.poisons(&e) {
                         inner.sticky = Some(e.clone());
                     }
                     Err(e)
                 }
-            }
-        })
+            })
     }
 
     fn async_error(&self) -> Option<HalError> {
@@ -688,7 +679,7 @@ impl Stream for CudaStream {
     }
 
     fn native_handle(&self) -> NativeHandle {
-        NativeHandle::Ptr(self.raw as *mut std::ffi::c_void)
+        NativeHandle::Ptr(self.raw.0)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -696,19 +687,19 @@ impl Stream for CudaStream {
     }
 }
 
-impl Drop for CudaStream {
+impl<R: Runtime> Drop for GpuStream<R> {
     fn drop(&mut self) {
         let parts = std::mem::take(&mut self.inner.get_mut().kept).into_parts();
         let keep = parts.keep;
-        let events: Vec<usize> = parts.events.into_iter().map(|ev| ev as usize).collect();
+        let events = parts.events;
         let blas = self.blas.get_mut().take();
-        let (dev, raw) = (self.dev.clone(), self.raw as usize);
+        let (dev, raw) = (self.dev.clone(), self.raw);
         crate::deferred::release(move || {
-            let _ = dev.clone().call("cuStreamDestroy", || {
-                let raw = raw as sys::CUstream;
+            let rt = dev.rt();
+            let _ = dev.clone().call("stream destroy", || {
                 // Never wait here for queued work: it may wait for something the caller does
                 // only later (an event, a flag). What it uses is released by a host function
-                // queued behind it; the driver releases the stream itself once its work ran.
+                // queued behind it; the runtime releases the stream itself once its work ran.
                 let release = move || {
                     drop(keep);
                     if let Some(h) = blas {
@@ -718,58 +709,57 @@ impl Drop for CudaStream {
                         for ev in events {
                             // SAFETY: events of this stream whose records have completed,
                             // destroyed once.
-                            let _ = unsafe { result::event::destroy(ev as sys::CUevent) };
+                            let _ = unsafe { rt.event_destroy(ev) };
                         }
                     });
                 };
-                if let Err((e, release)) = launch_host_fn(raw, Box::new(release)) {
+                if let Err((e, release)) = launch_host_fn(rt, raw, Box::new(release)) {
                     // Queued work may still use what the stream kept, and waiting for it here
                     // could hang: leaked on purpose (memory, handles, host-buffer uses).
                     std::mem::forget(release);
-                    tracing::warn!(target: "unihal::cuda",
-                        "stream release: {}; what its work used is leaked",
-                        vendor("cuLaunchHostFunc", e));
+                    tracing::warn!(target: "unihal::gpu",
+                        "stream release: {e}; what its work used is leaked");
                 }
-                // SAFETY: a live stream, destroyed once; CUDA lets queued work finish first.
-                unsafe { result::stream::destroy(raw) }.map_err(|e| vendor("cuStreamDestroy", e))
+                // SAFETY: a live stream, destroyed once; the runtime lets queued work finish.
+                unsafe { rt.stream_destroy(raw) }
             });
         });
     }
 }
 
-/// A host function that was not queued, given back with the driver's error.
-type NotLaunched = (DriverError, Box<dyn FnOnce() + Send>);
+/// A host function that was not queued, given back with the runtime's error.
+type NotLaunched = (HalError, Box<dyn FnOnce() + Send>);
 
-/// Queues `f` on `stream` as a host function (`cuLaunchHostFunc`): it runs once everything
-/// queued before it has completed, with the driver calls its releases would make deferred (a host
-/// function must not call the driver) and panics caught (callers that report them catch them
-/// first). When the launch fails, `f` comes back unrun.
-fn launch_host_fn(
-    stream: sys::CUstream,
+/// Queues `f` on `stream` as a host function: it runs once everything queued before it has
+/// completed, with the runtime calls its releases would make deferred (a host function must not
+/// call the runtime) and panics caught (callers that report them catch them first). When the
+/// launch fails, `f` comes back unrun.
+fn launch_host_fn<R: Runtime>(
+    rt: &R,
+    stream: Raw,
     f: Box<dyn FnOnce() + Send>,
 ) -> std::result::Result<(), NotLaunched> {
     unsafe extern "C" fn trampoline(data: *mut std::ffi::c_void) {
-        // SAFETY: `data` came from Box::into_raw below and the driver calls this once.
+        // SAFETY: `data` came from Box::into_raw below and the runtime calls this once.
         let call = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
         crate::deferred::as_callback(|| {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
         });
     }
     let data = Box::into_raw(Box::new(f));
-    // SAFETY: a live stream; `trampoline` takes ownership of `data` when called.
-    let r = unsafe { drv::cuLaunchHostFunc(stream, Some(trampoline), data as *mut _) }.result();
+    // SAFETY: a live stream; `trampoline` takes ownership of `data` when called, once.
+    let r = unsafe { rt.launch_host_fn(stream, trampoline, data as *mut _) };
     r.map_err(|e| {
-        // Not queued: the driver will never call it.
-        // SAFETY: from Box::into_raw above, not handed to the driver.
+        // Not queued: the runtime will never call it.
+        // SAFETY: from Box::into_raw above, not handed to the runtime.
         (e, *unsafe { Box::from_raw(data) })
     })
 }
 
-/// Whether a tracking event's record has completed (an error, e.g. no current context on a
+/// Whether a tracking event's record has completed (an error, e.g. no current device on a
 /// failed synchronisation's path, counts as not: its batch stays kept until a synchronisation).
-fn event_done(ev: sys::CUevent) -> bool {
-    // SAFETY: a live event of this stream: the retention hands out only events of batches it
-    // still holds, and they are destroyed only after the stream's final release, so the handle
-    // is valid on every path; the call reads nothing else.
-    unsafe { result::event::query(ev) }.is_ok()
+/// The retention hands out only events of batches it still holds, destroyed only after the
+/// stream's final release, so the handle is live on every path.
+fn event_done<R: Runtime>(rt: &R, ev: Raw) -> bool {
+    matches!(rt.event_query(ev), Ok(true))
 }

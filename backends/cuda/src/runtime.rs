@@ -1,0 +1,409 @@
+//! The CUDA driver as a [`Runtime`] of the shared GPU layer (`unihal_gpu`): each raw call once,
+//! its failure named with the driver's own call name and code.
+
+use crate::context::Context;
+use crate::conv::{already_enabled, not_ready, out_of_memory, vendor};
+use crate::drv::{self, result, DriverError};
+use crate::loader::guard;
+use cudarc::driver::sys;
+use std::ffi::{c_void, CStr, CString};
+use std::sync::Arc;
+use unihal_gpu::device::GpuDevice;
+use unihal_gpu::library::Library;
+use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
+use unihal_gpu::stream::GpuStream;
+use unihal_hal::{
+    DeviceId, FillValue, HalError, Invalid, ModuleSource, NativeHandle, OpCall, Result,
+};
+
+/// The CUDA driver API (stateless: the driver is process-wide, opened by [`crate::loader`]).
+#[derive(Debug, Default)]
+pub struct Cuda;
+
+/// The one instance devices refer to.
+pub static CUDA: Cuda = Cuda;
+
+/// A CUDA device of the shared GPU layer.
+pub type CudaDevice = GpuDevice<Cuda>;
+/// A CUDA stream of the shared GPU layer.
+pub type CudaStream = GpuStream<Cuda>;
+
+fn r<T>(call: &str, x: std::result::Result<T, DriverError>) -> Result<T> {
+    x.map_err(|e| vendor(call, e))
+}
+
+/// Ok(true) for success, Ok(false) for `CUDA_ERROR_NOT_READY`.
+fn done(call: &str, x: std::result::Result<(), DriverError>) -> Result<bool> {
+    match x {
+        Ok(()) => Ok(true),
+        Err(e) if not_ready(&e) => Ok(false),
+        Err(e) => Err(vendor(call, e)),
+    }
+}
+
+fn oom(requested: usize) -> HalError {
+    let free = result::mem_get_info().map(|(f, _)| f as u64).unwrap_or(0);
+    HalError::OutOfMemory {
+        requested: requested as u64,
+        free,
+    }
+}
+
+fn alloc(call: &str, len: usize, x: std::result::Result<u64, DriverError>) -> Result<u64> {
+    x.map_err(|e| {
+        if out_of_memory(&e) {
+            oom(len)
+        } else {
+            vendor(call, e)
+        }
+    })
+}
+
+impl Runtime for Cuda {
+    type Context = Context;
+    type Blas = crate::cublas::Handle;
+    const VENDOR: &'static str = "CUDA";
+
+    fn enter<T>(&self, ctx: &Context, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        guard(what, || {
+            ctx.bind()?;
+            f()
+        })
+    }
+
+    fn context_id(ctx: &Context) -> DeviceId {
+        ctx.id
+    }
+
+    fn native_device(ctx: &Context) -> NativeHandle {
+        NativeHandle::Ptr(ctx.raw as *mut c_void)
+    }
+
+    fn poisons(&self, e: &HalError) -> bool {
+        // A kernel fault or a killed kernel leaves the context unusable.
+        matches!(e, HalError::Vendor { code, library, .. }
+            if library == "CUDA driver" && matches!(*code, 700 | 702 | 714..=719))
+    }
+
+    fn device_synchronize(&self) -> Result<()> {
+        r("cuCtxSynchronize", result::ctx::synchronize())
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        let (free, total) = r("cuMemGetInfo", result::mem_get_info())?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn malloc(&self, len: usize) -> Result<u64> {
+        // SAFETY: a non-zero size in the current context.
+        alloc("cuMemAlloc", len, unsafe { result::malloc_sync(len) })
+    }
+
+    fn malloc_async(&self, len: usize, stream: Raw) -> Result<u64> {
+        // SAFETY: a non-zero size and a live stream of the current context.
+        alloc("cuMemAllocAsync", len, unsafe {
+            result::malloc_async(stream.0 as sys::CUstream, len)
+        })
+    }
+
+    unsafe fn free(&self, ptr: u64) -> Result<()> {
+        // SAFETY: the caller's contract.
+        r("cuMemFree", unsafe { result::free_sync(ptr) })
+    }
+
+    fn host_alloc(&self, len: usize) -> Result<*mut u8> {
+        // SAFETY: a non-zero size; flags 0 = page-locked, portable to this context.
+        match unsafe { result::malloc_host(len, 0) } {
+            Ok(p) => Ok(p as *mut u8),
+            Err(e) if out_of_memory(&e) => Err(HalError::OutOfMemory {
+                requested: len as u64,
+                free: 0,
+            }),
+            Err(e) => Err(vendor("cuMemHostAlloc", e)),
+        }
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
+        // SAFETY: the caller's contract.
+        r("cuMemFreeHost", unsafe {
+            result::free_host(ptr as *mut c_void)
+        })
+    }
+
+    fn peers(&self, ctx: &Context) -> Result<Vec<u32>> {
+        let count = r("cuDeviceGetCount", result::device::get_count())?;
+        let mut peers = Vec::new();
+        for o in (0..count).filter(|&o| o as u32 != ctx.id.ordinal) {
+            let other = r("cuDeviceGet", result::device::get(o))?;
+            let mut can = 0;
+            // SAFETY: two valid devices and an out-pointer to a local.
+            let x = unsafe { drv::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }.result();
+            r("cuDeviceCanAccessPeer", x)?;
+            if can != 0 {
+                peers.push(o as u32);
+            }
+        }
+        Ok(peers)
+    }
+
+    fn enable_peer(&self, peer: &Context) -> Result<()> {
+        // SAFETY: a retained primary context of another device; flags must be 0.
+        match unsafe { drv::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
+            Ok(()) => Ok(()),
+            Err(e) if already_enabled(&e) => Ok(()),
+            Err(e) => Err(vendor("cuCtxEnablePeerAccess", e)),
+        }
+    }
+
+    fn stream_create(&self) -> Result<Raw> {
+        let s = r("cuStreamCreate", result::stream::create_non_blocking())?;
+        Ok(Raw(s as *mut c_void))
+    }
+
+    unsafe fn stream_destroy(&self, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        r("cuStreamDestroy", unsafe {
+            result::stream::destroy(stream.0 as sys::CUstream)
+        })
+    }
+
+    fn stream_synchronize(&self, stream: Raw) -> Result<()> {
+        // SAFETY: a live stream (streams are destroyed only when their owner drops).
+        r("cuStreamSynchronize", unsafe {
+            result::stream::synchronize(stream.0 as sys::CUstream)
+        })
+    }
+
+    fn stream_query(&self, stream: Raw) -> Result<bool> {
+        // SAFETY: a live stream.
+        done(
+            "cuStreamQuery",
+            unsafe { drv::cuStreamQuery(stream.0 as sys::CUstream) }.result(),
+        )
+    }
+
+    fn stream_wait_event(&self, stream: Raw, event: Raw) -> Result<()> {
+        // SAFETY: a live event (of any context of this process) and a live stream.
+        r("cuStreamWaitEvent", unsafe {
+            result::stream::wait_event(
+                stream.0 as sys::CUstream,
+                event.0 as sys::CUevent,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    }
+
+    unsafe fn launch_host_fn(&self, stream: Raw, f: HostFn, data: *mut c_void) -> Result<()> {
+        // SAFETY: a live stream; the caller's contract for `f` and `data`.
+        r(
+            "cuLaunchHostFunc",
+            unsafe { drv::cuLaunchHostFunc(stream.0 as sys::CUstream, Some(f), data) }.result(),
+        )
+    }
+
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let x = unsafe {
+            drv::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, stream.0 as sys::CUstream)
+        };
+        r("cuMemcpyHtoDAsync", x.result())
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let x = unsafe {
+            drv::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.0 as sys::CUstream)
+        };
+        r("cuMemcpyDtoHAsync", x.result())
+    }
+
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let x = unsafe { drv::cuMemcpyDtoDAsync_v2(dst, src, len, stream.0 as sys::CUstream) };
+        r("cuMemcpyDtoDAsync", x.result())
+    }
+
+    unsafe fn copy_peer(
+        &self,
+        dst: (&Context, u64),
+        src: (&Context, u64),
+        len: usize,
+        stream: Raw,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; the contexts are retained primary contexts.
+        let x = unsafe {
+            drv::cuMemcpyPeerAsync(
+                dst.1,
+                dst.0.raw,
+                src.1,
+                src.0.raw,
+                len,
+                stream.0 as sys::CUstream,
+            )
+        };
+        r("cuMemcpyPeerAsync", x.result())
+    }
+
+    unsafe fn fill(&self, dst: u64, value: FillValue, count: usize, stream: Raw) -> Result<()> {
+        let s = stream.0 as sys::CUstream;
+        // SAFETY: the caller's contract.
+        let (call, x) = unsafe {
+            match value {
+                FillValue::U8(v) => ("cuMemsetD8Async", drv::cuMemsetD8Async(dst, v, count, s)),
+                FillValue::U16(v) => ("cuMemsetD16Async", drv::cuMemsetD16Async(dst, v, count, s)),
+                FillValue::U32(v) => ("cuMemsetD32Async", drv::cuMemsetD32Async(dst, v, count, s)),
+            }
+        };
+        r(call, x.result())
+    }
+
+    unsafe fn launch(
+        &self,
+        function: Raw,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Raw,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; the driver copies the argument values during the call.
+        let x = unsafe {
+            drv::cuLaunchKernel(
+                function.0 as sys::CUfunction,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem,
+                stream.0 as sys::CUstream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        r("cuLaunchKernel", x.result())
+    }
+
+    fn event_create(&self, timing: bool) -> Result<Raw> {
+        let f = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let e = r("cuEventCreate", result::event::create(f))?;
+        Ok(Raw(e as *mut c_void))
+    }
+
+    unsafe fn event_destroy(&self, event: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        r("cuEventDestroy", unsafe {
+            result::event::destroy(event.0 as sys::CUevent)
+        })
+    }
+
+    fn event_record(&self, event: Raw, stream: Raw) -> Result<()> {
+        // SAFETY: a live event and stream of the same context.
+        r("cuEventRecord", unsafe {
+            result::event::record(event.0 as sys::CUevent, stream.0 as sys::CUstream)
+        })
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool> {
+        // SAFETY: a live event.
+        done("cuEventQuery", unsafe {
+            result::event::query(event.0 as sys::CUevent)
+        })
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<()> {
+        // SAFETY: a live event.
+        r("cuEventSynchronize", unsafe {
+            result::event::synchronize(event.0 as sys::CUevent)
+        })
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32> {
+        // SAFETY: two live, completed, timing events.
+        r("cuEventElapsedTime", unsafe {
+            result::event::elapsed(start.0 as sys::CUevent, end.0 as sys::CUevent)
+        })
+    }
+
+    fn prepare_module(&self, source: &ModuleSource) -> Result<PreparedModule> {
+        match source {
+            ModuleSource::Ptx(text) => prepare_ptx(text),
+            // A cubin does not carry parameter sizes here: its launches are not size-checked.
+            ModuleSource::Cubin(bytes) => Ok(PreparedModule {
+                image: bytes.clone(),
+                params: Default::default(),
+            }),
+            other => Err(unsupported_format("CUDA", "PTX and cubin", other)),
+        }
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<Raw> {
+        // SAFETY: a NUL-terminated PTX string or a complete cubin image, alive for the call.
+        let m = r("cuModuleLoadData", unsafe {
+            result::module::load_data(image.as_ptr() as *const c_void)
+        })?;
+        Ok(Raw(m as *mut c_void))
+    }
+
+    fn module_function(&self, module: Raw, name: &CStr) -> Result<Option<Raw>> {
+        // SAFETY: a loaded module and a NUL-terminated name.
+        match unsafe { result::module::get_function(module.0 as sys::CUmodule, name) } {
+            Ok(f) => Ok(Some(Raw(f as *mut c_void))),
+            Err(e) if e.0 == drv::codes::NOT_FOUND => Ok(None),
+            Err(e) => Err(vendor("cuModuleGetFunction", e)),
+        }
+    }
+
+    unsafe fn module_unload(&self, module: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        r("cuModuleUnload", unsafe {
+            result::module::unload(module.0 as sys::CUmodule)
+        })
+    }
+
+    fn load_library(&self, device: &Arc<CudaDevice>) -> Result<Library> {
+        crate::library::load(device)
+    }
+
+    fn matmul(&self, stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
+        crate::cublas::matmul(stream, call)
+    }
+
+    fn blas_create(&self) -> Result<Self::Blas> {
+        crate::cublas::Handle::new()
+    }
+
+    fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()> {
+        handle.bind(stream.0 as sys::CUstream)
+    }
+}
+
+/// PTX text as a NUL-terminated image, with its entries' parameter sizes.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for PTX that cannot be read or contains NUL.
+pub(crate) fn prepare_ptx(text: &str) -> Result<PreparedModule> {
+    let bad = |why: String| {
+        HalError::invalid(
+            "source",
+            Invalid::Value {
+                value: why,
+                accepted: "NUL-free PTX text with readable entries".into(),
+            },
+        )
+    };
+    let entries = unihal_kernels::rtc::ptx_signatures(text).map_err(bad)?;
+    let c = CString::new(text).map_err(|_| bad("PTX text with a NUL byte".into()))?;
+    Ok(PreparedModule {
+        image: c.into_bytes_with_nul(),
+        params: entries
+            .into_iter()
+            .map(|e| (e.name, e.param_sizes))
+            .collect(),
+    })
+}

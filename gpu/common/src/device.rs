@@ -1,0 +1,217 @@
+//! A GPU device over a vendor runtime: memory, the factories for streams, events and modules,
+//! the kernel library, peer access and the BLAS handle pool.
+
+use crate::event::GpuEvent;
+use crate::library::Library;
+use crate::memory::{GpuAllocation, PinnedHost};
+use crate::module::GpuModule;
+use crate::runtime::{DeviceSetup, Runtime};
+use crate::stream::GpuStream;
+use parking_lot::Mutex;
+use std::any::Any;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock, Weak};
+use unihal_hal::{
+    Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
+    MemoryInfo, Module, ModuleSource, NativeHandle, Result, Stream,
+};
+
+/// The runtime and the device's context: what allocations, streams and events keep alive.
+pub struct Core<R: Runtime> {
+    /// The vendor runtime.
+    pub rt: &'static R,
+    /// What makes this device current.
+    pub ctx: R::Context,
+    /// The device.
+    pub id: DeviceId,
+}
+
+impl<R: Runtime> Core<R> {
+    /// Runs a runtime call with this device current.
+    ///
+    /// # Errors
+    /// `f`'s; [`HalError::InvalidArgument`] from a host callback, where the runtimes forbid
+    /// their own calls (a wait there would wait for the callback itself).
+    pub fn call<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        crate::deferred::refuse_in_callback(R::VENDOR, what)?;
+        self.rt.enter(&self.ctx, what, f)
+    }
+}
+
+/// One GPU device. Thread-safe: every call makes the device current first, so any host thread
+/// may use any device. Owned by its backend (for the process); streams, events, modules and
+/// buffers keep what they need of it.
+pub struct GpuDevice<R: Runtime> {
+    me: Weak<GpuDevice<R>>,
+    pub(crate) core: Arc<Core<R>>,
+    info: DeviceInfo,
+    caps: Capabilities,
+    /// The portable kernel library, compiled and loaded on first use.
+    library: OnceLock<Result<Arc<Library>>>,
+    /// Peers this device has been given access to.
+    peers_enabled: Mutex<HashSet<u32>>,
+    /// BLAS handles no stream holds.
+    pub(crate) blas_pool: Mutex<Vec<R::Blas>>,
+}
+
+impl<R: Runtime> GpuDevice<R> {
+    /// A device from what the backend opened.
+    pub fn new(rt: &'static R, setup: DeviceSetup<R::Context>) -> Arc<GpuDevice<R>> {
+        let id = setup.info.id;
+        Arc::new_cyclic(|me| GpuDevice {
+            me: me.clone(),
+            core: Arc::new(Core {
+                rt,
+                ctx: setup.ctx,
+                id,
+            }),
+            info: setup.info,
+            caps: setup.caps,
+            library: OnceLock::new(),
+            peers_enabled: Mutex::new(HashSet::new()),
+            blas_pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The runtime and context.
+    pub fn core(&self) -> &Arc<Core<R>> {
+        &self.core
+    }
+
+    /// The vendor runtime.
+    pub fn rt(&self) -> &'static R {
+        self.core.rt
+    }
+
+    /// This device as an `Arc`.
+    ///
+    /// # Errors
+    /// [`HalError::Internal`] while the device is being dropped.
+    pub fn arc(&self) -> Result<Arc<GpuDevice<R>>> {
+        self.me.upgrade().ok_or_else(|| {
+            HalError::Internal(format!("{} device used while being dropped", R::VENDOR))
+        })
+    }
+
+    /// Runs a runtime call with this device current (see [`Core::call`]).
+    ///
+    /// # Errors
+    /// As [`Core::call`].
+    pub fn call<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.core.call(what, f)
+    }
+
+    /// The portable kernel library on this device (compiled or read from the cache on first
+    /// use; the first outcome is kept).
+    ///
+    /// # Errors
+    /// As [`Runtime::load_library`].
+    pub fn library(&self) -> Result<Arc<Library>> {
+        self.library
+            .get_or_init(|| self.core.rt.load_library(&self.arc()?).map(Arc::new))
+            .clone()
+    }
+
+    /// A buffer of `len` bytes from `alloc` (none for zero bytes).
+    ///
+    /// # Errors
+    /// [`HalError::OutOfMemory`]; other vendor errors.
+    pub fn alloc_with(
+        &self,
+        what: &str,
+        len: usize,
+        alloc: impl FnOnce() -> Result<u64>,
+    ) -> Result<Buffer> {
+        let ptr = if len == 0 { 0 } else { self.call(what, alloc)? };
+        Ok(Buffer::from_allocation(Box::new(GpuAllocation {
+            core: self.core.clone(),
+            ptr,
+            len: len as u64,
+        })))
+    }
+
+    /// Gives this device access to `peer`'s memory (once per peer), so copies between them go
+    /// device to device.
+    ///
+    /// # Errors
+    /// The runtime's.
+    pub fn enable_peer(&self, peer: &Core<R>) -> Result<()> {
+        let mut enabled = self.peers_enabled.lock();
+        if enabled.contains(&peer.id.ordinal) {
+            return Ok(());
+        }
+        self.call("enable peer access", || self.core.rt.enable_peer(&peer.ctx))?;
+        enabled.insert(peer.id.ordinal);
+        Ok(())
+    }
+}
+
+impl<R: Runtime> Device for GpuDevice<R> {
+    fn id(&self) -> DeviceId {
+        self.info.id
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.call("memory info", || {
+            let (free, total) = self.core.rt.mem_info()?;
+            Ok(MemoryInfo { total, free })
+        })
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer> {
+        self.alloc_with("alloc", len, || self.core.rt.malloc(len))
+    }
+
+    fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            self.call("alloc host", || {
+                let p = self.core.rt.host_alloc(len)?;
+                // The runtimes leave pinned memory uninitialised; `HostBuffer::map` shows it to
+                // safe code as `&[u8]`, so every backend's host memory is zeroed.
+                // SAFETY: `p` is `len` bytes of host-accessible memory just allocated, not yet
+                // shared with anything.
+                unsafe { std::ptr::write_bytes(p, 0, len) };
+                Ok(p)
+            })?
+        };
+        Ok(HostBuffer::from_allocation(Box::new(PinnedHost {
+            core: self.core.clone(),
+            ptr,
+            len,
+        })))
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        Ok(GpuStream::new(self.arc()?)?)
+    }
+
+    fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
+        Ok(GpuEvent::new(self.arc()?, flags)?)
+    }
+
+    fn load_module(&self, source: &ModuleSource) -> Result<Arc<dyn Module>> {
+        Ok(GpuModule::load(self.arc()?, source)?)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.call("device synchronize", || self.core.rt.device_synchronize())
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        R::native_device(&self.core.ctx)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,107 @@
+//! Device and page-locked host allocations of a GPU runtime.
+
+use crate::device::Core;
+use crate::runtime::Runtime;
+use std::any::Any;
+use std::sync::Arc;
+use unihal_hal::{DeviceAllocation, DeviceId, HostAllocation};
+
+/// Device memory from [`Runtime::malloc`] or [`Runtime::malloc_async`] (none for zero bytes).
+/// Freed when dropped: the HAL keeps a handle in every queued operation that uses it, so no
+/// queued work can still touch it by then (which is also the condition under which CUDA and HIP
+/// allow a plain free of pool memory, without synchronising).
+pub struct GpuAllocation<R: Runtime> {
+    pub(crate) core: Arc<Core<R>>,
+    pub(crate) ptr: u64,
+    pub(crate) len: u64,
+}
+
+// SAFETY: `ptr..ptr+len` is device memory this object owns until drop; fields never change.
+unsafe impl<R: Runtime> DeviceAllocation for GpuAllocation<R> {
+    fn device(&self) -> DeviceId {
+        self.core.id
+    }
+    fn addr(&self) -> u64 {
+        self.ptr
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<R: Runtime> GpuAllocation<R> {
+    /// The device this memory belongs to.
+    pub(crate) fn core(&self) -> &Arc<Core<R>> {
+        &self.core
+    }
+}
+
+impl<R: Runtime> Drop for GpuAllocation<R> {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        let (core, ptr) = (self.core.clone(), self.ptr);
+        crate::deferred::release(move || {
+            // SAFETY: allocated by this runtime on this device and freed exactly once, here,
+            // after every queued use (see the type's doc).
+            let r = core
+                .rt
+                .enter(&core.ctx, "free", || unsafe { core.rt.free(ptr) });
+            if let Err(e) = r {
+                tracing::warn!(target: "unihal::gpu", "freeing device memory failed: {e}");
+            }
+        });
+    }
+}
+
+/// Page-locked host memory from [`Runtime::host_alloc`] (none for zero bytes), zeroed before
+/// safe code can see it.
+pub struct PinnedHost<R: Runtime> {
+    pub(crate) core: Arc<Core<R>>,
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+}
+
+// SAFETY: the pointer is owned memory, accessed through the HAL's HostBuffer rules only.
+unsafe impl<R: Runtime> Send for PinnedHost<R> {}
+// SAFETY: as above.
+unsafe impl<R: Runtime> Sync for PinnedHost<R> {}
+
+// SAFETY: `ptr..ptr+len` is host memory this object owns until drop.
+unsafe impl<R: Runtime> HostAllocation for PinnedHost<R> {
+    fn device(&self) -> DeviceId {
+        self.core.id
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<R: Runtime> Drop for PinnedHost<R> {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let (core, ptr) = (self.core.clone(), self.ptr as usize);
+        crate::deferred::release(move || {
+            // SAFETY: allocated by host_alloc and freed exactly once, here; the HAL keeps a
+            // handle in every queued copy that uses it.
+            let r = core.rt.enter(&core.ctx, "free host", || unsafe {
+                core.rt.host_free(ptr as *mut u8)
+            });
+            if let Err(e) = r {
+                tracing::warn!(target: "unihal::gpu", "freeing pinned memory failed: {e}");
+            }
+        });
+    }
+}

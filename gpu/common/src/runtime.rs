@@ -1,0 +1,223 @@
+//! What a vendor GPU runtime must provide: [`Runtime`], the raw calls under the shared device,
+//! memory, stream, event and module implementations of this crate.
+//!
+//! A backend implements [`Runtime`] once over its symbol table (CUDA's driver API, HIP's runtime
+//! API); everything above the raw calls (what queued work keeps, the HAL's argument checks, host
+//! callbacks, sticky errors, deferred releases, the library ops) is written once in this crate.
+//! Every method maps the vendor's failure to a [`HalError::Vendor`] naming the vendor call, so
+//! the shared code never sees a vendor code.
+
+use crate::device::GpuDevice;
+use crate::library::Library;
+use crate::stream::GpuStream;
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+use unihal_hal::{
+    Capabilities, DeviceId, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall,
+    Result,
+};
+
+/// A raw handle of a vendor runtime (a stream, an event, a module or a function): an opaque
+/// pointer, never dereferenced on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Raw(pub *mut c_void);
+
+// SAFETY: the vendor runtimes' stream, event, module and function handles may be used from any
+// thread (CUDA and HIP document their APIs as thread-safe); `Raw` is only passed back to them.
+unsafe impl Send for Raw {}
+// SAFETY: as above; a `Raw` is an immutable value.
+unsafe impl Sync for Raw {}
+
+impl Raw {
+    /// The null handle (a runtime's default stream, or "none").
+    pub const NULL: Raw = Raw(std::ptr::null_mut());
+}
+
+/// A host function as the runtimes queue it: called once with its data pointer.
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+
+/// A device the backend opened: what the shared [`GpuDevice`] is built from.
+pub struct DeviceSetup<C> {
+    /// What makes the device current on a thread (CUDA: its primary context; HIP: its ordinal).
+    pub ctx: C,
+    /// Name, vendor and id.
+    pub info: DeviceInfo,
+    /// Capabilities, read from the runtime's attributes.
+    pub caps: Capabilities,
+}
+
+/// A module image ready for [`Runtime::module_load`], with the parameter sizes of its entries
+/// where the format carries them (launches are then size-checked).
+pub struct PreparedModule {
+    /// The bytes the runtime loads (NUL-terminated for text formats).
+    pub image: Vec<u8>,
+    /// Parameter sizes in bytes, per entry name.
+    pub params: std::collections::HashMap<String, Vec<usize>>,
+}
+
+/// The raw calls of one vendor GPU runtime, and the backend's hooks for what differs between
+/// vendors (module formats, the kernel library's compiler, BLAS).
+///
+/// Ownership: a backend keeps one instance for the process (`&'static`). Thread safety: every
+/// method may be called from any thread, with the device made current by [`Runtime::enter`].
+/// Errors: vendor failures as [`HalError::Vendor`] naming the call; allocation failures as
+/// [`HalError::OutOfMemory`].
+pub trait Runtime: Send + Sync + Sized + 'static {
+    /// What binds a device to the calling thread.
+    type Context: Send + Sync + 'static;
+    /// A BLAS handle (bound to one stream at a time; pooled per device, never destroyed).
+    type Blas: Send + 'static;
+
+    /// The vendor's name for messages ("CUDA", "HIP").
+    const VENDOR: &'static str;
+
+    /// Runs `f` with `ctx` current on this thread (and, for a loader that may panic, panics
+    /// turned into [`HalError::Unavailable`]).
+    fn enter<T>(&self, ctx: &Self::Context, what: &str, f: impl FnOnce() -> Result<T>)
+        -> Result<T>;
+    /// The device `ctx` stands for.
+    fn context_id(ctx: &Self::Context) -> DeviceId;
+    /// The native handle of a device (`CUcontext`, HIP's ordinal).
+    fn native_device(ctx: &Self::Context) -> NativeHandle;
+    /// True for errors after which the device is unusable (a kernel fault): sticky on streams.
+    fn poisons(&self, e: &HalError) -> bool;
+
+    /// Waits for all work of the current device.
+    fn device_synchronize(&self) -> Result<()>;
+    /// Free and total bytes of the current device.
+    fn mem_info(&self) -> Result<(u64, u64)>;
+    /// `len > 0` bytes of device memory.
+    fn malloc(&self, len: usize) -> Result<u64>;
+    /// `len > 0` bytes of device memory in `stream`'s order (stream-ordered pools).
+    fn malloc_async(&self, len: usize, stream: Raw) -> Result<u64>;
+    /// Frees device memory from [`Runtime::malloc`] or [`Runtime::malloc_async`] once no queued
+    /// work uses it.
+    ///
+    /// # Safety
+    /// `ptr` came from this runtime's allocation on the current device and is freed once.
+    unsafe fn free(&self, ptr: u64) -> Result<()>;
+    /// `len > 0` bytes of page-locked host memory (not yet zeroed).
+    fn host_alloc(&self, len: usize) -> Result<*mut u8>;
+    /// Frees host memory of [`Runtime::host_alloc`].
+    ///
+    /// # Safety
+    /// `ptr` came from [`Runtime::host_alloc`] and is freed once, after every use.
+    unsafe fn host_free(&self, ptr: *mut u8) -> Result<()>;
+    /// The other devices the current one can access directly.
+    fn peers(&self, ctx: &Self::Context) -> Result<Vec<u32>>;
+    /// Gives the current device access to `peer`'s memory ("already enabled" is success).
+    fn enable_peer(&self, peer: &Self::Context) -> Result<()>;
+
+    /// A non-blocking stream of the current device.
+    fn stream_create(&self) -> Result<Raw>;
+    /// Destroys a stream; its queued work still completes.
+    ///
+    /// # Safety
+    /// A live stream of this runtime, destroyed once.
+    unsafe fn stream_destroy(&self, stream: Raw) -> Result<()>;
+    /// Waits for the stream's work.
+    fn stream_synchronize(&self, stream: Raw) -> Result<()>;
+    /// True when the stream's work has completed (not-ready is `Ok(false)`).
+    fn stream_query(&self, stream: Raw) -> Result<bool>;
+    /// Makes `stream`'s later work wait for `event`'s last record (any device's event).
+    fn stream_wait_event(&self, stream: Raw, event: Raw) -> Result<()>;
+    /// Queues `f(data)` on `stream`, called once after the work before it completed.
+    ///
+    /// # Safety
+    /// `f` must accept `data` once; the runtime never calls it when this fails.
+    unsafe fn launch_host_fn(&self, stream: Raw, f: HostFn, data: *mut c_void) -> Result<()>;
+
+    /// Host to device copy in stream order.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `len` bytes until the copy ran.
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()>;
+    /// Device to host copy in stream order.
+    ///
+    /// # Safety
+    /// As [`Runtime::copy_h2d`].
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: usize, stream: Raw) -> Result<()>;
+    /// Device to device copy (one device) in stream order.
+    ///
+    /// # Safety
+    /// As [`Runtime::copy_h2d`]; the ranges are disjoint.
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: usize, stream: Raw) -> Result<()>;
+    /// Copy between two devices' memories in stream order.
+    ///
+    /// # Safety
+    /// As [`Runtime::copy_h2d`], each range on its context's device.
+    unsafe fn copy_peer(
+        &self,
+        dst: (&Self::Context, u64),
+        src: (&Self::Context, u64),
+        len: usize,
+        stream: Raw,
+    ) -> Result<()>;
+    /// Fills `count` elements of `value`'s width at `dst` in stream order.
+    ///
+    /// # Safety
+    /// The range is valid and aligned to the width until the fill ran.
+    unsafe fn fill(&self, dst: u64, value: FillValue, count: usize, stream: Raw) -> Result<()>;
+    /// Launches `function` with `params` (pointers to each argument's bytes, copied during the
+    /// call).
+    ///
+    /// # Safety
+    /// The arguments match the kernel's parameters and the memory they name stays valid until
+    /// the kernel ran.
+    unsafe fn launch(
+        &self,
+        function: Raw,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Raw,
+        params: &mut [*mut c_void],
+    ) -> Result<()>;
+
+    /// An event of the current device (`timing`: it records timestamps).
+    fn event_create(&self, timing: bool) -> Result<Raw>;
+    /// Destroys an event (pending records complete first).
+    ///
+    /// # Safety
+    /// A live event of this runtime, destroyed once.
+    unsafe fn event_destroy(&self, event: Raw) -> Result<()>;
+    /// Records `event` on `stream`.
+    fn event_record(&self, event: Raw, stream: Raw) -> Result<()>;
+    /// True when the event's last record completed (not-ready is `Ok(false)`).
+    fn event_query(&self, event: Raw) -> Result<bool>;
+    /// Waits for the event's last record.
+    fn event_synchronize(&self, event: Raw) -> Result<()>;
+    /// Milliseconds between two completed timing events.
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32>;
+
+    /// Turns a HAL module source into an image this runtime loads (or says the format is not
+    /// supported, naming what is).
+    fn prepare_module(&self, source: &ModuleSource) -> Result<PreparedModule>;
+    /// Loads a prepared image into the current device.
+    fn module_load(&self, image: &[u8]) -> Result<Raw>;
+    /// The entry `name` of a module; `None` when the module has no such entry.
+    fn module_function(&self, module: Raw, name: &CStr) -> Result<Option<Raw>>;
+    /// Unloads a module.
+    ///
+    /// # Safety
+    /// A loaded module, unloaded once, after every launch of its functions completed.
+    unsafe fn module_unload(&self, module: Raw) -> Result<()>;
+
+    /// Compiles (or reads from the cache) and loads the portable kernel library on `device`.
+    fn load_library(&self, device: &Arc<GpuDevice<Self>>) -> Result<Library>;
+    /// A matmul through the vendor's BLAS, or `None` when it does not take this call (no BLAS,
+    /// a layout it cannot express): the portable GEMM runs it then.
+    fn matmul(&self, stream: &GpuStream<Self>, call: &OpCall) -> Option<Result<()>>;
+    /// A new BLAS handle of the current device.
+    fn blas_create(&self) -> Result<Self::Blas>;
+    /// Makes the handle's later calls run on `stream`.
+    fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()>;
+}
+
+/// An "unsupported module format" error naming what the runtime loads.
+pub fn unsupported_format(vendor: &str, accepted: &str, source: &ModuleSource) -> HalError {
+    HalError::unsupported(format!(
+        "the {vendor} backend loads {accepted}, not {:?} modules",
+        source.format()
+    ))
+}
