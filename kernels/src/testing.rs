@@ -224,6 +224,10 @@ pub fn host_symbols() -> HostSymbolTable {
 /// The test kernels as PTX for sm_80 and later (NVRTC 13.0's output for `device/uh_testing.cu`).
 pub const PTX: &str = include_str!("../device/uh_testing.ptx");
 
+/// The HIP source of the test kernels (`device/uh_testing.hip`), compiled by hiprtc for a
+/// device's architecture at run time (the HIP backend's `test_kernels`).
+pub const HIP_SOURCE: &str = include_str!("../device/uh_testing.hip");
+
 /// Module formats this crate has the test kernels in.
 pub const FORMATS: [ModuleFormat; 2] = [ModuleFormat::HostSymbols, ModuleFormat::Ptx];
 

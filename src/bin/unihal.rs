@@ -196,7 +196,15 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
                     l.version.as_deref().unwrap_or("?"),
                     l.path.as_deref().unwrap_or("?")
                 ),
-                Some(why) => println!("  {:<17} {} NOT FOUND: {why}", l.role, l.name),
+                Some(why) => match &l.path {
+                    Some(path) => println!(
+                        "  {:<17} {} {} ({path}) UNUSABLE: {why}",
+                        l.role,
+                        l.name,
+                        l.version.as_deref().unwrap_or("?")
+                    ),
+                    None => println!("  {:<17} {} NOT FOUND: {why}", l.role, l.name),
+                },
             }
         }
         match &e.collectives {

@@ -11,7 +11,7 @@ use crate::loader::guard;
 use crate::runtime::{Cuda, CudaStream};
 use cudarc::cublas::sys as blas;
 use std::sync::OnceLock;
-use unihal_gpu::gemm::{gemm_of, Op};
+use unihal_gpu::gemm::{BlasCall, Op};
 use unihal_gpu::stream::device_addr;
 use unihal_hal::{DType, HalError, OpCall, Result, TensorView};
 
@@ -77,20 +77,17 @@ fn op(o: Op) -> blas::cublasOperation_t {
 /// Validates a matmul call and runs it through cuBLAS on `stream`; `None` when cuBLAS is absent or the
 /// layout is not one it expresses (the caller then runs the portable GEMM).
 pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
-    let device = stream.gpu_device().core().id;
     if !available() {
         return None;
     }
-    if let Err(e) = call.validate() {
-        return Some(Err(e));
-    }
-    let [a, b, c] = [&call.tensors[0], &call.tensors[1], &call.tensors[2]];
-    let dtype = c.dtype;
-    let (data, compute) = match dtype {
-        DType::F32 => (
-            blas::cudaDataType::CUDA_R_32F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
+    let device = stream.gpu_device().core().id;
+    let dtypes = [DType::F32, DType::F64, DType::F16, DType::Bf16];
+    let addr = |t: &TensorView, arg, len| device_addr::<Cuda>(&t.buffer, arg, device, t.offset, len);
+    let bc = match BlasCall::of(call, &dtypes, addr)? {
+        Ok(bc) => bc,
+        Err(e) => return Some(Err(e)),
+    };
+    let (data, compute) = match bc.dtype {
         DType::F64 => (
             blas::cudaDataType::CUDA_R_64F,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
@@ -103,31 +100,16 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
             blas::cudaDataType::CUDA_R_16BF,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         ),
-        _ => return None,
+        _ => (
+            blas::cudaDataType::CUDA_R_32F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
     };
-    let g = gemm_of(a, b, c)?;
+    let g = bc.gemm;
     if g.count == 0 {
         return Some(Ok(()));
     }
-    let esz = dtype.size() as u64;
-    let addr = |t: &TensorView, arg| device_addr::<Cuda>(&t.buffer, arg, device, t.offset, esz);
-    let (pa, pb, pc) = match (addr(a, "a"), addr(b, "b"), addr(c, "c")) {
-        (Ok(x), Ok(y), Ok(z)) => (x, y, z),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(Err(e)),
-    };
-    let (alpha, beta) = (call.scalars[0].as_f64(), call.scalars[1].as_f64());
-    let (alpha32, beta32) = (alpha as f32, beta as f32);
-    let scalars: (*const std::ffi::c_void, *const std::ffi::c_void) = if dtype == DType::F64 {
-        (
-            &alpha as *const f64 as *const _,
-            &beta as *const f64 as *const _,
-        )
-    } else {
-        (
-            &alpha32 as *const f32 as *const _,
-            &beta32 as *const f32 as *const _,
-        )
-    };
+    let scalars = bc.scalars();
     Some(stream.blas(|h, keep| {
         keep.extend(call.tensors.iter().map(|t| Box::new(t.buffer.clone()) as _));
         // SAFETY: every operand's extent was validated against its buffer (the HAL's matmul
@@ -142,16 +124,16 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
                 g.n,
                 g.k,
                 scalars.0,
-                pb as *const _,
+                bc.pb as *const _,
                 data,
                 g.lda,
                 g.stride_a,
-                pa as *const _,
+                bc.pa as *const _,
                 data,
                 g.ldb,
                 g.stride_b,
                 scalars.1,
-                pc as *mut _,
+                bc.pc as *mut _,
                 data,
                 g.ldc,
                 g.stride_c,

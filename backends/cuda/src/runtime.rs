@@ -106,8 +106,9 @@ impl Runtime for Cuda {
         })
     }
 
-    unsafe fn free(&self, ptr: u64) -> Result<()> {
-        // SAFETY: the caller's contract.
+    unsafe fn free(&self, ptr: u64, _pooled: bool) -> Result<()> {
+        // SAFETY: the caller's contract (CUDA documents `cuMemFree` for pool memory too, without
+        // synchronising, once no queued work uses it).
         r("cuMemFree", unsafe { result::free_sync(ptr) })
     }
 

@@ -112,7 +112,8 @@ impl<R: Runtime> GpuDevice<R> {
             .clone()
     }
 
-    /// A buffer of `len` bytes from `alloc` (none for zero bytes).
+    /// A buffer of `len` bytes from `alloc` (none for zero bytes); `pooled` when `alloc` takes it
+    /// from a stream-ordered pool.
     ///
     /// # Errors
     /// [`HalError::OutOfMemory`]; other vendor errors.
@@ -120,6 +121,7 @@ impl<R: Runtime> GpuDevice<R> {
         &self,
         what: &str,
         len: usize,
+        pooled: bool,
         alloc: impl FnOnce() -> Result<u64>,
     ) -> Result<Buffer> {
         let ptr = if len == 0 { 0 } else { self.call(what, alloc)? };
@@ -127,6 +129,7 @@ impl<R: Runtime> GpuDevice<R> {
             core: self.core.clone(),
             ptr,
             len: len as u64,
+            pooled,
         })))
     }
 
@@ -167,7 +170,7 @@ impl<R: Runtime> Device for GpuDevice<R> {
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
-        self.alloc_with("alloc", len, || self.core.rt.malloc(len))
+        self.alloc_with("alloc", len, false, || self.core.rt.malloc(len))
     }
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {

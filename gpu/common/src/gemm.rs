@@ -169,6 +169,77 @@ pub fn gemm_of(a: &TensorView, b: &TensorView, c: &TensorView) -> Option<Gemm> {
     })
 }
 
+/// A matmul call ready for a BLAS library: the mapping, the device addresses of the first
+/// elements (`pa` of `a`, `pb` of `b`, `pc` of `c`, in the HAL's operand names) and the scalars
+/// in the compute precision (f64 for f64 data, f32 otherwise, as the BLAS libraries take them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlasCall {
+    pub gemm: Gemm,
+    pub dtype: unihal_hal::DType,
+    pub pa: u64,
+    pub pb: u64,
+    pub pc: u64,
+    alpha: f64,
+    beta: f64,
+    alpha32: f32,
+    beta32: f32,
+}
+
+impl BlasCall {
+    /// Validates a matmul call and maps it for a BLAS library whose element types are `dtypes`;
+    /// `None` when the library does not take it (another dtype, a layout it cannot express: the
+    /// caller runs the portable GEMM), `Some(Err)` for an invalid call. `addr(view, arg, len)` is
+    /// the backend's checked device address of a view's first element.
+    pub fn of(
+        call: &unihal_hal::OpCall,
+        dtypes: &[unihal_hal::DType],
+        addr: impl Fn(&TensorView, &'static str, u64) -> unihal_hal::Result<u64>,
+    ) -> Option<unihal_hal::Result<BlasCall>> {
+        if let Err(e) = call.validate() {
+            return Some(Err(e));
+        }
+        let [a, b, c] = [&call.tensors[0], &call.tensors[1], &call.tensors[2]];
+        let dtype = c.dtype;
+        if !dtypes.contains(&dtype) {
+            return None;
+        }
+        let gemm = gemm_of(a, b, c)?;
+        let esz = dtype.size() as u64;
+        let addrs = (addr(a, "a", esz), addr(b, "b", esz), addr(c, "c", esz));
+        let (pa, pb, pc) = match addrs {
+            (Ok(x), Ok(y), Ok(z)) => (x, y, z),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(Err(e)),
+        };
+        let (alpha, beta) = (call.scalars[0].as_f64(), call.scalars[1].as_f64());
+        Some(Ok(BlasCall {
+            gemm,
+            dtype,
+            pa,
+            pb,
+            pc,
+            alpha,
+            beta,
+            alpha32: alpha as f32,
+            beta32: beta as f32,
+        }))
+    }
+
+    /// Host pointers to alpha and beta in the compute precision, valid while `self` lives.
+    pub fn scalars(&self) -> (*const std::ffi::c_void, *const std::ffi::c_void) {
+        if self.dtype == unihal_hal::DType::F64 {
+            (
+                &self.alpha as *const f64 as *const _,
+                &self.beta as *const f64 as *const _,
+            )
+        } else {
+            (
+                &self.alpha32 as *const f32 as *const _,
+                &self.beta32 as *const f32 as *const _,
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The layout mapping, checked on the host: a column-major GEMM that reads its operands the

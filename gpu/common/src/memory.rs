@@ -14,6 +14,8 @@ pub struct GpuAllocation<R: Runtime> {
     pub(crate) core: Arc<Core<R>>,
     pub(crate) ptr: u64,
     pub(crate) len: u64,
+    /// From a stream-ordered pool ([`Runtime::malloc_async`]).
+    pub(crate) pooled: bool,
 }
 
 // SAFETY: `ptr..ptr+len` is device memory this object owns until drop; fields never change.
@@ -44,13 +46,13 @@ impl<R: Runtime> Drop for GpuAllocation<R> {
         if self.ptr == 0 {
             return;
         }
-        let (core, ptr) = (self.core.clone(), self.ptr);
+        let (core, ptr, pooled) = (self.core.clone(), self.ptr, self.pooled);
         crate::deferred::release(move || {
             // SAFETY: allocated by this runtime on this device and freed exactly once, here,
             // after every queued use (see the type's doc).
             let r = core
                 .rt
-                .enter(&core.ctx, "free", || unsafe { core.rt.free(ptr) });
+                .enter(&core.ctx, "free", || unsafe { core.rt.free(ptr, pooled) });
             if let Err(e) = r {
                 tracing::warn!(target: "unihal::gpu", "freeing device memory failed: {e}");
             }

@@ -48,6 +48,7 @@ pub struct DeviceSetup<C> {
 
 /// A module image ready for [`Runtime::module_load`], with the parameter sizes of its entries
 /// where the format carries them (launches are then size-checked).
+#[derive(Debug, Clone)]
 pub struct PreparedModule {
     /// The bytes the runtime loads (NUL-terminated for text formats).
     pub image: Vec<u8>,
@@ -90,12 +91,12 @@ pub trait Runtime: Send + Sync + Sized + 'static {
     fn malloc(&self, len: usize) -> Result<u64>;
     /// `len > 0` bytes of device memory in `stream`'s order (stream-ordered pools).
     fn malloc_async(&self, len: usize, stream: Raw) -> Result<u64>;
-    /// Frees device memory from [`Runtime::malloc`] or [`Runtime::malloc_async`] once no queued
-    /// work uses it.
+    /// Frees device memory from [`Runtime::malloc`] or (`pooled`) [`Runtime::malloc_async`], once
+    /// no queued work uses it.
     ///
     /// # Safety
     /// `ptr` came from this runtime's allocation on the current device and is freed once.
-    unsafe fn free(&self, ptr: u64) -> Result<()>;
+    unsafe fn free(&self, ptr: u64, pooled: bool) -> Result<()>;
     /// `len > 0` bytes of page-locked host memory (not yet zeroed).
     fn host_alloc(&self, len: usize) -> Result<*mut u8>;
     /// Frees host memory of [`Runtime::host_alloc`].

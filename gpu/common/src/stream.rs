@@ -636,7 +636,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         // synchronising for pool memory.
         let rt = self.rt();
         self.dev
-            .alloc_with("alloc async", len, || rt.malloc_async(len, self.raw))
+            .alloc_with("alloc async", len, true, || rt.malloc_async(len, self.raw))
     }
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {

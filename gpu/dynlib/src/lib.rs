@@ -214,6 +214,23 @@ impl Library {
     }
 }
 
+/// The file mapped at `addr` in this process (from `/proc/self/maps`): where a resolved symbol
+/// really lives, whatever name or link the library was opened through (`libamdhip64.so` may be a
+/// link to Hygon DTK's `libgalaxyhip.so.5`). `None` off Linux or when no file maps it.
+pub fn mapped_file(addr: usize) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
+        let path = fields.nth(4)?;
+        (lo <= addr && addr < hi && path.starts_with('/')).then(|| path.to_string())
+    })
+}
+
 /// Reads a NUL-terminated C string a vendor returned (NULL gives "").
 ///
 /// # Safety
@@ -252,6 +269,17 @@ mod tests {
         // The loader's own words for a missing file.
         assert!(reason.contains("No such file"), "{reason}");
         assert!(reason.contains("set UNIHAL_DYNLIB_TEST_UNSET"), "{reason}");
+    }
+
+    #[test]
+    fn a_symbol_maps_to_the_file_it_lives_in() {
+        let lib = Library::open(&Candidates::new("C library", "UNIHAL_DYNLIB_TEST_UNSET", &["libc.so.6"]))
+            .expect("libc opens");
+        // SAFETY: getpid's C signature.
+        let f: unsafe extern "C" fn() -> i32 = unsafe { lib.get("getpid") }.expect("getpid");
+        let file = mapped_file(f as usize).expect("a mapped file");
+        assert!(file.contains("libc"), "{file}");
+        assert_eq!(mapped_file(0), None);
     }
 
     #[test]

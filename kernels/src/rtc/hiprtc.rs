@@ -1,9 +1,11 @@
 //! Compiling the library with AMD's hiprtc to a code object for one gfx architecture.
 //!
-//! hiprtc is exported by the HIP runtime (`libamdhip64.so.5`, `.6`), or the path in
+//! hiprtc is its own library from ROCm 5.6 (`libhiprtc.so.6`, `.5`), and is also exported by the
+//! HIP runtime (`libamdhip64.so.5`, `.6`, Hygon DTK's `libgalaxyhip.so.5`), or the path in
 //! `UNIHAL_HIPRTC_LIB`. hiprtc 5.x aborts the whole process on architectures it does not know
-//! (gfx940+, gfx11xx, Hygon gfx92x/93x), so only the architectures in [`SAFE_ARCHS`] are ever
-//! passed to it in-process; others are `Unsupported`.
+//! (gfx940+, gfx11xx, Hygon gfx92x/93x), so [`Hiprtc::compile`] passes it only the architectures
+//! in [`SAFE_ARCHS`]; others are `Unsupported` there, and the HIP backend compiles them with
+//! [`Hiprtc::compile_unchecked`] in a helper process, where an abort kills only the helper.
 
 use super::hiprtc_sys::{HiprtcProgram, HiprtcSys};
 use super::{compile_program, read_output, RtcApi};
@@ -11,7 +13,15 @@ use unihal_dynlib::{c_str, Candidates, Library};
 use unihal_hal::{HalError, Result};
 
 /// Library names tried, in order.
-pub const CANDIDATES: [&str; 3] = ["libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"];
+pub const CANDIDATES: [&str; 7] = [
+    "libhiprtc.so.6",
+    "libhiprtc.so.5",
+    "libhiprtc.so",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "libamdhip64.so",
+    "libgalaxyhip.so.5",
+];
 
 /// Architectures this hiprtc compiles without aborting the process.
 pub const SAFE_ARCHS: [&str; 4] = ["gfx906", "gfx908", "gfx90a", "gfx1030"];
@@ -77,7 +87,11 @@ impl Hiprtc {
     /// # Errors
     /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
     pub fn load() -> Result<Hiprtc> {
-        let lib = Library::open(&Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES))?;
+        let candidates = Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES)
+            .under_root(&["ROCM_PATH"], Some("/opt/rocm"), "lib", &CANDIDATES[..6])
+            .under_root(&["DTKROOT"], Some("/opt/dtk"), "lib", &["libhiprtc.so", "libgalaxyhip.so.5"])
+            .under_root(&["DTKROOT"], Some("/opt/dtk"), "hip/lib", &["libgalaxyhip.so.5"]);
+        let lib = Library::open(&candidates)?;
         let path = lib.path().to_string();
         let sys = HiprtcSys::new(&lib)?;
         let (mut major, mut minor) = (0, 0);
@@ -111,11 +125,26 @@ impl Hiprtc {
                 "hiprtc compilation for {arch}: this hiprtc aborts the process on architectures outside {SAFE_ARCHS:?}"
             )));
         }
-        let options = vec![
+        self.compile_unchecked(src, name, arch)
+    }
+
+    /// The options every compilation passes (the kernel cache keys on them).
+    pub fn options(arch: &str) -> Vec<String> {
+        vec![
             format!("--offload-arch={arch}"),
             "-ffp-contract=off".to_string(),
             "-std=c++14".to_string(),
-        ];
+        ]
+    }
+
+    /// As [`Hiprtc::compile`] for any architecture. hiprtc may abort the whole process on one it
+    /// does not know: call this only in a process whose death is acceptable (the HIP backend's
+    /// compile helper).
+    ///
+    /// # Errors
+    /// [`HalError::Vendor`] with the compiler log.
+    pub fn compile_unchecked(&self, src: &str, name: &str, arch: &str) -> Result<HiprtcOutput> {
+        let options = Hiprtc::options(arch);
         let sys = &self.sys;
         let (code, log) = compile_program(sys, src, name, &options, |prog| {
             // SAFETY: prog is the live, compiled program; the size comes from the matching call.

@@ -1,0 +1,232 @@
+//! AMDGPU code objects as `hipModuleLoadData` takes them: a raw AMDGPU ELF, or a clang offload
+//! bundle (uncompressed) holding one per architecture. What the backend reads from them is each
+//! kernel's explicit argument sizes, from the `amdhsa.kernels` list of the ELF's AMDGPU metadata
+//! note (msgpack, code object v3 and later), hidden arguments (`hidden_*` value kinds, which the
+//! runtime fills) skipped; launches of those kernels are then size-checked.
+
+use object::elf;
+use object::read::elf::{FileHeader, SectionHeader};
+use rmpv::Value;
+use std::collections::HashMap;
+use unihal_gpu::runtime::PreparedModule;
+use unihal_hal::{HalError, Invalid, Result};
+
+/// `NT_AMDGPU_METADATA`: the note type of the msgpack metadata (owner "AMDGPU").
+const NT_AMDGPU_METADATA: u32 = 32;
+/// The magic of an uncompressed clang offload bundle.
+const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+/// The magic of a compressed one.
+const COMPRESSED_MAGIC: &[u8] = b"CCOB";
+
+fn bad(why: impl Into<String>) -> HalError {
+    HalError::invalid(
+        "source",
+        Invalid::Value {
+            value: why.into(),
+            accepted: "an AMDGPU ELF code object or an uncompressed clang offload bundle of them"
+                .into(),
+        },
+    )
+}
+
+/// The code objects of an offload bundle, with their target triples.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for a truncated or malformed bundle.
+pub fn bundle_entries(data: &[u8]) -> Result<Vec<(String, &[u8])>> {
+    let u64_at = |at: usize| -> Result<u64> {
+        data.get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or_else(|| bad("a truncated offload bundle"))
+    };
+    let count = u64_at(BUNDLE_MAGIC.len())?;
+    if count > 4096 {
+        return Err(bad(format!("an offload bundle claiming {count} entries")));
+    }
+    let mut at = BUNDLE_MAGIC.len() + 8;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let (offset, size, triple_len) = (u64_at(at)?, u64_at(at + 8)?, u64_at(at + 16)?);
+        at += 24;
+        let triple = data
+            .get(at..at.saturating_add(triple_len as usize))
+            .ok_or_else(|| bad("a truncated offload bundle entry"))?;
+        at += triple_len as usize;
+        let body = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(size).ok())
+            .and_then(|(o, s)| data.get(o..o.checked_add(s)?))
+            .ok_or_else(|| bad("an offload bundle entry outside the bundle"))?;
+        out.push((String::from_utf8_lossy(triple).into_owned(), body));
+    }
+    Ok(out)
+}
+
+/// Explicit argument sizes per kernel, from an AMDGPU ELF's metadata note (empty when the code
+/// object has none: its launches are then not size-checked).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for data that is not a 64-bit little-endian AMDGPU ELF, or
+/// metadata that cannot be read.
+pub fn kernel_args(elf_data: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
+    let header = elf::FileHeader64::<object::LittleEndian>::parse(elf_data)
+        .map_err(|e| bad(format!("not a 64-bit ELF: {e}")))?;
+    let endian = header
+        .endian()
+        .map_err(|e| bad(format!("an ELF of unknown byte order: {e}")))?;
+    if header.e_machine(endian) != elf::EM_AMDGPU {
+        return Err(bad(format!(
+            "an ELF for machine {} (AMDGPU is {})",
+            header.e_machine(endian),
+            elf::EM_AMDGPU
+        )));
+    }
+    let sections = header
+        .sections(endian, elf_data)
+        .map_err(|e| bad(format!("unreadable ELF sections: {e}")))?;
+    for section in sections.iter() {
+        let Some(mut notes) = section
+            .notes(endian, elf_data)
+            .map_err(|e| bad(format!("an unreadable ELF note section: {e}")))?
+        else {
+            continue;
+        };
+        while let Some(note) = notes
+            .next()
+            .map_err(|e| bad(format!("an unreadable ELF note: {e}")))?
+        {
+            if note.name() == b"AMDGPU" && note.n_type(endian) == NT_AMDGPU_METADATA {
+                return parse_metadata(note.desc());
+            }
+        }
+    }
+    Ok(HashMap::new())
+}
+
+fn field<'a>(map: &'a Value, key: &str) -> Option<&'a Value> {
+    map.as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
+/// Reads `amdhsa.kernels` from the msgpack metadata.
+fn parse_metadata(mut desc: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
+    let root = rmpv::decode::read_value(&mut desc)
+        .map_err(|e| bad(format!("unreadable AMDGPU metadata: {e}")))?;
+    let kernels = field(&root, "amdhsa.kernels")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("AMDGPU metadata without amdhsa.kernels"))?;
+    let mut out = HashMap::new();
+    for k in kernels {
+        let name = field(k, ".name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("a kernel without .name in the AMDGPU metadata"))?;
+        let mut sizes = Vec::new();
+        for arg in field(k, ".args").and_then(Value::as_array).into_iter().flatten() {
+            let kind = field(arg, ".value_kind").and_then(Value::as_str).unwrap_or("");
+            if kind.starts_with("hidden_") {
+                continue;
+            }
+            let size = field(arg, ".size")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad(format!("an argument of {name} without .size")))?;
+            sizes.push(size as usize);
+        }
+        out.insert(name.to_string(), sizes);
+    }
+    Ok(out)
+}
+
+/// A HIP code object ready for `hipModuleLoadData`: the bytes unchanged (the runtime picks a
+/// bundle's entry for its device), the argument sizes from the first AMDGPU entry.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for compressed bundles, bundles without an AMDGPU entry and
+/// anything that is not an AMDGPU ELF.
+pub fn prepare(bytes: &[u8]) -> Result<PreparedModule> {
+    let params = if bytes.starts_with(BUNDLE_MAGIC) {
+        let entries = bundle_entries(bytes)?;
+        let (_, elf) = entries
+            .iter()
+            .find(|(triple, _)| triple.contains("amdgcn"))
+            .ok_or_else(|| bad("an offload bundle without an amdgcn code object"))?;
+        kernel_args(elf)?
+    } else if bytes.starts_with(COMPRESSED_MAGIC) {
+        return Err(HalError::unsupported(
+            "compressed offload bundles (CCOB): pass an uncompressed bundle or a raw code object",
+        ));
+    } else {
+        kernel_args(bytes)?
+    };
+    Ok(PreparedModule {
+        image: bytes.to_vec(),
+        params,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_an_invalid_argument_naming_the_source() {
+        for data in [&b""[..], b"\x7fELF", b"not an elf at all", b"__CLANG_OFFLOAD_BUNDLE__\x05"] {
+            match prepare(data) {
+                Err(HalError::InvalidArgument { arg, .. }) => assert_eq!(arg, "source"),
+                other => panic!("{data:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            prepare(b"CCOB\x01\x00"),
+            Err(HalError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn metadata_lists_explicit_arguments_only() {
+        let mut buf = Vec::new();
+        let arg = |size: u64, kind: &str| {
+            Value::Map(vec![
+                (Value::from(".size"), Value::from(size)),
+                (Value::from(".value_kind"), Value::from(kind)),
+            ])
+        };
+        let root = Value::Map(vec![(
+            Value::from("amdhsa.kernels"),
+            Value::Array(vec![Value::Map(vec![
+                (Value::from(".name"), Value::from("k")),
+                (
+                    Value::from(".args"),
+                    Value::Array(vec![
+                        arg(8, "global_buffer"),
+                        arg(4, "by_value"),
+                        arg(8, "hidden_global_offset_x"),
+                    ]),
+                ),
+            ])]),
+        )]);
+        rmpv::encode::write_value(&mut buf, &root).unwrap();
+        let m = parse_metadata(&buf).unwrap();
+        assert_eq!(m["k"], vec![8, 4]);
+    }
+
+    #[test]
+    fn bundles_are_read_entry_by_entry() {
+        let mut b = BUNDLE_MAGIC.to_vec();
+        b.extend(1u64.to_le_bytes());
+        let triple = b"hipv4-amdgcn-amd-amdhsa--gfx90a";
+        let offset = (b.len() + 24 + triple.len()) as u64;
+        b.extend(offset.to_le_bytes());
+        b.extend(3u64.to_le_bytes());
+        b.extend((triple.len() as u64).to_le_bytes());
+        b.extend(triple);
+        b.extend(b"abc");
+        let e = bundle_entries(&b).unwrap();
+        assert_eq!(e, vec![(String::from_utf8_lossy(triple).into_owned(), &b"abc"[..])]);
+        // An entry pointing past the end.
+        let n = b.len();
+        b.truncate(n - 1);
+        assert!(bundle_entries(&b).is_err());
+    }
+}

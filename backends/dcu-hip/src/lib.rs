@@ -1,0 +1,220 @@
+//! # unihal-hip: the HIP backend (AMD ROCm and Hygon DTK)
+//!
+//! AMD Instinct and Radeon GPUs (ROCm) and Hygon DCUs (DTK) through the HIP runtime API, opened
+//! at run time, so one unihal binary builds with no ROCm and runs wherever it lands.
+//!
+//! * **The shared GPU layer**: devices, memory, streams, events and modules are `unihal_gpu`'s
+//!   (the same code as the CUDA backend's) over [`Hip`], this backend's implementation of its
+//!   `Runtime` trait ([`runtime`]): each HIP call once, failures named with HIP's call name and
+//!   `hipError_t` ([`conv`]).
+//! * **Loading** ([`loader`], symbol table in [`ffi`]): `UNIHAL_HIP_LIB`, else ROCm's
+//!   `libamdhip64.so.6`/`.5`/`.so` and DTK's `libgalaxyhip.so.5`, also under `ROCM_PATH`/`HIP_PATH`
+//!   and `DTKROOT` (default `/opt/dtk`). Never unloaded (DTK's runtime crashes at exit if it is).
+//!   `hipInit` = 101 or `hipGetDeviceCount` = 100 (a machine without a device) is
+//!   `Unavailable` "no device", naming the library found.
+//! * **Devices** ([`device`]): capabilities from `hipDeviceGetAttribute` and
+//!   `hipDeviceTotalMem`, never from the properties struct, whose layout changed between ROCm 5
+//!   and 6, except `gcnArchName` (read from the layout of the entry called, validated). The
+//!   attribute numbering is probed (DTK keeps the pre-ROCm-5 numbering while reporting HIP 6.x):
+//!   the warp-size query must answer 32 or 64. Wavefront width is the device's (64 on Instinct and
+//!   DCUs, 32 on RDNA); the vendor is Hygon for DCU architectures or DTK's runtime, else AMD.
+//! * **Modules** ([`code_object`]): AMDGPU ELF code objects and uncompressed offload bundles,
+//!   launches size-checked from the `amdhsa.kernels` metadata (hidden arguments skipped).
+//! * **Library ops** ([`library`]): the portable library compiled by hiprtc for the device's
+//!   exact architecture through the shared kernel cache; architectures this hiprtc may abort on
+//!   are compiled in the `unihal-hiprtc-helper` process. Without hiprtc the device reports no ops.
+//! * **Matmul** ([`blas`]) through rocBLAS opened at run time, with the shared GEMM mapping;
+//!   the portable tiled GEMM otherwise.
+//! * **Collectives** through RCCL, the second instance of the shared NCCL-API engine
+//!   (`unihal-nccl-api`'s `RCCL` flavour, DTK's RCCL paths included) on [`ccl::HipPlatform`].
+//! * **Peers, pools**: `hipMemcpyPeerAsync` with access enabled on first use, stream-ordered
+//!   allocation (`hipMallocAsync`, returned with `hipFreeAsync`) where the device has pools.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod blas;
+pub mod ccl;
+pub mod code_object;
+pub mod conv;
+pub mod device;
+pub mod ffi;
+pub mod library;
+pub mod loader;
+pub mod runtime;
+
+pub use loader::Hip;
+pub use runtime::{HipDevice, HipStream};
+
+use parking_lot::Mutex;
+use std::any::Any;
+use std::sync::Arc;
+use unihal_hal::{Backend, BackendInfo, Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
+
+/// Registry name of this backend.
+pub const NAME: &str = "hip";
+
+/// The HIP backend. Devices are opened on first use and live as long as the backend.
+pub struct HipBackend {
+    devices: Mutex<Vec<Option<Arc<HipDevice>>>>,
+    rccl: unihal_nccl_api::Engine,
+}
+
+impl Default for HipBackend {
+    fn default() -> HipBackend {
+        HipBackend {
+            devices: Mutex::new(Vec::new()),
+            rccl: unihal_nccl_api::Engine::new(
+                unihal_nccl_api::RCCL,
+                Arc::new(ccl::HipPlatform::default()),
+            ),
+        }
+    }
+}
+
+impl HipBackend {
+    /// A backend that opens the runtime on first probe (and RCCL on first use of collectives).
+    pub fn new() -> HipBackend {
+        HipBackend::default()
+    }
+
+    /// The RCCL engine (whether or not RCCL opened).
+    pub fn rccl(&self) -> &unihal_nccl_api::Engine {
+        &self.rccl
+    }
+}
+
+impl Backend for HipBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn info(&self) -> BackendInfo {
+        let (runtime, simulated, concurrent) = match loader::runtime() {
+            Ok(h) => (
+                LibraryInfo::found(
+                    "runtime",
+                    if h.dtk { "HIP runtime (Hygon DTK)" } else { "HIP runtime" },
+                    h.file.clone().unwrap_or_else(|| h.path.clone()),
+                    Some(conv::version_string(h.version)),
+                ),
+                h.simulated,
+                h.concurrent,
+            ),
+            Err(e) => {
+                let mut l = LibraryInfo::missing("runtime", "HIP runtime", e.to_string());
+                // Found but unusable (no device): say which library answered.
+                if let Some((path, version)) = loader::found() {
+                    l.path = Some(path.clone());
+                    l.version = Some(conv::version_string(*version));
+                }
+                (l, false, true)
+            }
+        };
+        let mut libraries = vec![runtime];
+        if libraries[0].error.is_none() {
+            libraries.push(match library::hiprtc() {
+                Ok(r) => {
+                    let (major, minor) = r.version();
+                    LibraryInfo::found(
+                        "runtime compiler",
+                        "hiprtc",
+                        r.path().to_string(),
+                        Some(format!("{major}.{minor}")),
+                    )
+                }
+                Err(e) => LibraryInfo::missing(
+                    "runtime compiler",
+                    "hiprtc",
+                    format!("{e} (without it the devices run no library ops)"),
+                ),
+            });
+            libraries.push(match self.rccl.lib() {
+                Ok(l) => LibraryInfo::found(
+                    "collectives",
+                    "RCCL",
+                    l.path.clone(),
+                    Some(l.version_string()),
+                ),
+                Err(e) => LibraryInfo::missing("collectives", "RCCL", e.to_string()),
+            });
+            libraries.push(match blas::rocblas() {
+                Ok((_, path)) => LibraryInfo::found("BLAS", "rocBLAS", path.clone(), None),
+                Err(e) => LibraryInfo::missing(
+                    "BLAS",
+                    "rocBLAS",
+                    format!("{e}; matmul runs the portable GEMM"),
+                ),
+            });
+        }
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            libraries,
+            simulated,
+            concurrent,
+        }
+    }
+
+    fn probe(&self) -> Result<usize> {
+        Ok(loader::runtime()?.devices)
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let rt = loader::runtime()?;
+        let n = rt.devices;
+        if ordinal >= n {
+            return Err(HalError::invalid(
+                "ordinal",
+                Invalid::Value {
+                    value: ordinal.to_string(),
+                    accepted: format!("0..{n}"),
+                },
+            ));
+        }
+        let mut devices = self.devices.lock();
+        if devices.len() < n {
+            devices.resize(n, None);
+        }
+        if let Some(d) = &devices[ordinal] {
+            return Ok(d.clone());
+        }
+        let d = device::open(
+            rt,
+            DeviceId {
+                backend: NAME,
+                ordinal: ordinal as u32,
+            },
+        )?;
+        devices[ordinal] = Some(d.clone());
+        Ok(d)
+    }
+
+    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
+        match self.rccl.lib() {
+            Ok(_) => Some(&self.rccl),
+            Err(e) => {
+                tracing::info!(target: "unihal::hip", "no collectives: {e}");
+                None
+            }
+        }
+    }
+
+    fn conformance_manifest(&self) -> &'static str {
+        include_str!("../conformance.manifest")
+    }
+
+    fn test_kernels(&self, device: &dyn Device) -> Option<unihal_hal::ModuleSource> {
+        let dev = device.as_any().downcast_ref::<HipDevice>()?;
+        match library::test_kernels(dev) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(target: "unihal::hip", "no test kernels for {}: {e}", device.id());
+                None
+            }
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,227 @@
+//! The portable kernel library (and the conformance suite's test kernels) on a HIP device:
+//! compiled by hiprtc for the device's exact architecture, cached in memory and on disk through
+//! the shared kernel cache (`UNIHAL_KERNEL_CACHE`), loaded as a code object.
+//!
+//! hiprtc 5.x aborts the whole process when given an architecture it does not know (gfx94x,
+//! gfx11xx, Hygon gfx92x/93x). So only the architectures that hiprtc is known to handle
+//! (`unihal_kernels::rtc::hiprtc::SAFE_ARCHS`) are compiled in this process; every other one is
+//! compiled by the helper executable `unihal-hiprtc-helper`, shipped with unihal and found through
+//! `UNIHAL_HIPRTC_HELPER` or beside the running executable (never the executable itself, which
+//! inside many engines is Python). A helper that crashes is an error naming the architecture and
+//! the hiprtc version, remembered for the process, never the host's death.
+
+use crate::runtime::HipDevice;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use unihal_gpu::kernel_cache::{CacheKey, KernelCache};
+use unihal_gpu::library::Library;
+use unihal_gpu::module::GpuModule;
+use unihal_hal::{HalError, ModuleSource, Result};
+use unihal_kernels::rtc::hiprtc::{Hiprtc, SAFE_ARCHS};
+use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
+
+/// The helper's file name.
+pub const HELPER: &str = "unihal-hiprtc-helper";
+
+/// How long the helper may take for one compilation.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// hiprtc, opened once per process.
+///
+/// # Errors
+/// [`HalError::Unavailable`] with the names tried (the first outcome is kept).
+pub fn hiprtc() -> Result<&'static Hiprtc> {
+    static HIPRTC: OnceLock<Result<Hiprtc>> = OnceLock::new();
+    HIPRTC
+        .get_or_init(Hiprtc::load)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Where the helper is: `UNIHAL_HIPRTC_HELPER`, else beside the running executable (or one
+/// directory up, where cargo puts binaries next to a test's `deps/`).
+///
+/// # Errors
+/// [`HalError::Unavailable`] naming the places looked at.
+pub fn helper_path() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("UNIHAL_HIPRTC_HELPER") {
+        if !p.trim().is_empty() {
+            return Ok(PathBuf::from(p.trim()));
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| HalError::Unavailable {
+        what: HELPER.into(),
+        reason: format!("the running executable's path is unknown: {e}"),
+    })?;
+    let dirs: Vec<PathBuf> = exe.ancestors().skip(1).take(2).map(PathBuf::from).collect();
+    dirs.iter()
+        .map(|d| d.join(HELPER))
+        .find(|p| p.is_file())
+        .ok_or_else(|| HalError::Unavailable {
+            what: HELPER.into(),
+            reason: format!(
+                "not found in {dirs:?} (set UNIHAL_HIPRTC_HELPER to its path); it compiles the \
+                 architectures this hiprtc may abort on"
+            ),
+        })
+}
+
+/// Failures of the helper, per (hiprtc version, architecture): not retried in this process.
+fn failures() -> &'static Mutex<HashMap<(String, String), HalError>> {
+    static FAILURES: OnceLock<Mutex<HashMap<(String, String), HalError>>> = OnceLock::new();
+    FAILURES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles `src` for `arch` in the helper process.
+fn compile_in_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8>> {
+    let key = (version.to_string(), arch.to_string());
+    if let Some(e) = failures().lock().get(&key) {
+        return Err(e.clone());
+    }
+    let r = run_helper(src, name, arch, version);
+    if let Err(e) = &r {
+        failures().lock().insert(key, e.clone());
+    }
+    r
+}
+
+fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8>> {
+    let helper = helper_path()?;
+    let failed = |why: String| HalError::Vendor {
+        library: "hiprtc".into(),
+        call: format!("hiprtcCompileProgram (in {HELPER})"),
+        code: -1,
+        name: format!("compiling for {arch} failed"),
+        message: format!("hiprtc {version} {why}"),
+    };
+    let mut child = Command::new(&helper)
+        .args(["--arch", arch, "--name", name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| HalError::Unavailable {
+            what: HELPER.into(),
+            reason: format!("{} cannot be started: {e}", helper.display()),
+        })?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let src = src.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(src.as_bytes()));
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).map(|_| out)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() > HELPER_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!("did not finish within {HELPER_TIMEOUT:?}")));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(failed(format!("could not be waited for: {e}"))),
+        }
+    };
+    let _ = writer.join();
+    let out = reader.join().ok().and_then(|r| r.ok()).unwrap_or_default();
+    let log = err_reader.join().unwrap_or_default();
+    if status.success() {
+        return Ok(out);
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Err(match status.signal() {
+        Some(sig) => failed(format!(
+            "crashed (signal {sig}) compiling for {arch}: this hiprtc does not handle {arch}; \
+             a newer ROCm or Hygon DTK's own hiprtc does{}",
+            if log.trim().is_empty() { String::new() } else { format!(" ({})", log.trim()) }
+        )),
+        None => failed(format!("failed: {}", log.trim())),
+    })
+}
+
+/// A code object of `src` for `arch`, from the cache, hiprtc in this process (known-safe
+/// architectures) or the helper (every other one).
+///
+/// # Errors
+/// [`HalError::Unavailable`] without hiprtc (or the helper when it is needed); the compiler's
+/// log; a crash of the helper naming the architecture.
+pub fn code_object(src: &str, name: &str, arch: &str) -> Result<Vec<u8>> {
+    let rtc = hiprtc()?;
+    let (major, minor) = rtc.version();
+    let version = format!("{major}.{minor}");
+    let key = CacheKey {
+        source_hash: fnv1a(src),
+        target: arch.to_string(),
+        compiler: format!("hiprtc {version} ({})", rtc.path()),
+        options: Hiprtc::options(arch),
+        runtime: String::new(),
+    };
+    let (parts, from) = KernelCache::global().get_or_compile(&key, || {
+        let t = Instant::now();
+        let code = if SAFE_ARCHS.contains(&arch) {
+            rtc.compile(src, name, arch)?.code
+        } else {
+            compile_in_helper(src, name, arch, &version)?
+        };
+        tracing::info!(target: "unihal::hip", "hiprtc {version} compiled {name} for {arch} in {:?}", t.elapsed());
+        Ok(vec![("code".to_string(), code)])
+    })?;
+    tracing::debug!(target: "unihal::hip", "{name} for {arch}: {from:?}");
+    Ok(parts
+        .iter()
+        .find(|(n, _)| n == "code")
+        .map(|(_, b)| b.clone())
+        .unwrap_or_default())
+}
+
+fn arch_of(dev: &HipDevice) -> String {
+    unihal_hal::Device::capabilities(dev)
+        .optional
+        .arch
+        .clone()
+        .unwrap_or_default()
+}
+
+/// Compiles (or reads from the cache) and loads the library on `dev`.
+///
+/// # Errors
+/// As [`code_object`]; the runtime's error loading it.
+pub(crate) fn load(dev: &Arc<HipDevice>) -> Result<Library> {
+    let arch = arch_of(dev);
+    let code = code_object(&library_source(GpuTarget::Hip), "unihal_kernels.hip", &arch)?;
+    let module = GpuModule::load(dev.clone(), &ModuleSource::HipCodeObject(code))?;
+    Ok(Library::new(module, format!("code object for {arch}")))
+}
+
+/// The conformance suite's test kernels compiled for `dev`'s architecture.
+///
+/// # Errors
+/// As [`code_object`].
+pub fn test_kernels(dev: &HipDevice) -> Result<ModuleSource> {
+    let arch = arch_of(dev);
+    let code = code_object(unihal_kernels::testing::HIP_SOURCE, "uh_testing.hip", &arch)?;
+    Ok(ModuleSource::HipCodeObject(code))
+}
+
+/// Deletes the disk cache (and forgets the compiled images of this process).
+///
+/// # Errors
+/// The I/O error, except when there is nothing to delete.
+pub fn clear_cache() -> std::io::Result<()> {
+    KernelCache::global().clear()
+}
+

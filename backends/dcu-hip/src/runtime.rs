@@ -1,0 +1,420 @@
+//! The HIP runtime as a [`Runtime`] of the shared GPU layer (`unihal_gpu`): each raw call once,
+//! its failure named with HIP's own call name and `hipError_t`.
+
+use crate::conv::{codes, vendor};
+use crate::ffi::{self, Handle};
+use crate::loader::Hip;
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::Arc;
+use unihal_gpu::device::GpuDevice;
+use unihal_gpu::library::Library;
+use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
+use unihal_gpu::stream::GpuStream;
+use unihal_hal::{DeviceId, FillValue, HalError, ModuleSource, NativeHandle, OpCall, Result};
+
+/// A HIP device of the shared GPU layer.
+pub type HipDevice = GpuDevice<Hip>;
+/// A HIP stream of the shared GPU layer.
+pub type HipStream = GpuStream<Hip>;
+
+/// What makes a HIP device current: its ordinal (`hipSetDevice`; HIP has no context to retain).
+pub struct HipContext {
+    pub(crate) id: DeviceId,
+}
+
+impl Hip {
+    /// `Ok` for `hipSuccess`, else the vendor error of `call`.
+    pub(crate) fn check(&self, call: &str, rc: c_int) -> Result<()> {
+        match rc {
+            0 => Ok(()),
+            rc => Err(vendor(&self.api, call, rc)),
+        }
+    }
+
+    /// `Ok(true)` for success, `Ok(false)` for `hipErrorNotReady`.
+    fn done(&self, call: &str, rc: c_int) -> Result<bool> {
+        match rc {
+            0 => Ok(true),
+            codes::NOT_READY => Ok(false),
+            rc => Err(vendor(&self.api, call, rc)),
+        }
+    }
+
+    fn alloc_result(&self, call: &str, len: usize, rc: c_int, p: *mut c_void) -> Result<u64> {
+        match rc {
+            0 => Ok(p as u64),
+            codes::OUT_OF_MEMORY => {
+                let (mut free, mut total) = (0usize, 0usize);
+                // SAFETY: two out-pointers to locals.
+                let _ = unsafe { (self.api.mem_get_info)(&mut free, &mut total) };
+                Err(HalError::OutOfMemory {
+                    requested: len as u64,
+                    free: free as u64,
+                })
+            }
+            rc => Err(vendor(&self.api, call, rc)),
+        }
+    }
+}
+
+fn h(r: Raw) -> Handle {
+    r.0
+}
+
+/// The data of a host function queued through `hipStreamAddCallback` (the fallback when the
+/// runtime does not export `hipLaunchHostFunc`).
+struct Callback {
+    f: HostFn,
+    data: *mut c_void,
+}
+
+unsafe extern "C" fn stream_callback(_stream: Handle, _status: c_int, user: *mut c_void) {
+    // SAFETY: `user` came from Box::into_raw in `launch_host_fn` and the runtime calls this
+    // once; the function and data are the caller's, valid for one call.
+    let cb = unsafe { Box::from_raw(user as *mut Callback) };
+    // SAFETY: as above.
+    unsafe { (cb.f)(cb.data) };
+}
+
+impl Runtime for Hip {
+    type Context = HipContext;
+    type Blas = crate::blas::Handle;
+    const VENDOR: &'static str = "HIP";
+
+    fn enter<T>(&self, ctx: &HipContext, _what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        // SAFETY: a valid ordinal (devices are opened below the runtime's count).
+        let rc = unsafe { (self.api.set_device)(ctx.id.ordinal as c_int) };
+        self.check("hipSetDevice", rc)?;
+        f()
+    }
+
+    fn context_id(ctx: &HipContext) -> DeviceId {
+        ctx.id
+    }
+
+    fn native_device(ctx: &HipContext) -> NativeHandle {
+        NativeHandle::Int(ctx.id.ordinal as i64)
+    }
+
+    fn poisons(&self, e: &HalError) -> bool {
+        matches!(e, HalError::Vendor { code, library, .. }
+            if library == crate::conv::LIBRARY && crate::conv::poisons(*code))
+    }
+
+    fn device_synchronize(&self) -> Result<()> {
+        // SAFETY: no arguments.
+        self.check("hipDeviceSynchronize", unsafe { (self.api.device_synchronize)() })
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: two out-pointers to locals.
+        let rc = unsafe { (self.api.mem_get_info)(&mut free, &mut total) };
+        self.check("hipMemGetInfo", rc)?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn malloc(&self, len: usize) -> Result<u64> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and a non-zero size.
+        let rc = unsafe { (self.api.malloc)(&mut p, len) };
+        self.alloc_result("hipMalloc", len, rc, p)
+    }
+
+    fn malloc_async(&self, len: usize, stream: Raw) -> Result<u64> {
+        let Some(malloc_async) = self.api.malloc_async else {
+            return self.malloc(len);
+        };
+        let mut p = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local, a non-zero size and a live stream.
+        let rc = unsafe { malloc_async(&mut p, len, h(stream)) };
+        self.alloc_result("hipMallocAsync", len, rc, p)
+    }
+
+    unsafe fn free(&self, ptr: u64, pooled: bool) -> Result<()> {
+        match (pooled, self.api.free_async) {
+            // Pool memory goes back to its pool in the null stream's order (every use has
+            // completed: the HAL frees only then), without synchronising the device.
+            // SAFETY: the caller's contract.
+            (true, Some(free_async)) => self.check("hipFreeAsync", unsafe {
+                free_async(ptr as *mut c_void, std::ptr::null_mut())
+            }),
+            // SAFETY: the caller's contract.
+            _ => self.check("hipFree", unsafe { (self.api.free)(ptr as *mut c_void) }),
+        }
+    }
+
+    fn host_alloc(&self, len: usize) -> Result<*mut u8> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and a non-zero size.
+        let rc = unsafe { (self.api.host_malloc)(&mut p, len, ffi::HOST_MALLOC_DEFAULT) };
+        match rc {
+            0 => Ok(p as *mut u8),
+            codes::OUT_OF_MEMORY => Err(HalError::OutOfMemory {
+                requested: len as u64,
+                free: 0,
+            }),
+            rc => Err(vendor(&self.api, "hipHostMalloc", rc)),
+        }
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipHostFree", unsafe { (self.api.host_free)(ptr as *mut c_void) })
+    }
+
+    fn peers(&self, ctx: &HipContext) -> Result<Vec<u32>> {
+        let me = ctx.id.ordinal as c_int;
+        let mut peers = Vec::new();
+        for o in (0..self.devices as c_int).filter(|&o| o != me) {
+            let mut can = 0;
+            // SAFETY: an out-pointer to a local and two valid ordinals.
+            let rc = unsafe { (self.api.device_can_access_peer)(&mut can, me, o) };
+            self.check("hipDeviceCanAccessPeer", rc)?;
+            if can != 0 {
+                peers.push(o as u32);
+            }
+        }
+        Ok(peers)
+    }
+
+    fn enable_peer(&self, peer: &HipContext) -> Result<()> {
+        // SAFETY: a valid ordinal; flags must be 0.
+        match unsafe { (self.api.device_enable_peer_access)(peer.id.ordinal as c_int, 0) } {
+            0 | codes::PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            rc => Err(vendor(&self.api, "hipDeviceEnablePeerAccess", rc)),
+        }
+    }
+
+    fn stream_create(&self) -> Result<Raw> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local.
+        let rc = unsafe { (self.api.stream_create_with_flags)(&mut s, ffi::STREAM_NON_BLOCKING) };
+        self.check("hipStreamCreateWithFlags", rc)?;
+        Ok(Raw(s))
+    }
+
+    unsafe fn stream_destroy(&self, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipStreamDestroy", unsafe { (self.api.stream_destroy)(h(stream)) })
+    }
+
+    fn stream_synchronize(&self, stream: Raw) -> Result<()> {
+        // SAFETY: a live stream.
+        self.check("hipStreamSynchronize", unsafe {
+            (self.api.stream_synchronize)(h(stream))
+        })
+    }
+
+    fn stream_query(&self, stream: Raw) -> Result<bool> {
+        // SAFETY: a live stream.
+        self.done("hipStreamQuery", unsafe { (self.api.stream_query)(h(stream)) })
+    }
+
+    fn stream_wait_event(&self, stream: Raw, event: Raw) -> Result<()> {
+        // SAFETY: a live stream and event; flags must be 0.
+        self.check("hipStreamWaitEvent", unsafe {
+            (self.api.stream_wait_event)(h(stream), h(event), 0)
+        })
+    }
+
+    unsafe fn launch_host_fn(&self, stream: Raw, f: HostFn, data: *mut c_void) -> Result<()> {
+        if let Some(launch) = self.api.launch_host_func {
+            // SAFETY: a live stream; the caller's contract for `f` and `data`.
+            return self.check("hipLaunchHostFunc", unsafe { launch(h(stream), f, data) });
+        }
+        let cb = Box::into_raw(Box::new(Callback { f, data }));
+        // SAFETY: a live stream; `stream_callback` takes ownership of `cb` when called (once);
+        // flags must be 0.
+        let rc = unsafe {
+            (self.api.stream_add_callback)(h(stream), stream_callback, cb as *mut c_void, 0)
+        };
+        if rc != 0 {
+            // Not queued: the runtime will never call it.
+            // SAFETY: from Box::into_raw above, not handed to the runtime.
+            drop(unsafe { Box::from_raw(cb) });
+        }
+        self.check("hipStreamAddCallback", rc)
+    }
+
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract (HIP's declaration takes a non-const source).
+        self.check("hipMemcpyHtoDAsync", unsafe {
+            (self.api.memcpy_htod_async)(dst as Handle, src as *mut c_void, len, h(stream))
+        })
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipMemcpyDtoHAsync", unsafe {
+            (self.api.memcpy_dtoh_async)(dst as *mut c_void, src as Handle, len, h(stream))
+        })
+    }
+
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: usize, stream: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipMemcpyDtoDAsync", unsafe {
+            (self.api.memcpy_dtod_async)(dst as Handle, src as Handle, len, h(stream))
+        })
+    }
+
+    unsafe fn copy_peer(
+        &self,
+        dst: (&HipContext, u64),
+        src: (&HipContext, u64),
+        len: usize,
+        stream: Raw,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipMemcpyPeerAsync", unsafe {
+            (self.api.memcpy_peer_async)(
+                dst.1 as *mut c_void,
+                dst.0.id.ordinal as c_int,
+                src.1 as *const c_void,
+                src.0.id.ordinal as c_int,
+                len,
+                h(stream),
+            )
+        })
+    }
+
+    unsafe fn fill(&self, dst: u64, value: FillValue, count: usize, stream: Raw) -> Result<()> {
+        let (d, s) = (dst as Handle, h(stream));
+        // SAFETY: the caller's contract.
+        let (call, rc) = unsafe {
+            match value {
+                FillValue::U8(v) => ("hipMemsetD8Async", (self.api.memset_d8_async)(d, v, count, s)),
+                FillValue::U16(v) => {
+                    ("hipMemsetD16Async", (self.api.memset_d16_async)(d, v, count, s))
+                }
+                FillValue::U32(v) => (
+                    "hipMemsetD32Async",
+                    (self.api.memset_d32_async)(d, v as c_int, count, s),
+                ),
+            }
+        };
+        self.check(call, rc)
+    }
+
+    unsafe fn launch(
+        &self,
+        function: Raw,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: Raw,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; the runtime copies the argument values during the call.
+        self.check("hipModuleLaunchKernel", unsafe {
+            (self.api.module_launch_kernel)(
+                h(function),
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem,
+                h(stream),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    fn event_create(&self, timing: bool) -> Result<Raw> {
+        let flags = if timing {
+            ffi::EVENT_DEFAULT
+        } else {
+            ffi::EVENT_DISABLE_TIMING
+        };
+        let mut e = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local.
+        let rc = unsafe { (self.api.event_create_with_flags)(&mut e, flags) };
+        self.check("hipEventCreateWithFlags", rc)?;
+        Ok(Raw(e))
+    }
+
+    unsafe fn event_destroy(&self, event: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipEventDestroy", unsafe { (self.api.event_destroy)(h(event)) })
+    }
+
+    fn event_record(&self, event: Raw, stream: Raw) -> Result<()> {
+        // SAFETY: a live event and stream of the same device.
+        self.check("hipEventRecord", unsafe {
+            (self.api.event_record)(h(event), h(stream))
+        })
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool> {
+        // SAFETY: a live event.
+        self.done("hipEventQuery", unsafe { (self.api.event_query)(h(event)) })
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<()> {
+        // SAFETY: a live event.
+        self.check("hipEventSynchronize", unsafe {
+            (self.api.event_synchronize)(h(event))
+        })
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32> {
+        let mut ms = 0.0;
+        // SAFETY: an out-pointer to a local and two live, completed, timing events.
+        let rc = unsafe { (self.api.event_elapsed_time)(&mut ms, h(start), h(end)) };
+        self.check("hipEventElapsedTime", rc)?;
+        Ok(ms)
+    }
+
+    fn prepare_module(&self, source: &ModuleSource) -> Result<PreparedModule> {
+        match source {
+            ModuleSource::HipCodeObject(bytes) => crate::code_object::prepare(bytes),
+            other => Err(unsupported_format(
+                "HIP",
+                "HIP code objects (raw AMDGPU ELF or an uncompressed offload bundle)",
+                other,
+            )),
+        }
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<Raw> {
+        let mut m = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and a complete code object, alive for the call.
+        let rc = unsafe { (self.api.module_load_data)(&mut m, image.as_ptr() as *const c_void) };
+        self.check("hipModuleLoadData", rc)?;
+        Ok(Raw(m))
+    }
+
+    fn module_function(&self, module: Raw, name: &CStr) -> Result<Option<Raw>> {
+        let mut f = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local, a loaded module and a NUL-terminated name.
+        match unsafe { (self.api.module_get_function)(&mut f, h(module), name.as_ptr()) } {
+            0 => Ok(Some(Raw(f))),
+            codes::NOT_FOUND => Ok(None),
+            rc => Err(vendor(&self.api, "hipModuleGetFunction", rc)),
+        }
+    }
+
+    unsafe fn module_unload(&self, module: Raw) -> Result<()> {
+        // SAFETY: the caller's contract.
+        self.check("hipModuleUnload", unsafe { (self.api.module_unload)(h(module)) })
+    }
+
+    fn load_library(&self, device: &Arc<HipDevice>) -> Result<Library> {
+        crate::library::load(device)
+    }
+
+    fn matmul(&self, stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
+        crate::blas::matmul(stream, call)
+    }
+
+    fn blas_create(&self) -> Result<Self::Blas> {
+        crate::blas::Handle::new()
+    }
+
+    fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()> {
+        handle.bind(stream)
+    }
+}
