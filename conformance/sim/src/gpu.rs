@@ -14,6 +14,8 @@
 //! Thread safety: a [`GpuFace`] is shared by every thread (`Send + Sync`); the current device
 //! and the host-function flag are per thread.
 
+pub mod ops;
+
 use crate::{Device, Kernels, Limits, Mode, SimError, SimResult, StreamId};
 use parking_lot::Mutex;
 use std::cell::Cell;

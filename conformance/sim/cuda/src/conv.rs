@@ -2,6 +2,7 @@
 //! CUDA's `cuda.h`), their names and strings, and the device attributes it reports.
 
 use std::ffi::CStr;
+use unihal_sim::gpu::ops::Fail;
 use unihal_sim::{Limits, SimError};
 
 pub const CUDA_SUCCESS: i32 = 0;
@@ -40,6 +41,22 @@ pub fn code(e: &SimError) -> i32 {
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
         SimError::Timeout(_) => CUDA_ERROR_LAUNCH_TIMEOUT,
         SimError::InvalidUsage(_) => CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+/// The `CUresult` of a shared call's failure.
+pub fn fail_code(f: Fail) -> i32 {
+    match f {
+        Fail::Value => CUDA_ERROR_INVALID_VALUE,
+        Fail::Handle => CUDA_ERROR_INVALID_HANDLE,
+        Fail::Context => CUDA_ERROR_INVALID_CONTEXT,
+        Fail::Device => CUDA_ERROR_INVALID_DEVICE,
+        Fail::NotFound => CUDA_ERROR_NOT_FOUND,
+        Fail::NotSupported => CUDA_ERROR_NOT_SUPPORTED,
+        Fail::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
+        Fail::PeerAlreadyEnabled => CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        Fail::PeerNotEnabled => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+        Fail::Sim(e) => code(&e),
     }
 }
 

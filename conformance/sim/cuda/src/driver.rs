@@ -5,12 +5,14 @@
 use crate::conv::*;
 use crate::{api, out, sim, Sim, DRIVER_VERSION, PRIMARY_CTX, SIM};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::Arc;
-use unihal_sim::peer::Remote;
-use unihal_sim::{Device, EventId, FunctionId, ModuleId, Work};
+use unihal_sim::gpu::ops;
 
 fn c(e: unihal_sim::SimError) -> i32 {
     code(&e)
+}
+
+fn f(e: ops::Fail) -> i32 {
+    fail_code(e)
 }
 
 /// The name of device `ordinal` running work in `mode`, NUL-terminated. Backends read
@@ -175,18 +177,16 @@ pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> c_int {
-    api("cuCtxSynchronize", || {
-        sim()?.current_device()?.synchronize().map_err(c)
-    })
+    api("cuCtxSynchronize", || ops::device_synchronize(sim()?).map_err(f))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int {
     api("cuMemGetInfo_v2", || {
-        let (f, t) = sim()?.current_device()?.memory_info();
+        let (fr, t) = ops::mem_info(sim()?).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe {
-            out(free, f as usize)?;
+            out(free, fr as usize)?;
             out(total, t as usize)
         }
     })
@@ -195,10 +195,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
     api("cuMemAlloc_v2", || {
-        if bytes == 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let a = sim()?.current_device()?.alloc(bytes as u64).map_err(c)?;
+        let a = ops::malloc(sim()?, bytes).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(p, a) }
     })
@@ -206,21 +203,13 @@ pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, bytes: usize) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(p: u64) -> c_int {
-    api("cuMemFree_v2", || {
-        let s = sim()?;
-        s.memory_owner(p)?.free(p).map_err(c)
-    })
+    api("cuMemFree_v2", || ops::free(sim()?, p).map_err(f))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut c_void) -> c_int {
-    // Allocated at once: memory that exists now is valid for work enqueued after this call.
     api("cuMemAllocAsync", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        if bytes == 0 || dev.query_stream(id).is_err() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let a = dev.alloc(bytes as u64).map_err(c)?;
+        let a = ops::malloc_async(sim()?, bytes, stream).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(p, a) }
     })
@@ -228,39 +217,26 @@ pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(p: u64, stream: *mut c_void) -> c_int {
-    api("cuMemFreeAsync", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        let work = Work {
-            touches: vec![(p, 0)],
-            run: Box::new(move |m| m.free(p)),
-        };
-        dev.enqueue(id, work).map_err(c)
-    })
-}
-
-fn fill(p: u64, value: u32, width: u64, count: usize, stream: *mut c_void) -> Result<(), i32> {
-    let (dev, id) = sim()?.stream(stream)?;
-    let len = width * count as u64;
-    let work = Work {
-        touches: vec![(p, len)],
-        run: Box::new(move |m| m.fill(p, value, width, count as u64)),
-    };
-    dev.enqueue(id, work).map_err(c)
+    api("cuMemFreeAsync", || ops::free_async(sim()?, p, stream).map_err(f))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(p: u64, v: u8, n: usize, stream: *mut c_void) -> c_int {
-    api("cuMemsetD8Async", || fill(p, v as u32, 1, n, stream))
+    api("cuMemsetD8Async", || {
+        ops::fill(sim()?, p, v as u32, 1, n, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD16Async(p: u64, v: u16, n: usize, stream: *mut c_void) -> c_int {
-    api("cuMemsetD16Async", || fill(p, v as u32, 2, n, stream))
+    api("cuMemsetD16Async", || {
+        ops::fill(sim()?, p, v as u32, 2, n, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(p: u64, v: u32, n: usize, stream: *mut c_void) -> c_int {
-    api("cuMemsetD32Async", || fill(p, v, 4, n, stream))
+    api("cuMemsetD32Async", || ops::fill(sim()?, p, v, 4, n, stream).map_err(f))
 }
 
 #[no_mangle]
@@ -270,36 +246,9 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     n: usize,
     stream: *mut c_void,
 ) -> c_int {
-    api("cuMemcpyHtoDAsync_v2", || {
-        let s = sim()?;
-        let (dev, id) = s.stream(stream)?;
-        if src.is_null() && n > 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let run: unihal_sim::WorkFn = if let Some(used) = s.pinned_use(src as u64, n as u64) {
-            // Pinned source: read when the stream executes the copy (DMA).
-            let from = src as usize;
-            Box::new(move |m| {
-                let _used = used;
-                // SAFETY: a live pinned range: cuMemFreeHost refuses it while `used` lives.
-                let data = unsafe { std::slice::from_raw_parts(from as *const u8, n) };
-                m.write(dst, data)
-            })
-        } else {
-            // Pageable source: captured now, as the driver stages it before returning.
-            let data = if n == 0 {
-                Vec::new()
-            } else {
-                // SAFETY: the caller provides `n` readable bytes at `src`.
-                unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec()
-            };
-            Box::new(move |m| m.write(dst, &data))
-        };
-        let work = Work {
-            touches: vec![(dst, n as u64)],
-            run,
-        };
-        dev.enqueue(id, work).map_err(c)
+    // SAFETY: the caller provides `n` readable bytes at `src` (the driver's contract).
+    api("cuMemcpyHtoDAsync_v2", || unsafe {
+        ops::copy_h2d(sim()?, dst, src, n, stream).map_err(f)
     })
 }
 
@@ -310,51 +259,17 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     n: usize,
     stream: *mut c_void,
 ) -> c_int {
-    api("cuMemcpyDtoHAsync_v2", || {
-        let s = sim()?;
-        let (dev, id) = s.stream(stream)?;
-        if dst.is_null() && n > 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        if let Some(used) = s.pinned_use(dst as u64, n as u64) {
-            // Pinned destination: written when the stream executes the copy; returns at once.
-            let to = dst as usize;
-            let work = Work {
-                touches: vec![(src, n as u64)],
-                run: Box::new(move |m| {
-                    let _used = used;
-                    // SAFETY: a live pinned range (cuMemFreeHost refuses it while `used` lives);
-                    // the caller must not read it before synchronising, as with a GPU.
-                    let buf = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, n) };
-                    m.read(src, buf)
-                }),
-            };
-            return dev.enqueue(id, work).map_err(c);
-        }
-        // Pageable destination: returns once the stream has produced the data.
-        // SAFETY: the caller provides `n` writable bytes at `dst`.
-        let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
-        dev.read_on(id, src, buf).map_err(c)
+    // SAFETY: the caller provides `n` writable bytes at `dst` (the driver's contract).
+    api("cuMemcpyDtoHAsync_v2", || unsafe {
+        ops::copy_d2h(sim()?, dst, src, n, stream).map_err(f)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mut c_void) -> c_int {
     api("cuMemcpyDtoDAsync_v2", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        dev.enqueue(id, dtod(dst, src, n as u64)).map_err(c)
+        ops::copy_d2d(sim()?, dst, src, n, stream).map_err(f)
     })
-}
-
-/// A copy between two ranges of one device's memory.
-fn dtod(dst: u64, src: u64, len: u64) -> Work {
-    Work {
-        touches: vec![(dst, len), (src, len)],
-        run: Box::new(move |m| m.copy(dst, src, len)),
-    }
 }
 
 #[no_mangle]
@@ -364,32 +279,21 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint)
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // Without CU_STREAM_NON_BLOCKING (1) the stream is ordered with the null stream.
-        let blocking = flags & 1 == 0;
-        let id = sim()?
-            .current_device()?
-            .create_stream_with(blocking)
-            .map_err(c)?;
+        let id = ops::stream_create(sim()?, flags & 1 == 0).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(stream, id.0 as *mut c_void) }
+        unsafe { out(stream, id as *mut c_void) }
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> c_int {
-    api("cuStreamDestroy_v2", || {
-        if stream.is_null() {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        let (dev, id) = sim()?.stream(stream)?;
-        dev.destroy_stream(id).map_err(c)
-    })
+    api("cuStreamDestroy_v2", || ops::stream_destroy(sim()?, stream).map_err(f))
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
     api("cuStreamSynchronize", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        dev.stream_synchronize(id).map_err(c)
+        ops::stream_synchronize(sim()?, stream).map_err(f)
     })
 }
 
@@ -397,32 +301,20 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> c_int {
 pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 
 #[no_mangle]
-pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, f: HostFn, data: *mut c_void) -> c_int {
+pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, hf: HostFn, data: *mut c_void) -> c_int {
     api("cuLaunchHostFunc", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let hf = hf.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let data = data as usize;
-        let work = Work {
-            touches: Vec::new(),
-            run: Box::new(move |_| {
-                // It must not call the driver (here the device is locked): such calls are refused
-                // and recorded as violations.
-                // SAFETY: the caller's function and data, called once in stream order, as the
-                // driver does.
-                unihal_sim::gpu::run_host_fn(|| unsafe { f(data as *mut c_void) });
-                Ok(())
-            }),
-        };
-        dev.enqueue(id, work).map_err(c)
+        // SAFETY: the caller's function and data, called once in stream order, as the driver
+        // does.
+        let call = Box::new(move || unsafe { hf(data as *mut c_void) });
+        ops::launch_host_fn(sim()?, stream, call).map_err(f)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> c_int {
-    api("cuStreamQuery", || {
-        let (dev, id) = sim()?.stream(stream)?;
-        dev.query_stream_done(id).map_err(c)
-    })
+    api("cuStreamQuery", || ops::stream_query(sim()?, stream).map_err(f))
 }
 
 #[no_mangle]
@@ -432,60 +324,41 @@ pub extern "C" fn cuStreamWaitEvent(
     _flags: c_uint,
 ) -> c_int {
     api("cuStreamWaitEvent", || {
-        let s = sim()?;
-        let (dev, id) = s.stream(stream)?;
-        let owner = s.owner(event as u64)?;
-        if std::ptr::eq(owner.as_ref(), dev.as_ref()) {
-            dev.wait(id, EventId(event as u64)).map_err(c)
-        } else {
-            dev.wait_other(id, owner, EventId(event as u64)).map_err(c)
-        }
+        ops::stream_wait_event(sim()?, stream, event).map_err(f)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> c_int {
     api("cuEventCreate", || {
-        let id = sim()?.current_device()?.create_event().map_err(c)?;
+        let id = ops::event_create(sim()?).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(event, id.0 as *mut c_void) }
+        unsafe { out(event, id as *mut c_void) }
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> c_int {
-    api("cuEventDestroy_v2", || {
-        let h = event as u64;
-        sim()?.owner(h)?.destroy_event(EventId(h)).map_err(c)
-    })
+    api("cuEventDestroy_v2", || ops::event_destroy(sim()?, event).map_err(f))
 }
 
 #[no_mangle]
 pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> c_int {
     api("cuEventRecord", || {
-        let s = sim()?;
-        let (dev, id) = s.stream(stream)?;
-        if !std::ptr::eq(s.owner(event as u64)?.as_ref(), dev.as_ref()) {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        dev.record(EventId(event as u64), id).map_err(c)
+        ops::event_record(sim()?, event, stream).map_err(f)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> c_int {
     api("cuEventSynchronize", || {
-        let h = event as u64;
-        sim()?.owner(h)?.event_synchronize(EventId(h)).map_err(c)
+        ops::event_synchronize(sim()?, event).map_err(f)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuEventQuery(event: *mut c_void) -> c_int {
-    api("cuEventQuery", || {
-        let h = event as u64;
-        sim()?.owner(h)?.query(EventId(h)).map_err(c)
-    })
+    api("cuEventQuery", || ops::event_query(sim()?, event).map_err(f))
 }
 
 #[no_mangle]
@@ -495,10 +368,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     end: *mut c_void,
 ) -> c_int {
     api("cuEventElapsedTime", || {
-        let v = sim()?
-            .owner(start as u64)?
-            .elapsed_ms(EventId(start as u64), EventId(end as u64))
-            .map_err(c)?;
+        let v = ops::event_elapsed(sim()?, start, end).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { out(ms, v) }
     })
@@ -517,7 +387,8 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
     api("cuModuleLoadData", || {
-        let dev = sim()?.current_device()?;
+        let s = sim()?;
+        s.current_dev().map_err(f)?;
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -535,45 +406,39 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
         };
         // Modules must be PTX: the face reads the entry points, the core loads them.
         let entries = unihal_sim::module::parse_ptx(bytes).map_err(c)?;
-        let id = dev.load_module(entries).map_err(c)?;
+        let id = ops::module_load(s, entries).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(module, id.0 as *mut c_void) }
+        unsafe { out(module, id as *mut c_void) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleGetFunction(
-    f: *mut *mut c_void,
+    func: *mut *mut c_void,
     module: *mut c_void,
     name: *const c_char,
 ) -> c_int {
     api("cuModuleGetFunction", || {
-        let dev = sim()?.owner(module as u64)?;
         if name.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a NUL-terminated name (the caller's contract).
-        let name = unsafe { CStr::from_ptr(name) }
-            .to_str()
-            .map_err(|_| CUDA_ERROR_NOT_FOUND)?;
-        let id = dev.function(ModuleId(module as u64), name).map_err(c)?;
+        let name = unsafe { CStr::from_ptr(name) };
+        let id = ops::module_function(sim()?, module, name).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(f, id.0 as *mut c_void) }
+        unsafe { out(func, id as *mut c_void) }
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
-    api("cuModuleUnload", || {
-        let h = module as u64;
-        sim()?.owner(h)?.unload_module(ModuleId(h)).map_err(c)
-    })
+    api("cuModuleUnload", || ops::module_unload(sim()?, module).map_err(f))
 }
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn cuLaunchKernel(
-    f: *mut c_void,
+    func: *mut c_void,
     gx: c_uint,
     gy: c_uint,
     gz: c_uint,
@@ -586,33 +451,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> c_int {
     api("cuLaunchKernel", || {
-        let s = sim()?;
         if !extra.is_null() {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
-        let function = FunctionId(f as u64);
-        let dev = s.owner(f as u64)?;
-        let entry = dev.entry(function).map_err(c)?;
-        let (stream_dev, id) = s.stream(stream)?;
-        if !std::ptr::eq(stream_dev.as_ref(), dev.as_ref()) {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        if params.is_null() && !entry.param_sizes.is_empty() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        // kernelParams: one pointer per parameter to its value, sized by the PTX declaration.
-        let mut args = Vec::with_capacity(entry.param_sizes.len());
-        for (i, &size) in entry.param_sizes.iter().enumerate() {
-            // SAFETY: the caller passes one valid pointer per kernel parameter.
-            let p = unsafe { *params.add(i) };
-            if p.is_null() {
-                return Err(CUDA_ERROR_INVALID_VALUE);
-            }
-            // SAFETY: each parameter pointer addresses a value of the parameter's size.
-            args.push(unsafe { std::slice::from_raw_parts(p as *const u8, size) });
-        }
-        dev.launch(id, function, [gx, gy, gz], [bx, by, bz], shared, &args)
-            .map_err(c)
+        // SAFETY: kernelParams holds one valid pointer per parameter (the driver's contract).
+        unsafe { ops::launch(sim()?, func, [gx, gy, gz], [bx, by, bz], shared, stream, params) }
+            .map_err(f)
     })
 }
 
@@ -628,12 +472,9 @@ pub unsafe extern "C" fn cuCtxGetDevice(d: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, d: c_int, peer: c_int) -> c_int {
     api("cuDeviceCanAccessPeer", || {
-        let s = sim()?;
-        s.device(d)?;
-        s.device(peer)?;
-        // Distinct devices reach each other (a device is not its own peer).
+        let yes = ops::can_access_peer(sim()?, d as i64, peer as i64).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
-        unsafe { out(can, c_int::from(d != peer)) }
+        unsafe { out(can, c_int::from(yes)) }
     })
 }
 
@@ -649,17 +490,9 @@ fn context_ordinal(s: &Sim, ctx: *mut c_void) -> Result<usize, i32> {
 pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_int {
     api("cuCtxEnablePeerAccess", || {
         let s = sim()?;
-        let (me, other) = (s.current()?, context_ordinal(s, peer)?);
-        if flags != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if me == other {
-            return Err(CUDA_ERROR_INVALID_DEVICE);
-        }
-        if !s.enable_peer(me, other) {
-            return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
-        }
-        Ok(())
+        s.current()?;
+        let other = context_ordinal(s, peer)?;
+        ops::enable_peer(s, other, flags).map_err(f)
     })
 }
 
@@ -667,11 +500,8 @@ pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_i
 pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
     api("cuCtxDisablePeerAccess", || {
         let s = sim()?;
-        let (me, other) = (s.current()?, context_ordinal(s, peer)?);
-        if !s.disable_peer(me, other) {
-            return Err(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
-        }
-        Ok(())
+        s.current()?;
+        ops::disable_peer(s, context_ordinal(s, peer)?).map_err(f)
     })
 }
 
@@ -686,52 +516,19 @@ pub extern "C" fn cuMemcpyPeerAsync(
 ) -> c_int {
     api("cuMemcpyPeerAsync", || {
         let s = sim()?;
-        let (dev, id) = s.stream(stream)?;
         let (d, sr) = (context_ordinal(s, dst_ctx)?, context_ordinal(s, src_ctx)?);
-        let (dd, sd) = (&s.devices[d], &s.devices[sr]);
-        let len = n as u64;
-        if len == 0 {
-            return Ok(());
-        }
-        let here = |x: &Arc<Device>| std::ptr::eq(x.as_ref(), dev.as_ref());
-        let r = match (here(dd), here(sd)) {
-            (true, true) => dev.enqueue(id, dtod(dst, src, len)),
-            (true, false) => dev.enqueue_peer_copy(id, sd, dst, src, len, Remote::Source),
-            (false, true) => dev.enqueue_peer_copy(id, dd, dst, src, len, Remote::Destination),
-            // Neither side on the stream's device: not simulated.
-            (false, false) => return Err(CUDA_ERROR_NOT_SUPPORTED),
-        };
-        r.map_err(c)
+        ops::copy_peer(s, (d, dst), (sr, src), n, stream).map_err(f)
     })
 }
 
-/// Allocates pinned host memory (page-aligned, zeroed), registered so that async copies from
-/// and to it happen when the stream executes them.
-/// The byte fresh pinned host memory holds (cuMemHostAlloc leaves it uninitialised).
-const GARBAGE: u8 = 0xcd;
-
+/// Pinned host memory (`cuMemHostAlloc` leaves it uninitialised: the simulator fills it with a
+/// garbage pattern), registered so that async copies from and to it happen when the stream
+/// executes them.
 fn host_alloc(s: &Sim, p: *mut *mut c_void, bytes: usize) -> Result<(), i32> {
-    if bytes == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let layout =
-        std::alloc::Layout::from_size_align(bytes, 4096).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-    // SAFETY: a non-zero size.
-    let a = unsafe { std::alloc::alloc_zeroed(layout) };
-    if a.is_null() {
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    // cuMemHostAlloc does not clear what it returns: the simulated driver hands out a garbage
-    // pattern, so a backend that shows fresh pinned memory to safe code without clearing it is
-    // caught (`memory.host.zeroed`).
-    // SAFETY: `a` is valid for `bytes` bytes, just allocated, not yet shared.
-    unsafe { std::ptr::write_bytes(a, GARBAGE, bytes) };
-    s.pin(a as u64, bytes as u64, layout);
+    let a = ops::host_alloc(s, bytes).map_err(f)?;
     // SAFETY: the out-pointer contract; on a null out-pointer the allocation is released.
-    unsafe { out(p, a as *mut c_void) }.inspect_err(|_| {
-        let _ = s.unpin(a as u64);
-        // SAFETY: allocated just above with this layout and never handed out.
-        unsafe { std::alloc::dealloc(a, layout) };
+    unsafe { out(p, a) }.inspect_err(|_| {
+        let _ = ops::host_free(s, a);
     })
 }
 
@@ -751,14 +548,7 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) ->
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
-    api("cuMemFreeHost", || {
-        let s = sim()?;
-        // Unknown, or a queued copy still reads or writes it (freeing now would race with the
-        // copy): refused.
-        let layout = s.unpin(p as u64).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        // SAFETY: allocated by host_alloc with this layout; removed from the table (no new copy
-        // can treat it as pinned) with no queued copy using it.
-        unsafe { std::alloc::dealloc(p as *mut u8, layout) };
-        Ok(())
-    })
+    // Unknown, or a queued copy still reads or writes it (freeing now would race with the copy):
+    // refused.
+    api("cuMemFreeHost", || ops::host_free(sim()?, p).map_err(f))
 }

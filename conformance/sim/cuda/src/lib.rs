@@ -88,10 +88,9 @@ pub mod fault;
 pub use unihal_sim_nccl::{api as nccl, conv as nccl_conv};
 
 use conv::*;
-use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 use unihal_sim::gpu::GpuFace;
-use unihal_sim::{Device, StreamId};
+use unihal_sim::Device;
 
 /// `cuDriverGetVersion`: CUDA 13.0.
 pub const DRIVER_VERSION: i32 = 13000;
@@ -140,34 +139,6 @@ impl Sim {
     /// The ordinal of the calling thread's current context.
     fn current(&self) -> Result<usize, i32> {
         self.0.current().ok_or(CUDA_ERROR_INVALID_CONTEXT)
-    }
-
-    /// The current context's device.
-    fn current_device(&self) -> Result<&Arc<Device>, i32> {
-        Ok(&self.devices[self.current()?])
-    }
-
-    /// The device a handle (stream, event, module, function) belongs to.
-    fn owner(&self, handle: u64) -> Result<&Arc<Device>, i32> {
-        self.0.owner(handle).ok_or(CUDA_ERROR_INVALID_HANDLE)
-    }
-
-    /// A stream handle's device and stream; the null stream is the current context's default.
-    fn stream(&self, h: *mut c_void) -> Result<(&Arc<Device>, StreamId), i32> {
-        match self.0.stream(h as u64) {
-            Some(s) => Ok(s),
-            None if h.is_null() => Err(CUDA_ERROR_INVALID_CONTEXT),
-            None => Err(CUDA_ERROR_INVALID_HANDLE),
-        }
-    }
-
-    /// The device whose memory holds `addr` (else the current context's device, which then
-    /// reports the address as unknown).
-    fn memory_owner(&self, addr: u64) -> Result<&Arc<Device>, i32> {
-        match self.0.memory_owner(addr) {
-            Some(d) => Ok(d),
-            None => self.current_device(),
-        }
     }
 }
 
