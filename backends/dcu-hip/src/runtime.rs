@@ -133,12 +133,18 @@ impl Runtime for Hip {
 
     unsafe fn free(&self, ptr: u64, pooled: bool) -> Result<()> {
         match (pooled, self.api.free_async) {
-            // Pool memory goes back to its pool in the null stream's order (every use has
-            // completed: the HAL frees only then), without synchronising the device.
-            // SAFETY: the caller's contract.
-            (true, Some(free_async)) => self.check("hipFreeAsync", unsafe {
-                free_async(ptr as *mut c_void, std::ptr::null_mut())
-            }),
+            // Pool memory goes back to its pool through the null stream (every use has
+            // completed: the HAL frees only then), and that stream is waited for: it holds only
+            // such frees (the backend's streams are non-blocking, so neither waits for the
+            // other), so the wait is short and the memory is back when the drop returns, without
+            // synchronising the device as `hipFree` does.
+            (true, Some(free_async)) => {
+                let null = std::ptr::null_mut();
+                // SAFETY: the caller's contract.
+                self.check("hipFreeAsync", unsafe { free_async(ptr as *mut c_void, null) })?;
+                // SAFETY: the null stream of the current device.
+                self.check("hipStreamSynchronize", unsafe { (self.api.stream_synchronize)(null) })
+            }
             // SAFETY: the caller's contract.
             _ => self.check("hipFree", unsafe { (self.api.free)(ptr as *mut c_void) }),
         }
@@ -370,7 +376,7 @@ impl Runtime for Hip {
 
     fn prepare_module(&self, source: &ModuleSource) -> Result<PreparedModule> {
         match source {
-            ModuleSource::HipCodeObject(bytes) => crate::code_object::prepare(bytes),
+            ModuleSource::HipCodeObject(bytes) => unihal_gpu::amdgpu::prepare(bytes),
             other => Err(unsupported_format(
                 "HIP",
                 "HIP code objects (raw AMDGPU ELF or an uncompressed offload bundle)",

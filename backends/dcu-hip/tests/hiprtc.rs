@@ -7,7 +7,8 @@
 //!   the error names the architecture, and this process survives (twice: remembered).
 
 use unihal_hal::HalError;
-use unihal_hip::{code_object, library};
+use unihal_gpu::amdgpu as code_object;
+use unihal_hip::library;
 use unihal_kernels::source::{entry_names, library_source, GpuTarget};
 use unihal_kernels::testing::{names, HIP_SOURCE};
 

@@ -32,12 +32,29 @@
 pub mod ccl;
 pub mod error;
 pub mod fault;
+pub mod fault_c;
 pub mod gpu;
 pub mod memory;
 pub mod module;
 pub mod peer;
 
 pub use error::{SimError, SimResult};
+
+/// The simulated library `file` (e.g. `libunihal_sim_cuda.so`) built next to the running test
+/// executable: cargo builds a dev-dependency's cdylib into `target/<profile>/deps` (`cargo test`)
+/// or `target/<profile>` (`cargo build`).
+///
+/// # Panics
+/// When it is not built there (a test that needs it cannot run; the message says where).
+pub fn built_library(file: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the executable's directory");
+    [Some(deps.join(file)), deps.parent().map(|p| p.join(file))]
+        .into_iter()
+        .flatten()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("the simulated library {file} is not built next to {}", deps.display()))
+}
 pub use memory::Memory;
 pub use module::{Entry, Kernels, Limits};
 

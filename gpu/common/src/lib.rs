@@ -35,11 +35,14 @@
 //! * [`event`], [`module`], [`memory`]: the HAL objects over the runtime's handles;
 //! * [`deferred`]: releases triggered inside a host callback (where runtimes forbid their own
 //!   calls) run at the next call outside one;
-//! * [`platform`]: the `unihal-nccl-api` platform, so NCCL and RCCL run on any such backend.
+//! * [`platform`]: the `unihal-nccl-api` platform, so NCCL and RCCL run on any such backend;
+//! * [`amdgpu`]: AMDGPU code objects and offload bundles (architecture, kernels, argument sizes
+//!   from the msgpack metadata), read by the HIP backend and the simulated HIP runtime alike.
 //!
 //! The collective engine over the NCCL API lives in `unihal-nccl-api`, library loading in
 //! `unihal-dynlib`.
 
+pub mod amdgpu;
 pub mod deferred;
 pub mod device;
 pub mod event;

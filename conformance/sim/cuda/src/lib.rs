@@ -60,30 +60,15 @@
 pub mod conv;
 pub mod driver;
 
-/// The built simulator (`libunihal_sim_cuda.so`) next to the running test executable: cargo
-/// builds a dev-dependency's cdylib into `target/<profile>/deps` (`cargo test`) or
-/// `target/<profile>` (`cargo build`).
+/// The built simulator (`libunihal_sim_cuda.so`) next to the running test executable.
 ///
 /// # Panics
-/// When it is not built there (a test that needs it cannot run; the message says where).
+/// When it is not built there (see [`unihal_sim::built_library`]).
 pub fn built_library() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let deps = exe.parent().expect("the executable's directory");
-    [
-        Some(deps.join("libunihal_sim_cuda.so")),
-        deps.parent().map(|p| p.join("libunihal_sim_cuda.so")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| {
-        panic!(
-            "the simulated driver (libunihal_sim_cuda.so) is not built next to {}",
-            deps.display()
-        )
-    })
+    unihal_sim::built_library("libunihal_sim_cuda.so")
 }
-pub mod fault;
+/// The C test controls (injected failures, violations), exported from this object.
+pub use unihal_sim::fault_c as fault;
 /// The NCCL faces of this library (the shared simulated NCCL API, exported from this object).
 pub use unihal_sim_nccl::{api as nccl, conv as nccl_conv};
 
@@ -142,41 +127,21 @@ impl Sim {
     }
 }
 
-/// Refuses (and records as a violation) a call of `name` made from inside a host function: CUDA
-/// forbids driver calls there (`CUDA_ERROR_NOT_PERMITTED`; here the device lock is also held).
-fn outside_host_fn(name: &str) -> Result<(), i32> {
-    if unihal_sim::gpu::in_host_fn() {
-        fault::violation(format!("{name} called from inside a host function"));
-        return Err(CUDA_ERROR_NOT_PERMITTED);
-    }
-    Ok(())
-}
-
-/// Runs entry point `name`: an injected failure ([`fault`]) returns its code instead; a call
-/// from a host function is refused; panics never cross the C boundary.
+/// Runs entry point `name` ([`unihal_sim::gpu::ops::entry`] with CUDA's codes: a call from a
+/// host function is `CUDA_ERROR_NOT_PERMITTED`, a panic `CUDA_ERROR_UNKNOWN`).
 fn api(name: &str, f: impl FnOnce() -> Result<(), i32>) -> i32 {
-    if let Err(e) = outside_host_fn(name) {
-        return e;
-    }
-    if let Some(code) = fault::injected(name) {
-        return code;
-    }
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(())) => CUDA_SUCCESS,
-        Ok(Err(e)) => e,
-        Err(_) => CUDA_ERROR_UNKNOWN,
-    }
+    let codes = unihal_sim::gpu::ops::EntryCodes {
+        not_permitted: CUDA_ERROR_NOT_PERMITTED,
+        unknown: CUDA_ERROR_UNKNOWN,
+    };
+    unihal_sim::gpu::ops::entry(name, codes, f)
 }
 
-/// Writes `v` through an out-pointer.
+/// Writes `v` through an out-pointer (`CUDA_ERROR_INVALID_VALUE` for a null one).
 ///
 /// # Safety
 /// `p` is null (an error) or valid for a write of `T`.
 unsafe fn out<T>(p: *mut T, v: T) -> Result<(), i32> {
-    if p.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null; the caller's contract.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: the caller's contract.
+    unsafe { unihal_sim::gpu::ops::out(p, v, CUDA_ERROR_INVALID_VALUE) }
 }

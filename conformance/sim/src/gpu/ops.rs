@@ -569,3 +569,44 @@ pub fn device_synchronize(f: &GpuFace) -> OpResult<()> {
 pub fn mem_info(f: &GpuFace) -> OpResult<(u64, u64)> {
     Ok(f.current_dev()?.memory_info())
 }
+
+/// The codes an entry point returns for what every face checks itself.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryCodes {
+    /// A call from inside a host function (CUDA's `CUDA_ERROR_NOT_PERMITTED`).
+    pub not_permitted: i32,
+    /// A panic inside the simulator (`*_UNKNOWN`).
+    pub unknown: i32,
+}
+
+/// Runs entry point `name` of a face (success is 0): a call from inside a host function is
+/// refused and recorded as a violation (the runtimes forbid it; here the device lock is also
+/// held); an injected failure ([`crate::fault`]) returns its code instead; panics never cross the
+/// C boundary.
+pub fn entry(name: &str, codes: EntryCodes, f: impl FnOnce() -> Result<(), i32>) -> i32 {
+    if super::in_host_fn() {
+        crate::fault::violation(format!("{name} called from inside a host function"));
+        return codes.not_permitted;
+    }
+    if let Some(code) = crate::fault::injected(name) {
+        return code;
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => e,
+        Err(_) => codes.unknown,
+    }
+}
+
+/// Writes `v` through an out-pointer; `invalid` for a null one.
+///
+/// # Safety
+/// `p` is null (an error) or valid for a write of `T`.
+pub unsafe fn out<T>(p: *mut T, v: T, invalid: i32) -> Result<(), i32> {
+    if p.is_null() {
+        return Err(invalid);
+    }
+    // SAFETY: non-null; the caller's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}

@@ -1,18 +1,17 @@
-//! The NVIDIA faces' C test controls over the core's (`unihal_sim::fault`): injected failures
-//! and recorded violations.
+//! The C test controls every simulated library exports over the core's [`crate::fault`]:
+//! injected failures and recorded violations.
 //!
 //! * `unihal_sim_fail(name, n, code)`: the calling thread's `n`th call (from now) of entry point
-//!   `name` (any `cu*` or `nccl*` export, e.g. `cuEventCreate`, `ncclCommGetAsyncError`) returns
-//!   `code`, any number, also one `cuda.h` does not list; `unihal_sim_fail_clear()` disarms them.
+//!   `name` (any export of the face, e.g. `cuEventCreate`, `hipEventCreateWithFlags`,
+//!   `ncclCommGetAsyncError`) returns `code`, any number, also one the vendor's header does not
+//!   list; `unihal_sim_fail_clear()` disarms them.
 //!   `UNIHAL_SIM_FAIL=name:n:code,...` arms failures process-wide.
 //! * `unihal_sim_violations()` and `unihal_sim_last_violation(buf, len)`: misuse the simulator
 //!   refused and recorded (a driver call from a host function, an NCCL communicator used after
 //!   abort or by two threads at once).
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
-use unihal_sim::fault;
-
-pub(crate) use fault::{injected, violation};
+use crate::fault;
 
 /// Arms a failure for the calling thread: its `n`th call (from now, 1 = the next) of entry point
 /// `name` returns `code` without running. Returns 0, or 1 for a null or non-UTF-8 name or `n == 0`.

@@ -1,14 +1,17 @@
 //! AMDGPU code objects as `hipModuleLoadData` takes them: a raw AMDGPU ELF, or a clang offload
-//! bundle (uncompressed) holding one per architecture. What the backend reads from them is each
-//! kernel's explicit argument sizes, from the `amdhsa.kernels` list of the ELF's AMDGPU metadata
-//! note (msgpack, code object v3 and later), hidden arguments (`hidden_*` value kinds, which the
-//! runtime fills) skipped; launches of those kernels are then size-checked.
+//! bundle (uncompressed) holding one per architecture, read as AMD documents them (LLVM's
+//! "AMDGPU Backend User Guide": code object v3+ metadata, `EF_AMDGPU_MACH`; clang's offload
+//! bundle format). The HIP backend reads each kernel's explicit argument sizes from the
+//! `amdhsa.kernels` list of the ELF's AMDGPU metadata note (msgpack), hidden arguments
+//! (`hidden_*` value kinds, which the runtime fills) skipped, so launches are size-checked; the
+//! simulated HIP runtime also reads the architecture and the kernel descriptors, as the real
+//! loader does.
 
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use rmpv::Value;
 use std::collections::HashMap;
-use unihal_gpu::runtime::PreparedModule;
+use crate::runtime::PreparedModule;
 use unihal_hal::{HalError, Invalid, Result};
 
 /// `NT_AMDGPU_METADATA`: the note type of the msgpack metadata (owner "AMDGPU").
@@ -27,6 +30,143 @@ fn bad(why: impl Into<String>) -> HalError {
                 .into(),
         },
     )
+}
+
+/// `EF_AMDGPU_MACH` values of the architectures unihal names (LLVM's AMDGPU user guide).
+const MACHS: [(u32, &str); 12] = [
+    (0x02c, "gfx900"),
+    (0x02f, "gfx906"),
+    (0x030, "gfx908"),
+    (0x032, "gfx90c"),
+    (0x033, "gfx1010"),
+    (0x036, "gfx1030"),
+    (0x037, "gfx1031"),
+    (0x03f, "gfx90a"),
+    (0x040, "gfx940"),
+    (0x041, "gfx1100"),
+    (0x04b, "gfx941"),
+    (0x04c, "gfx942"),
+];
+
+/// The mask of the architecture in an AMDGPU ELF's `e_flags`.
+const EF_AMDGPU_MACH: u32 = 0x0ff;
+
+/// The architecture an AMDGPU ELF was built for (`None` for a machine value not in the table).
+///
+/// # Errors
+/// As [`kernel_args`] for data that is not an AMDGPU ELF.
+pub fn elf_arch(elf_data: &[u8]) -> Result<Option<&'static str>> {
+    let (header, endian) = amdgpu_header(elf_data)?;
+    let mach = header.e_flags(endian) & EF_AMDGPU_MACH;
+    Ok(MACHS.iter().find(|(m, _)| *m == mach).map(|(_, n)| *n))
+}
+
+/// The kernels an AMDGPU ELF defines: the symbols `K` with a kernel descriptor `K.kd`.
+///
+/// # Errors
+/// As [`kernel_args`].
+pub fn kernel_symbols(elf_data: &[u8]) -> Result<Vec<String>> {
+    let (header, endian) = amdgpu_header(elf_data)?;
+    let sections = header
+        .sections(endian, elf_data)
+        .map_err(|e| bad(format!("unreadable ELF sections: {e}")))?;
+    let mut names = Vec::new();
+    for table in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
+        let symbols = sections
+            .symbols(endian, elf_data, table)
+            .map_err(|e| bad(format!("an unreadable ELF symbol table: {e}")))?;
+        for sym in symbols.iter() {
+            let name = symbols
+                .symbol_name(endian, sym)
+                .map_err(|e| bad(format!("an unreadable ELF symbol name: {e}")))?;
+            if let Some(k) = name.strip_suffix(b".kd") {
+                let k = String::from_utf8_lossy(k).into_owned();
+                if !names.contains(&k) {
+                    names.push(k);
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// The byte length of the image at the start of `prefix` as far as its headers say (an ELF: its
+/// section and program header tables end it; a bundle: its last entry), or `None` when `prefix`
+/// is too short to tell; `need` is then how many bytes to read.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for data that is neither.
+pub fn image_len(prefix: &[u8]) -> Result<std::result::Result<usize, usize>> {
+    if prefix.starts_with(b"\x7fELF") {
+        if prefix.len() < 64 {
+            return Ok(Err(64));
+        }
+        let (header, endian) = amdgpu_header(prefix)?;
+        let sh = header.e_shoff(endian) as usize
+            + header.e_shnum(endian) as usize * header.e_shentsize(endian) as usize;
+        let ph = header.e_phoff(endian) as usize
+            + header.e_phnum(endian) as usize * header.e_phentsize(endian) as usize;
+        return Ok(Ok(sh.max(ph).max(64)));
+    }
+    if prefix.starts_with(BUNDLE_MAGIC) {
+        let header = BUNDLE_MAGIC.len() + 8;
+        if prefix.len() < header {
+            return Ok(Err(header));
+        }
+        let count = u64::from_le_bytes(prefix[BUNDLE_MAGIC.len()..header].try_into().expect("8"));
+        if count > 4096 {
+            return Err(bad(format!("an offload bundle claiming {count} entries")));
+        }
+        let (mut at, mut end) = (header, header);
+        for _ in 0..count {
+            if prefix.len() < at + 24 {
+                return Ok(Err(at + 24));
+            }
+            let word = |i: usize| u64::from_le_bytes(prefix[at + 8 * i..at + 8 * i + 8].try_into().expect("8"));
+            let (offset, size, triple) = (word(0), word(1), word(2));
+            at += 24 + triple as usize;
+            end = end.max(offset.saturating_add(size) as usize).max(at);
+        }
+        return Ok(Ok(end));
+    }
+    if prefix.len() < 4 {
+        return Ok(Err(BUNDLE_MAGIC.len()));
+    }
+    Err(bad("neither an ELF nor an offload bundle"))
+}
+
+/// The AMDGPU ELF for `arch` in `data` (a raw ELF is taken as it is; a bundle's entry is chosen
+/// by the architecture at the end of its target triple, features after `:` ignored).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for a malformed bundle; `Ok(None)` when the bundle has no entry
+/// for `arch`.
+pub fn code_object_for<'a>(data: &'a [u8], arch: &str) -> Result<Option<&'a [u8]>> {
+    if !data.starts_with(BUNDLE_MAGIC) {
+        return Ok(Some(data));
+    }
+    Ok(bundle_entries(data)?.into_iter().find_map(|(triple, body)| {
+        let target = triple.rsplit('-').next().unwrap_or("");
+        (triple.contains("amdgcn") && target.split(':').next() == Some(arch)).then_some(body)
+    }))
+}
+
+fn amdgpu_header(
+    elf_data: &[u8],
+) -> Result<(&elf::FileHeader64<object::LittleEndian>, object::LittleEndian)> {
+    let header = elf::FileHeader64::<object::LittleEndian>::parse(elf_data)
+        .map_err(|e| bad(format!("not a 64-bit ELF: {e}")))?;
+    let endian = header
+        .endian()
+        .map_err(|e| bad(format!("an ELF of unknown byte order: {e}")))?;
+    if header.e_machine(endian) != elf::EM_AMDGPU {
+        return Err(bad(format!(
+            "an ELF for machine {} (AMDGPU is {})",
+            header.e_machine(endian),
+            elf::EM_AMDGPU
+        )));
+    }
+    Ok((header, endian))
 }
 
 /// The code objects of an offload bundle, with their target triples.
@@ -69,18 +209,7 @@ pub fn bundle_entries(data: &[u8]) -> Result<Vec<(String, &[u8])>> {
 /// [`HalError::InvalidArgument`] for data that is not a 64-bit little-endian AMDGPU ELF, or
 /// metadata that cannot be read.
 pub fn kernel_args(elf_data: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
-    let header = elf::FileHeader64::<object::LittleEndian>::parse(elf_data)
-        .map_err(|e| bad(format!("not a 64-bit ELF: {e}")))?;
-    let endian = header
-        .endian()
-        .map_err(|e| bad(format!("an ELF of unknown byte order: {e}")))?;
-    if header.e_machine(endian) != elf::EM_AMDGPU {
-        return Err(bad(format!(
-            "an ELF for machine {} (AMDGPU is {})",
-            header.e_machine(endian),
-            elf::EM_AMDGPU
-        )));
-    }
+    let (header, endian) = amdgpu_header(elf_data)?;
     let sections = header
         .sections(endian, elf_data)
         .map_err(|e| bad(format!("unreadable ELF sections: {e}")))?;
