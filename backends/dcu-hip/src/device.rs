@@ -59,6 +59,23 @@ fn gcn_arch_name(rt: &Hip, ordinal: c_int) -> Result<String> {
     })
 }
 
+/// Whether the current device allocates in stream order: one 256-byte `hipMallocAsync` on the
+/// null stream, freed at once (false without the entry points or when it fails).
+fn probe_pools(rt: &Hip) -> bool {
+    let (Some(malloc_async), Some(free_async)) = (rt.api.malloc_async, rt.api.free_async) else {
+        return false;
+    };
+    let null = std::ptr::null_mut();
+    let mut p = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local, a non-zero size and the null stream.
+    if unsafe { malloc_async(&mut p, 256, null) } != 0 || p.is_null() {
+        return false;
+    }
+    // SAFETY: memory just allocated on the null stream, unused, freed once; then that stream is
+    // waited for (it holds nothing else of ours).
+    unsafe { free_async(p, null) == 0 && (rt.api.stream_synchronize)(null) == 0 }
+}
+
 /// Opens device `id`.
 ///
 /// # Errors
@@ -91,7 +108,9 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
         })?;
         let pools = match at.memory_pools {
             Some(a) => attribute(a).unwrap_or(0) != 0,
-            None => false,
+            // The legacy numbering has no attribute for it: a small stream-ordered allocation
+            // on the null stream tells.
+            None => probe_pools(rt),
         };
         let ops = match crate::library::hiprtc() {
             Ok(_) if unihal_kernels::rtc::hiprtc::SAFE_ARCHS.contains(&arch.as_str())
