@@ -1,0 +1,54 @@
+//! Shared by the tests that run the HIP backend on the simulated HIP runtime.
+#![allow(dead_code)] // each test uses what it needs
+
+use std::sync::Arc;
+use unihal_conformance::manifest::Manifest;
+use unihal_conformance::report::Outcome;
+use unihal_conformance::runner::{run_case, RunOptions, Target};
+use unihal_hal::{Backend, Device};
+use unihal_hip::HipBackend;
+
+/// The backend on the simulated runtime and RCCL (`libunihal_sim_hip.so`), with the simulator
+/// settings `env` (set before the runtime loads; each test binary loads it once).
+pub fn simulated(env: &[(&str, &str)]) -> Arc<HipBackend> {
+    let lib = unihal_sim_hip::built_library();
+    std::env::set_var("UNIHAL_HIP_LIB", &lib);
+    std::env::set_var("UNIHAL_RCCL_LIB", &lib);
+    std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    Arc::new(HipBackend::new())
+}
+
+/// Runs every conformance case that is not a library op or a collective (those need hiprtc and
+/// run through `unihal conformance --backend hip` in CI) on `device`; returns how many passed.
+/// A skip is allowed only for a kernel running concurrently with the host (deferred mode) and,
+/// on a machine without hiprtc, for the test kernels it compiles.
+pub fn non_op_cases(backend: Arc<HipBackend>, device: Arc<dyn Device>) -> usize {
+    let has_hiprtc = unihal_hip::library::hiprtc().is_ok();
+    let t = Target {
+        device,
+        backend: backend as Arc<dyn Backend>,
+        manifest: Manifest::default(),
+        world: None,
+    };
+    let mut ran = 0;
+    for c in unihal_conformance::cases::all()
+        .into_iter()
+        .filter(|c| !c.id.starts_with("ops.") && !c.id.starts_with("ccl."))
+    {
+        // Fault cases run in-process here: the CLI run in CI isolates them.
+        if c.faults {
+            continue;
+        }
+        let r = run_case(&c, &t, &RunOptions::default());
+        match &r.outcome {
+            Outcome::Passed => ran += 1,
+            Outcome::Skipped { reason } if reason.contains("concurrently with the host") => {}
+            Outcome::Skipped { reason } if !has_hiprtc && reason.contains("test kernels") => {}
+            other => panic!("{}: {other:?}", c.id),
+        }
+    }
+    ran
+}
