@@ -19,9 +19,9 @@ use unihal_hal::{
 /// 792 bytes for ROCm 5's, 1472 for ROCm 6's `R0600`).
 const PROPS_BUFFER: usize = 4096;
 /// Offset of `gcnArchName[256]` in ROCm 6's `hipDeviceProp_tR0600`.
-const ARCH_OFFSET_R0600: usize = 1160;
+pub const ARCH_OFFSET_R0600: usize = 1160;
 /// Offset of `gcnArchName[256]` in ROCm 5's `hipDeviceProp_t` (what the plain symbol fills).
-const ARCH_OFFSET_R0000: usize = 396;
+pub const ARCH_OFFSET_R0000: usize = 396;
 
 /// The `gcnArchName` of device `ordinal` (`"gfx90a:sramecc+:xnack-"`), from the R0600 entry
 /// when the runtime has it, else the plain one; the name is validated, so a layout mismatch is
