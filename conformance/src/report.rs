@@ -236,6 +236,15 @@ impl Report {
                     format!(", libraries: {}", libs.join(", "))
                 }
             );
+            if t.backend.simulated {
+                let _ = writeln!(
+                    s,
+                    "NOTE: backend {} ran on a SIMULATED runtime: no device code ran on a GPU \
+                     (warp-{} paths included); the modules it loaded (real compiler output) were \
+                     read for their kernels, and each kernel ran its CPU build on the host",
+                    t.backend.name, t.capabilities.mandatory.warp_size
+                );
+            }
         }
         for t in &self.targets {
             for r in &t.results {

@@ -61,6 +61,14 @@ unsafe fn resolve<F: Copy>(symbol: &str) -> F {
     }
 }
 
+/// The file the driver's `cuInit` lives in (what the loader really opened), if the process maps
+/// one.
+pub(crate) fn driver_file() -> Option<String> {
+    // SAFETY: only the address is read; the signature is cuInit's.
+    let f = unsafe { resolve::<unsafe extern "C" fn(c_uint) -> c_int>("cuInit") };
+    unihal_dynlib::mapped_file(f as usize)
+}
+
 /// Declares driver functions: `fn name(args)` calls the symbol `name` and returns its [`Code`].
 macro_rules! driver {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => { $(

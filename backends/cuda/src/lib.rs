@@ -10,7 +10,9 @@
 //!   `libcuda.so`. cudarc panics on a missing library or symbol, so the backend probes the library
 //!   first (`is_culib_present`) and runs every driver call under a guard that turns a panic into
 //!   [`unihal_hal::HalError::Unavailable`]. No driver, or no device, is `Unavailable` with the
-//!   names tried and the driver's code; never a panic, never "0 devices".
+//!   names tried and the driver's code; never a panic, never "0 devices". A Hygon DCU behind
+//!   DTK's CUDA-compatible libraries (its name, or a driver file under DTK) is not claimed: it is
+//!   `Unavailable` pointing at the `hip` backend.
 //! * **The shared GPU layer**: devices, memory, streams, events and modules are `unihal_gpu`'s
 //!   (the same code as the HIP backend's) over [`runtime::Cuda`], this backend's implementation
 //!   of its `Runtime` trait: each driver call once, failures named with the driver's call name.

@@ -86,6 +86,10 @@ fn open() -> Result<Driver> {
         let name = crate::drv::result::device::get(0)
             .and_then(crate::drv::result::device::get_name)
             .map_err(|e| vendor("cuDeviceGetName", e))?;
+        let file = crate::drv::driver_file();
+        if let Some(why) = hygon_dcu(&name, file.as_deref()) {
+            return Err(unavailable(why));
+        }
         Ok(Driver {
             path,
             version,
@@ -94,6 +98,36 @@ fn open() -> Result<Driver> {
             concurrent: !name.contains("simulated") || name.contains("concurrent"),
         })
     })
+}
+
+/// Why a "CUDA driver" is really Hygon DTK's CUDA-compatible layer over a DCU (DTK ships
+/// CUDA-named libraries), which this backend must not claim: the `hip` backend runs DCUs.
+/// `None` for an NVIDIA driver.
+pub(crate) fn hygon_dcu(device_name: &str, driver_file: Option<&str>) -> Option<String> {
+    let lower = device_name.to_ascii_lowercase();
+    let by_name = lower.contains("hygon") || lower.contains("dcu");
+    let by_file = driver_file.is_some_and(|f| f.contains("/dtk") || f.contains("galaxyhip"));
+    (by_name || by_file).then(|| {
+        format!(
+            "device 0 ({device_name}) is a Hygon DCU behind DTK's CUDA-compatible library ({}): \
+             the CUDA backend does not claim it; use the hip backend",
+            driver_file.unwrap_or("driver file unknown")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_hygon_dcu_is_not_claimed() {
+        use super::hygon_dcu;
+        assert!(hygon_dcu("NVIDIA H200", Some("/usr/lib/x86_64-linux-gnu/libcuda.so.580")).is_none());
+        assert!(hygon_dcu("unihal simulated CUDA device 0 (not a GPU)", None).is_none());
+        let why = hygon_dcu("DCU K100_AI", Some("/opt/dtk/cuda/cuda-12/lib64/libcuda.so")).unwrap();
+        assert!(why.contains("hip backend") && why.contains("/opt/dtk"), "{why}");
+        assert!(hygon_dcu("Some GPU", Some("/opt/dtk-24.04/lib/libcuda.so.1")).is_some());
+        assert!(hygon_dcu("Hygon Z100L", None).is_some());
+    }
 }
 
 /// The driver, opened once per process.
