@@ -29,7 +29,9 @@ mod abi {
             .dynamic_link_require_all(false)
             .layout_tests(false)
             .generate()
-            .unwrap_or_else(|e| panic!("bindgen over {header} failed (is libamdhip64-dev installed?): {e}"));
+            .unwrap_or_else(|e| {
+                panic!("bindgen over {header} failed (is libamdhip64-dev installed?): {e}")
+            });
         let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
         bindings
             .write_to_file(out.join("hip_abi.rs"))

@@ -8,12 +8,11 @@
 //! `unihal_gpu::gemm`, which hipBLAS and rocBLAS take too.
 
 use crate::loader::guard;
-use crate::runtime::{Cuda, CudaStream};
+use crate::runtime::CudaStream;
 use cudarc::cublas::sys as blas;
 use std::sync::OnceLock;
-use unihal_gpu::gemm::{BlasCall, Op};
-use unihal_gpu::stream::device_addr;
-use unihal_hal::{DType, HalError, OpCall, Result, TensorView};
+use unihal_gpu::gemm::{run_blas, Op};
+use unihal_hal::{DType, HalError, OpCall, Result};
 
 /// True when cuBLAS can be opened (checked once, without panicking).
 pub fn available() -> bool {
@@ -80,38 +79,27 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
     if !available() {
         return None;
     }
-    let device = stream.gpu_device().core().id;
     let dtypes = [DType::F32, DType::F64, DType::F16, DType::Bf16];
-    let addr = |t: &TensorView, arg, len| device_addr::<Cuda>(&t.buffer, arg, device, t.offset, len);
-    let bc = match BlasCall::of(call, &dtypes, addr)? {
-        Ok(bc) => bc,
-        Err(e) => return Some(Err(e)),
-    };
-    let (data, compute) = match bc.dtype {
-        DType::F64 => (
-            blas::cudaDataType::CUDA_R_64F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
-        ),
-        DType::F16 => (
-            blas::cudaDataType::CUDA_R_16F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::Bf16 => (
-            blas::cudaDataType::CUDA_R_16BF,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        _ => (
-            blas::cudaDataType::CUDA_R_32F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-    };
-    let g = bc.gemm;
-    if g.count == 0 {
-        return Some(Ok(()));
-    }
-    let scalars = bc.scalars();
-    Some(stream.blas(|h, keep| {
-        keep.extend(call.tensors.iter().map(|t| Box::new(t.buffer.clone()) as _));
+    run_blas(stream, call, &dtypes, |h, bc| {
+        let (data, compute) = match bc.dtype {
+            DType::F64 => (
+                blas::cudaDataType::CUDA_R_64F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+            ),
+            DType::F16 => (
+                blas::cudaDataType::CUDA_R_16F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            DType::Bf16 => (
+                blas::cudaDataType::CUDA_R_16BF,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            _ => (
+                blas::cudaDataType::CUDA_R_32F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+        };
+        let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
         // SAFETY: every operand's extent was validated against its buffer (the HAL's matmul
         // rules), the buffers are kept until the work ran, alpha/beta are host values read
         // during the call, and beta = 0 makes cuBLAS not read C (as the HAL requires).
@@ -123,7 +111,7 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
                 g.m,
                 g.n,
                 g.k,
-                scalars.0,
+                alpha,
                 bc.pb as *const _,
                 data,
                 g.lda,
@@ -132,7 +120,7 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
                 data,
                 g.ldb,
                 g.stride_b,
-                scalars.1,
+                beta,
                 bc.pc as *mut _,
                 data,
                 g.ldc,
@@ -143,5 +131,5 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
             )
         };
         status("cublasGemmStridedBatchedEx", st)
-    }))
+    })
 }

@@ -60,24 +60,24 @@ pub mod runtime;
 
 pub use runtime::{Cuda, CudaDevice, CudaStream};
 
-use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::Arc;
-use unihal_hal::{Backend, BackendInfo, Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
+use unihal_gpu::backend::{collectives, collectives_info, compiler_info, Devices};
+use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "cuda";
 
 /// The CUDA backend. Devices are opened on first use and live as long as the backend.
 pub struct CudaBackend {
-    devices: Mutex<Vec<Option<Arc<CudaDevice>>>>,
+    devices: Devices<Cuda>,
     nccl: unihal_nccl_api::Engine,
 }
 
 impl Default for CudaBackend {
     fn default() -> CudaBackend {
         CudaBackend {
-            devices: Mutex::new(Vec::new()),
+            devices: Devices::default(),
             nccl: unihal_nccl_api::Engine::new(
                 unihal_nccl_api::NCCL,
                 Arc::new(ccl::CudaPlatform::default()),
@@ -123,31 +123,11 @@ impl Backend for CudaBackend {
         };
         let mut libraries = vec![driver];
         if libraries[0].error.is_none() {
-            libraries.push(match library::nvrtc() {
-                Ok(n) => {
-                    let (major, minor) = n.version();
-                    LibraryInfo::found(
-                        "runtime compiler",
-                        "NVRTC",
-                        n.path().to_string(),
-                        Some(format!("{major}.{minor}")),
-                    )
-                }
-                Err(e) => LibraryInfo::missing(
-                    "runtime compiler",
-                    "NVRTC",
-                    format!("{e} (without it the devices run no library ops)"),
-                ),
-            });
-            libraries.push(match self.nccl.lib() {
-                Ok(l) => LibraryInfo::found(
-                    "collectives",
-                    "NCCL",
-                    l.path.clone(),
-                    Some(l.version_string()),
-                ),
-                Err(e) => LibraryInfo::missing("collectives", "NCCL", e.to_string()),
-            });
+            libraries.push(compiler_info(
+                "NVRTC",
+                library::nvrtc().map(|n| (n.path().to_string(), n.version())),
+            ));
+            libraries.push(collectives_info(&self.nccl, "NCCL"));
             libraries.push(if cublas::available() {
                 LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)
             } else {
@@ -177,38 +157,11 @@ impl Backend for CudaBackend {
 
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
         let n = self.probe()?;
-        if ordinal >= n {
-            return Err(HalError::invalid(
-                "ordinal",
-                Invalid::Value {
-                    value: ordinal.to_string(),
-                    accepted: format!("0..{n}"),
-                },
-            ));
-        }
-        let mut devices = self.devices.lock();
-        if devices.len() < n {
-            devices.resize(n, None);
-        }
-        if let Some(d) = &devices[ordinal] {
-            return Ok(d.clone());
-        }
-        let d = device::open(DeviceId {
-            backend: NAME,
-            ordinal: ordinal as u32,
-        })?;
-        devices[ordinal] = Some(d.clone());
-        Ok(d)
+        self.devices.get(NAME, ordinal, n, device::open)
     }
 
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        match self.nccl.lib() {
-            Ok(_) => Some(&self.nccl),
-            Err(e) => {
-                tracing::info!(target: "unihal::cuda", "no collectives: {e}");
-                None
-            }
-        }
+        collectives(&self.nccl, NAME)
     }
 
     fn conformance_manifest(&self) -> &'static str {

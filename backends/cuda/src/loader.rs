@@ -121,10 +121,21 @@ mod tests {
     #[test]
     fn a_hygon_dcu_is_not_claimed() {
         use super::hygon_dcu;
-        assert!(hygon_dcu("NVIDIA H200", Some("/usr/lib/x86_64-linux-gnu/libcuda.so.580")).is_none());
+        assert!(hygon_dcu(
+            "NVIDIA H200",
+            Some("/usr/lib/x86_64-linux-gnu/libcuda.so.580")
+        )
+        .is_none());
         assert!(hygon_dcu("unihal simulated CUDA device 0 (not a GPU)", None).is_none());
-        let why = hygon_dcu("DCU K100_AI", Some("/opt/dtk/cuda/cuda-12/lib64/libcuda.so")).unwrap();
-        assert!(why.contains("hip backend") && why.contains("/opt/dtk"), "{why}");
+        let why = hygon_dcu(
+            "DCU K100_AI",
+            Some("/opt/dtk/cuda/cuda-12/lib64/libcuda.so"),
+        )
+        .unwrap();
+        assert!(
+            why.contains("hip backend") && why.contains("/opt/dtk"),
+            "{why}"
+        );
         assert!(hygon_dcu("Some GPU", Some("/opt/dtk-24.04/lib/libcuda.so.1")).is_some());
         assert!(hygon_dcu("Hygon Z100L", None).is_some());
     }

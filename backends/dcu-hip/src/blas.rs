@@ -6,14 +6,12 @@
 //! portable tiled GEMM.
 
 use crate::ffi::{self, Handle as RawHandle, RocblasApi};
-use crate::loader::Hip;
 use crate::runtime::HipStream;
 use std::sync::OnceLock;
 use unihal_dynlib::{Candidates, Library};
-use unihal_gpu::gemm::{BlasCall, Op};
+use unihal_gpu::gemm::{run_blas, Op};
 use unihal_gpu::runtime::Raw;
-use unihal_gpu::stream::device_addr;
-use unihal_hal::{DType, HalError, OpCall, Result, TensorView};
+use unihal_hal::{DType, HalError, OpCall, Result};
 
 /// Where rocBLAS is looked for.
 pub fn candidates() -> Candidates {
@@ -72,7 +70,9 @@ impl Handle {
         let (api, _) = rocblas()?;
         let mut h = std::ptr::null_mut();
         // SAFETY: an out-pointer to a local; the device is current.
-        status("rocblas_create_handle", unsafe { (api.create_handle)(&mut h) })?;
+        status("rocblas_create_handle", unsafe {
+            (api.create_handle)(&mut h)
+        })?;
         Ok(Handle(h))
     }
 
@@ -80,7 +80,9 @@ impl Handle {
     pub(crate) fn bind(&self, stream: Raw) -> Result<()> {
         let (api, _) = rocblas()?;
         // SAFETY: a live handle and stream of its device.
-        status("rocblas_set_stream", unsafe { (api.set_stream)(self.0, stream.0) })
+        status("rocblas_set_stream", unsafe {
+            (api.set_stream)(self.0, stream.0)
+        })
     }
 }
 
@@ -95,30 +97,19 @@ fn op(o: Op) -> i32 {
 /// call (the caller then runs the portable GEMM).
 pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
     let (api, _) = rocblas().ok()?;
-    let device = stream.gpu_device().core().id;
     let dtypes = [DType::F32, DType::F64, DType::F16, DType::Bf16];
-    let addr = |t: &TensorView, arg, len| device_addr::<Hip>(&t.buffer, arg, device, t.offset, len);
-    let bc = match BlasCall::of(call, &dtypes, addr)? {
-        Ok(bc) => bc,
-        Err(e) => return Some(Err(e)),
-    };
-    let (data, compute) = match bc.dtype {
-        DType::F64 => (ffi::ROCBLAS_F64, ffi::ROCBLAS_F64),
-        DType::F16 => (ffi::ROCBLAS_F16, ffi::ROCBLAS_F32),
-        DType::Bf16 => (ffi::ROCBLAS_BF16, ffi::ROCBLAS_F32),
-        _ => (ffi::ROCBLAS_F32, ffi::ROCBLAS_F32),
-    };
-    let g = bc.gemm;
-    if g.count == 0 {
-        return Some(Ok(()));
-    }
-    let scalars = bc.scalars();
-    Some(stream.blas(|h, keep| {
-        keep.extend(call.tensors.iter().map(|t| Box::new(t.buffer.clone()) as _));
+    run_blas(stream, call, &dtypes, |h, bc| {
+        let (data, compute) = match bc.dtype {
+            DType::F64 => (ffi::ROCBLAS_F64, ffi::ROCBLAS_F64),
+            DType::F16 => (ffi::ROCBLAS_F16, ffi::ROCBLAS_F32),
+            DType::Bf16 => (ffi::ROCBLAS_BF16, ffi::ROCBLAS_F32),
+            _ => (ffi::ROCBLAS_F32, ffi::ROCBLAS_F32),
+        };
+        let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
         // SAFETY: every operand's extent was validated against its buffer (the HAL's matmul
         // rules), the buffers are kept until the work ran, alpha/beta are host values read
-        // during the call (the default pointer mode), beta = 0 makes rocBLAS not read C, and D is
-        // C (rocBLAS allows them to alias with equal layouts).
+        // during the call (the default pointer mode), beta = 0 makes rocBLAS not read C, and D
+        // is C (rocBLAS allows them to alias with equal layouts).
         let st = unsafe {
             (api.gemm_strided_batched_ex)(
                 h.0,
@@ -127,7 +118,7 @@ pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
                 g.m,
                 g.n,
                 g.k,
-                scalars.0,
+                alpha,
                 bc.pb as *const _,
                 data,
                 g.lda,
@@ -136,7 +127,7 @@ pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
                 data,
                 g.ldb,
                 g.stride_b,
-                scalars.1,
+                beta,
                 bc.pc as *const _,
                 data,
                 g.ldc,
@@ -153,5 +144,5 @@ pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
             )
         };
         status("rocblas_gemm_strided_batched_ex", st)
-    }))
+    })
 }

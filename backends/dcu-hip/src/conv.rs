@@ -29,7 +29,12 @@ pub const LIBRARY: &str = "HIP runtime";
 /// know still gives the number.
 pub fn vendor(api: &HipApi, call: &str, code: hipError_t) -> HalError {
     // SAFETY: both calls return a static NUL-terminated string (or null) for any code.
-    let (name, text) = unsafe { (c_str((api.get_error_name)(code)), c_str((api.get_error_string)(code))) };
+    let (name, text) = unsafe {
+        (
+            c_str((api.get_error_name)(code)),
+            c_str((api.get_error_string)(code)),
+        )
+    };
     let name = if name.is_empty() || name.contains("Unknown") && code != 999 {
         format!("hipError_t {code}")
     } else {

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
 use unihal_gpu::runtime::{DeviceSetup, Runtime};
 use unihal_hal::{
-    Capabilities, DeviceId, DeviceInfo, HalError, MandatoryCaps, ModuleFormat, OptionalCaps,
-    Result,
+    Capabilities, DeviceId, DeviceInfo, HalError, MandatoryCaps, ModuleFormat, OptionalCaps, Result,
 };
 
 /// Bytes of the zeroed buffer the properties struct is read into (both layouts are smaller:
@@ -28,8 +27,16 @@ pub const ARCH_OFFSET_R0000: usize = 396;
 /// an error, never a garbage architecture.
 fn gcn_arch_name(rt: &Hip, ordinal: c_int) -> Result<String> {
     let entries = [
-        (rt.api.get_device_properties_r0600, ARCH_OFFSET_R0600, "hipGetDevicePropertiesR0600"),
-        (rt.api.get_device_properties, ARCH_OFFSET_R0000, "hipGetDeviceProperties"),
+        (
+            rt.api.get_device_properties_r0600,
+            ARCH_OFFSET_R0600,
+            "hipGetDevicePropertiesR0600",
+        ),
+        (
+            rt.api.get_device_properties,
+            ARCH_OFFSET_R0000,
+            "hipGetDeviceProperties",
+        ),
     ];
     let mut tried = Vec::new();
     for (f, offset, call) in entries {

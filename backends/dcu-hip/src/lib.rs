@@ -44,24 +44,24 @@ pub mod runtime;
 pub use loader::Hip;
 pub use runtime::{HipDevice, HipStream};
 
-use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::Arc;
-use unihal_hal::{Backend, BackendInfo, Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
+use unihal_gpu::backend::{collectives, collectives_info, compiler_info, Devices};
+use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "hip";
 
 /// The HIP backend. Devices are opened on first use and live as long as the backend.
 pub struct HipBackend {
-    devices: Mutex<Vec<Option<Arc<HipDevice>>>>,
+    devices: Devices<Hip>,
     rccl: unihal_nccl_api::Engine,
 }
 
 impl Default for HipBackend {
     fn default() -> HipBackend {
         HipBackend {
-            devices: Mutex::new(Vec::new()),
+            devices: Devices::default(),
             rccl: unihal_nccl_api::Engine::new(
                 unihal_nccl_api::RCCL,
                 Arc::new(ccl::HipPlatform::default()),
@@ -92,7 +92,11 @@ impl Backend for HipBackend {
             Ok(h) => (
                 LibraryInfo::found(
                     "runtime",
-                    if h.dtk { "HIP runtime (Hygon DTK)" } else { "HIP runtime" },
+                    if h.dtk {
+                        "HIP runtime (Hygon DTK)"
+                    } else {
+                        "HIP runtime"
+                    },
                     h.file.clone().unwrap_or_else(|| h.path.clone()),
                     Some(conv::version_string(h.version)),
                 ),
@@ -111,31 +115,11 @@ impl Backend for HipBackend {
         };
         let mut libraries = vec![runtime];
         if libraries[0].error.is_none() {
-            libraries.push(match library::hiprtc() {
-                Ok(r) => {
-                    let (major, minor) = r.version();
-                    LibraryInfo::found(
-                        "runtime compiler",
-                        "hiprtc",
-                        r.path().to_string(),
-                        Some(format!("{major}.{minor}")),
-                    )
-                }
-                Err(e) => LibraryInfo::missing(
-                    "runtime compiler",
-                    "hiprtc",
-                    format!("{e} (without it the devices run no library ops)"),
-                ),
-            });
-            libraries.push(match self.rccl.lib() {
-                Ok(l) => LibraryInfo::found(
-                    "collectives",
-                    "RCCL",
-                    l.path.clone(),
-                    Some(l.version_string()),
-                ),
-                Err(e) => LibraryInfo::missing("collectives", "RCCL", e.to_string()),
-            });
+            libraries.push(compiler_info(
+                "hiprtc",
+                library::hiprtc().map(|r| (r.path().to_string(), r.version())),
+            ));
+            libraries.push(collectives_info(&self.rccl, "RCCL"));
             libraries.push(match blas::rocblas() {
                 Ok((_, path)) => LibraryInfo::found("BLAS", "rocBLAS", path.clone(), None),
                 Err(e) => LibraryInfo::missing(
@@ -160,42 +144,12 @@ impl Backend for HipBackend {
 
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
         let rt = loader::runtime()?;
-        let n = rt.devices;
-        if ordinal >= n {
-            return Err(HalError::invalid(
-                "ordinal",
-                Invalid::Value {
-                    value: ordinal.to_string(),
-                    accepted: format!("0..{n}"),
-                },
-            ));
-        }
-        let mut devices = self.devices.lock();
-        if devices.len() < n {
-            devices.resize(n, None);
-        }
-        if let Some(d) = &devices[ordinal] {
-            return Ok(d.clone());
-        }
-        let d = device::open(
-            rt,
-            DeviceId {
-                backend: NAME,
-                ordinal: ordinal as u32,
-            },
-        )?;
-        devices[ordinal] = Some(d.clone());
-        Ok(d)
+        self.devices
+            .get(NAME, ordinal, rt.devices, |id| device::open(rt, id))
     }
 
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        match self.rccl.lib() {
-            Ok(_) => Some(&self.rccl),
-            Err(e) => {
-                tracing::info!(target: "unihal::hip", "no collectives: {e}");
-                None
-            }
-        }
+        collectives(&self.rccl, NAME)
     }
 
     fn conformance_manifest(&self) -> &'static str {

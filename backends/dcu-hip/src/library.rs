@@ -147,7 +147,11 @@ fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8
         Some(sig) => failed(format!(
             "crashed (signal {sig}) compiling for {arch}: this hiprtc does not handle {arch}; \
              a newer ROCm or Hygon DTK's own hiprtc does{}",
-            if log.trim().is_empty() { String::new() } else { format!(" ({})", log.trim()) }
+            if log.trim().is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", log.trim())
+            }
         )),
         None => failed(format!("failed: {}", log.trim())),
     })
@@ -224,4 +228,3 @@ pub fn test_kernels(dev: &HipDevice) -> Result<ModuleSource> {
 pub fn clear_cache() -> std::io::Result<()> {
     KernelCache::global().clear()
 }
-

@@ -31,10 +31,30 @@ pub const NAMES: [&str; 5] = [
 /// Where the HIP runtime is looked for.
 pub fn candidates() -> Candidates {
     Candidates::new("HIP runtime", "UNIHAL_HIP_LIB", &NAMES)
-        .under_root(&["ROCM_PATH", "HIP_PATH"], Some("/opt/rocm"), "lib", &NAMES[..3])
-        .under_root(&["ROCM_PATH", "HIP_PATH"], Some("/opt/rocm"), "hip/lib", &NAMES[..3])
-        .under_root(&["DTKROOT"], Some("/opt/dtk"), "hip/lib", &["libgalaxyhip.so.5"])
-        .under_root(&["DTKROOT"], Some("/opt/dtk"), "lib", &["libgalaxyhip.so.5"])
+        .under_root(
+            &["ROCM_PATH", "HIP_PATH"],
+            Some("/opt/rocm"),
+            "lib",
+            &NAMES[..3],
+        )
+        .under_root(
+            &["ROCM_PATH", "HIP_PATH"],
+            Some("/opt/rocm"),
+            "hip/lib",
+            &NAMES[..3],
+        )
+        .under_root(
+            &["DTKROOT"],
+            Some("/opt/dtk"),
+            "hip/lib",
+            &["libgalaxyhip.so.5"],
+        )
+        .under_root(
+            &["DTKROOT"],
+            Some("/opt/dtk"),
+            "lib",
+            &["libgalaxyhip.so.5"],
+        )
 }
 
 /// The opened HIP runtime: its symbol table and what the probe found. One per process
@@ -97,7 +117,9 @@ fn open() -> Result<Hip> {
         let HalError::Vendor { name, .. } = vendor(&api, call, rc) else {
             unreachable!("vendor() makes vendor errors")
         };
-        unavailable(format!("no device: {call} failed with {name} ({rc}) ({at})"))
+        unavailable(format!(
+            "no device: {call} failed with {name} ({rc}) ({at})"
+        ))
     };
     // SAFETY: flags must be 0.
     let rc = unsafe { (api.init)(0) };
@@ -114,7 +136,9 @@ fn open() -> Result<Hip> {
         return Err(vendor(&api, "hipGetDeviceCount", rc));
     }
     if count <= 0 {
-        return Err(unavailable(format!("no device: the runtime counts none ({at})")));
+        return Err(unavailable(format!(
+            "no device: the runtime counts none ({at})"
+        )));
     }
     let name = device_name(&api, 0)?;
     let attribute = |a: i32| {

@@ -103,7 +103,9 @@ impl Runtime for Hip {
 
     fn device_synchronize(&self) -> Result<()> {
         // SAFETY: no arguments.
-        self.check("hipDeviceSynchronize", unsafe { (self.api.device_synchronize)() })
+        self.check("hipDeviceSynchronize", unsafe {
+            (self.api.device_synchronize)()
+        })
     }
 
     fn mem_info(&self) -> Result<(u64, u64)> {
@@ -141,9 +143,13 @@ impl Runtime for Hip {
             (true, Some(free_async)) => {
                 let null = std::ptr::null_mut();
                 // SAFETY: the caller's contract.
-                self.check("hipFreeAsync", unsafe { free_async(ptr as *mut c_void, null) })?;
+                self.check("hipFreeAsync", unsafe {
+                    free_async(ptr as *mut c_void, null)
+                })?;
                 // SAFETY: the null stream of the current device.
-                self.check("hipStreamSynchronize", unsafe { (self.api.stream_synchronize)(null) })
+                self.check("hipStreamSynchronize", unsafe {
+                    (self.api.stream_synchronize)(null)
+                })
             }
             // SAFETY: the caller's contract.
             _ => self.check("hipFree", unsafe { (self.api.free)(ptr as *mut c_void) }),
@@ -166,7 +172,9 @@ impl Runtime for Hip {
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("hipHostFree", unsafe { (self.api.host_free)(ptr as *mut c_void) })
+        self.check("hipHostFree", unsafe {
+            (self.api.host_free)(ptr as *mut c_void)
+        })
     }
 
     fn peers(&self, ctx: &HipContext) -> Result<Vec<u32>> {
@@ -202,7 +210,9 @@ impl Runtime for Hip {
 
     unsafe fn stream_destroy(&self, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("hipStreamDestroy", unsafe { (self.api.stream_destroy)(h(stream)) })
+        self.check("hipStreamDestroy", unsafe {
+            (self.api.stream_destroy)(h(stream))
+        })
     }
 
     fn stream_synchronize(&self, stream: Raw) -> Result<()> {
@@ -214,7 +224,9 @@ impl Runtime for Hip {
 
     fn stream_query(&self, stream: Raw) -> Result<bool> {
         // SAFETY: a live stream.
-        self.done("hipStreamQuery", unsafe { (self.api.stream_query)(h(stream)) })
+        self.done("hipStreamQuery", unsafe {
+            (self.api.stream_query)(h(stream))
+        })
     }
 
     fn stream_wait_event(&self, stream: Raw, event: Raw) -> Result<()> {
@@ -289,10 +301,14 @@ impl Runtime for Hip {
         // SAFETY: the caller's contract.
         let (call, rc) = unsafe {
             match value {
-                FillValue::U8(v) => ("hipMemsetD8Async", (self.api.memset_d8_async)(d, v, count, s)),
-                FillValue::U16(v) => {
-                    ("hipMemsetD16Async", (self.api.memset_d16_async)(d, v, count, s))
-                }
+                FillValue::U8(v) => (
+                    "hipMemsetD8Async",
+                    (self.api.memset_d8_async)(d, v, count, s),
+                ),
+                FillValue::U16(v) => (
+                    "hipMemsetD16Async",
+                    (self.api.memset_d16_async)(d, v, count, s),
+                ),
                 FillValue::U32(v) => (
                     "hipMemsetD32Async",
                     (self.api.memset_d32_async)(d, v as c_int, count, s),
@@ -344,7 +360,9 @@ impl Runtime for Hip {
 
     unsafe fn event_destroy(&self, event: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("hipEventDestroy", unsafe { (self.api.event_destroy)(h(event)) })
+        self.check("hipEventDestroy", unsafe {
+            (self.api.event_destroy)(h(event))
+        })
     }
 
     fn event_record(&self, event: Raw, stream: Raw) -> Result<()> {
@@ -405,7 +423,9 @@ impl Runtime for Hip {
 
     unsafe fn module_unload(&self, module: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("hipModuleUnload", unsafe { (self.api.module_unload)(h(module)) })
+        self.check("hipModuleUnload", unsafe {
+            (self.api.module_unload)(h(module))
+        })
     }
 
     fn load_library(&self, device: &Arc<HipDevice>) -> Result<Library> {

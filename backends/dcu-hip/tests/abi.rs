@@ -13,7 +13,13 @@
 //!
 //! Fails (never skips) when the header or the library is missing.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, clippy::all)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
 
 mod header {
     include!(concat!(env!("OUT_DIR"), "/hip_abi.rs"));
@@ -162,19 +168,41 @@ fn every_entry_matches_the_header() {
         module_unload => hipModuleUnload,
         module_launch_kernel => hipModuleLaunchKernel,
     );
-    assert_eq!(checked, ffi::REQUIRED_SYMBOLS, "the checked list is the required symbol list");
+    assert_eq!(
+        checked,
+        ffi::REQUIRED_SYMBOLS,
+        "the checked list is the required symbol list"
+    );
 
     // Optional entries: the header's declarations, whether or not the library exports them.
-    assert_eq!(ours_opt(&api.malloc_async), declared(&theirs.hipMallocAsync));
+    assert_eq!(
+        ours_opt(&api.malloc_async),
+        declared(&theirs.hipMallocAsync)
+    );
     assert_eq!(ours_opt(&api.free_async), declared(&theirs.hipFreeAsync));
-    assert_eq!(ours_opt(&api.get_device_properties), declared(&theirs.hipGetDeviceProperties));
-    assert_eq!(ours_opt(&api.launch_host_func), declared(&theirs.hipLaunchHostFunc));
-    assert!(api.malloc_async.is_some() && api.free_async.is_some(), "exported by 5.2");
+    assert_eq!(
+        ours_opt(&api.get_device_properties),
+        declared(&theirs.hipGetDeviceProperties)
+    );
+    assert_eq!(
+        ours_opt(&api.launch_host_func),
+        declared(&theirs.hipLaunchHostFunc)
+    );
+    assert!(
+        api.malloc_async.is_some() && api.free_async.is_some(),
+        "exported by 5.2"
+    );
     assert!(api.get_device_properties.is_some(), "exported by 5.2");
     // Declared by the header, not exported by the library: the fallback is needed.
-    assert!(theirs.hipLaunchHostFunc.is_err(), "Debian's 5.2 library now exports hipLaunchHostFunc");
+    assert!(
+        theirs.hipLaunchHostFunc.is_err(),
+        "Debian's 5.2 library now exports hipLaunchHostFunc"
+    );
     assert!(api.launch_host_func.is_none());
-    assert!(api.get_device_properties_r0600.is_none(), "R0600 is ROCm 6's");
+    assert!(
+        api.get_device_properties_r0600.is_none(),
+        "R0600 is ROCm 6's"
+    );
     for name in ffi::OPTIONAL_SYMBOLS {
         assert!(!ffi::REQUIRED_SYMBOLS.contains(name));
     }
@@ -183,7 +211,10 @@ fn every_entry_matches_the_header() {
 #[test]
 fn enum_values_and_constants_match_the_header() {
     let a = Numbering::Rocm5.attributes();
-    assert_eq!(a.max_threads_per_block, header::hipDeviceAttributeMaxThreadsPerBlock as i32);
+    assert_eq!(
+        a.max_threads_per_block,
+        header::hipDeviceAttributeMaxThreadsPerBlock as i32
+    );
     assert_eq!(
         a.max_block,
         [
@@ -200,10 +231,19 @@ fn enum_values_and_constants_match_the_header() {
             header::hipDeviceAttributeMaxGridDimZ as i32
         ]
     );
-    assert_eq!(a.max_shared_per_block, header::hipDeviceAttributeMaxSharedMemoryPerBlock as i32);
+    assert_eq!(
+        a.max_shared_per_block,
+        header::hipDeviceAttributeMaxSharedMemoryPerBlock as i32
+    );
     assert_eq!(a.warp_size, header::hipDeviceAttributeWarpSize as i32);
-    assert_eq!(a.multiprocessor_count, header::hipDeviceAttributeMultiprocessorCount as i32);
-    assert_eq!(a.memory_pools, Some(header::hipDeviceAttributeMemoryPoolsSupported as i32));
+    assert_eq!(
+        a.multiprocessor_count,
+        header::hipDeviceAttributeMultiprocessorCount as i32
+    );
+    assert_eq!(
+        a.memory_pools,
+        Some(header::hipDeviceAttributeMemoryPoolsSupported as i32)
+    );
 
     assert_eq!(codes::INVALID_VALUE, header::hipErrorInvalidValue as i32);
     assert_eq!(codes::OUT_OF_MEMORY, header::hipErrorOutOfMemory as i32);
@@ -211,9 +251,15 @@ fn enum_values_and_constants_match_the_header() {
     assert_eq!(codes::INVALID_DEVICE, header::hipErrorInvalidDevice as i32);
     assert_eq!(codes::NOT_FOUND, header::hipErrorNotFound as i32);
     assert_eq!(codes::NOT_READY, header::hipErrorNotReady as i32);
-    assert_eq!(codes::ILLEGAL_ADDRESS, header::hipErrorIllegalAddress as i32);
+    assert_eq!(
+        codes::ILLEGAL_ADDRESS,
+        header::hipErrorIllegalAddress as i32
+    );
     assert_eq!(codes::LAUNCH_TIMEOUT, header::hipErrorLaunchTimeOut as i32);
-    assert_eq!(codes::PEER_ACCESS_ALREADY_ENABLED, header::hipErrorPeerAccessAlreadyEnabled as i32);
+    assert_eq!(
+        codes::PEER_ACCESS_ALREADY_ENABLED,
+        header::hipErrorPeerAccessAlreadyEnabled as i32
+    );
     assert_eq!(codes::ASSERT, header::hipErrorAssert as i32);
     assert_eq!(codes::LAUNCH_FAILURE, header::hipErrorLaunchFailure as i32);
 
@@ -228,9 +274,18 @@ fn the_properties_layout_matches_the_header() {
     // The plain hipGetDeviceProperties fills this layout; the backend reads gcnArchName at the
     // offset device.rs names, and the simulated runtime writes the same fields.
     assert_eq!(std::mem::size_of::<header::hipDeviceProp_t>(), 792);
-    assert_eq!(std::mem::offset_of!(header::hipDeviceProp_t, gcnArchName), 396);
-    assert_eq!(std::mem::offset_of!(header::hipDeviceProp_t, totalGlobalMem), 256);
+    assert_eq!(
+        std::mem::offset_of!(header::hipDeviceProp_t, gcnArchName),
+        396
+    );
+    assert_eq!(
+        std::mem::offset_of!(header::hipDeviceProp_t, totalGlobalMem),
+        256
+    );
     assert_eq!(std::mem::offset_of!(header::hipDeviceProp_t, warpSize), 276);
-    assert_eq!(std::mem::offset_of!(header::hipDeviceProp_t, multiProcessorCount), 336);
+    assert_eq!(
+        std::mem::offset_of!(header::hipDeviceProp_t, multiProcessorCount),
+        336
+    );
     assert_eq!(unihal_hip::device::ARCH_OFFSET_R0000, 396);
 }

@@ -6,8 +6,8 @@
 //! * an architecture this hiprtc aborts on (gfx942, Hygon's gfx928) is compiled in the helper:
 //!   the error names the architecture, and this process survives (twice: remembered).
 
-use unihal_hal::HalError;
 use unihal_gpu::amdgpu as code_object;
+use unihal_hal::HalError;
 use unihal_hip::library;
 use unihal_kernels::source::{entry_names, library_source, GpuTarget};
 use unihal_kernels::testing::{names, HIP_SOURCE};
@@ -29,7 +29,11 @@ fn test_kernels_and_library_compile_with_their_argument_sizes() {
         let args = code_object::kernel_args(&code).unwrap();
         assert_eq!(args[names::IOTA_U32], vec![8, 4], "{arch}");
         assert_eq!(args[names::AXPY_F32], vec![4, 4, 8, 8], "{arch}");
-        assert_eq!(args[names::ARGS_PROBE], vec![8, 1, 2, 4, 8, 4, 8, 8], "{arch}");
+        assert_eq!(
+            args[names::ARGS_PROBE],
+            vec![8, 1, 2, 4, 8, 4, 8, 8],
+            "{arch}"
+        );
         assert_eq!(args[names::FAIL], vec![4], "{arch}");
         for n in names::ALL {
             assert!(args.contains_key(n), "{arch}: {n} missing");

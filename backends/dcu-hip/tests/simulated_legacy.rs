@@ -18,15 +18,26 @@ fn the_legacy_numbering_is_found_by_probing() {
     ]);
     assert_eq!(backend.probe().unwrap(), 2);
     let rt = unihal_hip::loader::runtime().unwrap();
-    assert_eq!(rt.numbering, Numbering::Legacy, "HIP {} must not decide it", rt.version);
-    assert_eq!(backend.info().libraries[0].version.as_deref(), Some("6.3.25422"));
+    assert_eq!(
+        rt.numbering,
+        Numbering::Legacy,
+        "HIP {} must not decide it",
+        rt.version
+    );
+    assert_eq!(
+        backend.info().libraries[0].version.as_deref(),
+        Some("6.3.25422")
+    );
     let device = backend.open(1).unwrap();
     let caps = device.capabilities();
     assert_eq!(caps.optional.arch.as_deref(), Some("gfx906"));
     assert_eq!(caps.mandatory.warp_size, 64);
     assert_eq!(caps.mandatory.max_threads_per_block, 1024);
     assert_eq!(caps.mandatory.max_grid[0], i32::MAX as u32);
-    assert!(caps.optional.stream_ordered_alloc, "probed with hipMallocAsync");
+    assert!(
+        caps.optional.stream_ordered_alloc,
+        "probed with hipMallocAsync"
+    );
     let ran = support::non_op_cases(backend, device);
     assert!(ran >= 40, "only {ran} cases ran");
 }

@@ -25,8 +25,14 @@ fn no_device_or_no_runtime_is_unavailable_with_the_reason() {
             reason.contains("hipErrorInvalidDevice") || reason.contains("hipErrorNoDevice"),
             "{reason}"
         );
-        assert!(reason.contains("libamdhip64") || reason.contains("galaxyhip"), "{reason}");
-        assert!(reason.contains("HIP 5.") || reason.contains("HIP 6."), "{reason}");
+        assert!(
+            reason.contains("libamdhip64") || reason.contains("galaxyhip"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("HIP 5.") || reason.contains("HIP 6."),
+            "{reason}"
+        );
     } else {
         for name in unihal_hip::loader::NAMES {
             assert!(reason.contains(name), "{name} missing from: {reason}");

@@ -10,8 +10,8 @@
 //!   refused and recorded (a driver call from a host function, an NCCL communicator used after
 //!   abort or by two threads at once).
 
-use std::ffi::{c_char, c_int, c_uint, CStr};
 use crate::fault;
+use std::ffi::{c_char, c_int, c_uint, CStr};
 
 /// Arms a failure for the calling thread: its `n`th call (from now, 1 = the next) of entry point
 /// `name` returns `code` without running. Returns 0, or 1 for a null or non-UTF-8 name or `n == 0`.

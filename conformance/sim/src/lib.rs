@@ -53,7 +53,12 @@ pub fn built_library(file: &str) -> std::path::PathBuf {
         .into_iter()
         .flatten()
         .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("the simulated library {file} is not built next to {}", deps.display()))
+        .unwrap_or_else(|| {
+            panic!(
+                "the simulated library {file} is not built next to {}",
+                deps.display()
+            )
+        })
 }
 pub use memory::Memory;
 pub use module::{Entry, Kernels, Limits};

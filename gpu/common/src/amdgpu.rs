@@ -7,11 +7,11 @@
 //! simulated HIP runtime also reads the architecture and the kernel descriptors, as the real
 //! loader does.
 
+use crate::runtime::PreparedModule;
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use rmpv::Value;
 use std::collections::HashMap;
-use crate::runtime::PreparedModule;
 use unihal_hal::{HalError, Invalid, Result};
 
 /// `NT_AMDGPU_METADATA`: the note type of the msgpack metadata (owner "AMDGPU").
@@ -122,7 +122,9 @@ pub fn image_len(prefix: &[u8]) -> Result<std::result::Result<usize, usize>> {
             if prefix.len() < at + 24 {
                 return Ok(Err(at + 24));
             }
-            let word = |i: usize| u64::from_le_bytes(prefix[at + 8 * i..at + 8 * i + 8].try_into().expect("8"));
+            let word = |i: usize| {
+                u64::from_le_bytes(prefix[at + 8 * i..at + 8 * i + 8].try_into().expect("8"))
+            };
             let (offset, size, triple) = (word(0), word(1), word(2));
             at += 24 + triple as usize;
             end = end.max(offset.saturating_add(size) as usize).max(at);
@@ -145,15 +147,20 @@ pub fn code_object_for<'a>(data: &'a [u8], arch: &str) -> Result<Option<&'a [u8]
     if !data.starts_with(BUNDLE_MAGIC) {
         return Ok(Some(data));
     }
-    Ok(bundle_entries(data)?.into_iter().find_map(|(triple, body)| {
-        let target = triple.rsplit('-').next().unwrap_or("");
-        (triple.contains("amdgcn") && target.split(':').next() == Some(arch)).then_some(body)
-    }))
+    Ok(bundle_entries(data)?
+        .into_iter()
+        .find_map(|(triple, body)| {
+            let target = triple.rsplit('-').next().unwrap_or("");
+            (triple.contains("amdgcn") && target.split(':').next() == Some(arch)).then_some(body)
+        }))
 }
 
 fn amdgpu_header(
     elf_data: &[u8],
-) -> Result<(&elf::FileHeader64<object::LittleEndian>, object::LittleEndian)> {
+) -> Result<(
+    &elf::FileHeader64<object::LittleEndian>,
+    object::LittleEndian,
+)> {
     let header = elf::FileHeader64::<object::LittleEndian>::parse(elf_data)
         .map_err(|e| bad(format!("not a 64-bit ELF: {e}")))?;
     let endian = header
@@ -252,8 +259,14 @@ fn parse_metadata(mut desc: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
             .and_then(Value::as_str)
             .ok_or_else(|| bad("a kernel without .name in the AMDGPU metadata"))?;
         let mut sizes = Vec::new();
-        for arg in field(k, ".args").and_then(Value::as_array).into_iter().flatten() {
-            let kind = field(arg, ".value_kind").and_then(Value::as_str).unwrap_or("");
+        for arg in field(k, ".args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let kind = field(arg, ".value_kind")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             if kind.starts_with("hidden_") {
                 continue;
             }
@@ -300,7 +313,12 @@ mod tests {
 
     #[test]
     fn garbage_is_an_invalid_argument_naming_the_source() {
-        for data in [&b""[..], b"\x7fELF", b"not an elf at all", b"__CLANG_OFFLOAD_BUNDLE__\x05"] {
+        for data in [
+            &b""[..],
+            b"\x7fELF",
+            b"not an elf at all",
+            b"__CLANG_OFFLOAD_BUNDLE__\x05",
+        ] {
             match prepare(data) {
                 Err(HalError::InvalidArgument { arg, .. }) => assert_eq!(arg, "source"),
                 other => panic!("{data:?}: {other:?}"),
@@ -352,7 +370,10 @@ mod tests {
         b.extend(triple);
         b.extend(b"abc");
         let e = bundle_entries(&b).unwrap();
-        assert_eq!(e, vec![(String::from_utf8_lossy(triple).into_owned(), &b"abc"[..])]);
+        assert_eq!(
+            e,
+            vec![(String::from_utf8_lossy(triple).into_owned(), &b"abc"[..])]
+        );
         // An entry pointing past the end.
         let n = b.len();
         b.truncate(n - 1);

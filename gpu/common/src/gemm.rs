@@ -240,6 +240,33 @@ impl BlasCall {
     }
 }
 
+/// Runs a matmul call through a BLAS library on `stream`: validated and mapped ([`BlasCall::of`],
+/// with the library's element types `dtypes`), nothing enqueued for an empty problem, else
+/// `gemm(handle, call)` under the stream's BLAS handle with the operands kept until the work
+/// ran. `None` when the library does not take the call (the portable GEMM runs it then).
+pub fn run_blas<R: crate::runtime::Runtime>(
+    stream: &crate::stream::GpuStream<R>,
+    call: &unihal_hal::OpCall,
+    dtypes: &[unihal_hal::DType],
+    gemm: impl FnOnce(&R::Blas, &BlasCall) -> unihal_hal::Result<()>,
+) -> Option<unihal_hal::Result<()>> {
+    let device = stream.gpu_device().core().id;
+    let addr = |t: &TensorView, arg, len| {
+        crate::stream::device_addr::<R>(&t.buffer, arg, device, t.offset, len)
+    };
+    let bc = match BlasCall::of(call, dtypes, addr)? {
+        Ok(bc) => bc,
+        Err(e) => return Some(Err(e)),
+    };
+    if bc.gemm.count == 0 {
+        return Some(Ok(()));
+    }
+    Some(stream.blas(|h, keep| {
+        keep.extend(call.tensors.iter().map(|t| Box::new(t.buffer.clone()) as _));
+        gemm(h, &bc)
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     //! The layout mapping, checked on the host: a column-major GEMM that reads its operands the

@@ -43,6 +43,7 @@
 //! `unihal-dynlib`.
 
 pub mod amdgpu;
+pub mod backend;
 pub mod deferred;
 pub mod device;
 pub mod event;

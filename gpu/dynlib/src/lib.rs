@@ -273,8 +273,12 @@ mod tests {
 
     #[test]
     fn a_symbol_maps_to_the_file_it_lives_in() {
-        let lib = Library::open(&Candidates::new("C library", "UNIHAL_DYNLIB_TEST_UNSET", &["libc.so.6"]))
-            .expect("libc opens");
+        let lib = Library::open(&Candidates::new(
+            "C library",
+            "UNIHAL_DYNLIB_TEST_UNSET",
+            &["libc.so.6"],
+        ))
+        .expect("libc opens");
         // SAFETY: getpid's C signature.
         let f: unsafe extern "C" fn() -> i32 = unsafe { lib.get("getpid") }.expect("getpid");
         let file = mapped_file(f as usize).expect("a mapped file");

@@ -89,8 +89,18 @@ impl Hiprtc {
     pub fn load() -> Result<Hiprtc> {
         let candidates = Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES)
             .under_root(&["ROCM_PATH"], Some("/opt/rocm"), "lib", &CANDIDATES[..6])
-            .under_root(&["DTKROOT"], Some("/opt/dtk"), "lib", &["libhiprtc.so", "libgalaxyhip.so.5"])
-            .under_root(&["DTKROOT"], Some("/opt/dtk"), "hip/lib", &["libgalaxyhip.so.5"]);
+            .under_root(
+                &["DTKROOT"],
+                Some("/opt/dtk"),
+                "lib",
+                &["libhiprtc.so", "libgalaxyhip.so.5"],
+            )
+            .under_root(
+                &["DTKROOT"],
+                Some("/opt/dtk"),
+                "hip/lib",
+                &["libgalaxyhip.so.5"],
+            );
         let lib = Library::open(&candidates)?;
         let path = lib.path().to_string();
         let sys = HiprtcSys::new(&lib)?;

@@ -177,7 +177,9 @@ pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> c_int {
-    api("cuCtxSynchronize", || ops::device_synchronize(sim()?).map_err(f))
+    api("cuCtxSynchronize", || {
+        ops::device_synchronize(sim()?).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -217,7 +219,9 @@ pub unsafe extern "C" fn cuMemAllocAsync(p: *mut u64, bytes: usize, stream: *mut
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(p: u64, stream: *mut c_void) -> c_int {
-    api("cuMemFreeAsync", || ops::free_async(sim()?, p, stream).map_err(f))
+    api("cuMemFreeAsync", || {
+        ops::free_async(sim()?, p, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -236,7 +240,9 @@ pub extern "C" fn cuMemsetD16Async(p: u64, v: u16, n: usize, stream: *mut c_void
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(p: u64, v: u32, n: usize, stream: *mut c_void) -> c_int {
-    api("cuMemsetD32Async", || ops::fill(sim()?, p, v, 4, n, stream).map_err(f))
+    api("cuMemsetD32Async", || {
+        ops::fill(sim()?, p, v, 4, n, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -287,7 +293,9 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint)
 
 #[no_mangle]
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> c_int {
-    api("cuStreamDestroy_v2", || ops::stream_destroy(sim()?, stream).map_err(f))
+    api("cuStreamDestroy_v2", || {
+        ops::stream_destroy(sim()?, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -314,7 +322,9 @@ pub extern "C" fn cuLaunchHostFunc(stream: *mut c_void, hf: HostFn, data: *mut c
 
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> c_int {
-    api("cuStreamQuery", || ops::stream_query(sim()?, stream).map_err(f))
+    api("cuStreamQuery", || {
+        ops::stream_query(sim()?, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -339,7 +349,9 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) 
 
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> c_int {
-    api("cuEventDestroy_v2", || ops::event_destroy(sim()?, event).map_err(f))
+    api("cuEventDestroy_v2", || {
+        ops::event_destroy(sim()?, event).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -358,7 +370,9 @@ pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuEventQuery(event: *mut c_void) -> c_int {
-    api("cuEventQuery", || ops::event_query(sim()?, event).map_err(f))
+    api("cuEventQuery", || {
+        ops::event_query(sim()?, event).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -432,7 +446,9 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
-    api("cuModuleUnload", || ops::module_unload(sim()?, module).map_err(f))
+    api("cuModuleUnload", || {
+        ops::module_unload(sim()?, module).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -455,8 +471,18 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
         // SAFETY: kernelParams holds one valid pointer per parameter (the driver's contract).
-        unsafe { ops::launch(sim()?, func, [gx, gy, gz], [bx, by, bz], shared, stream, params) }
-            .map_err(f)
+        unsafe {
+            ops::launch(
+                sim()?,
+                func,
+                [gx, gy, gz],
+                [bx, by, bz],
+                shared,
+                stream,
+                params,
+            )
+        }
+        .map_err(f)
     })
 }
 

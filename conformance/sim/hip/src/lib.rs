@@ -79,7 +79,10 @@ impl HipSettings {
                 SimError::InvalidValue(format!("UNIHAL_SIM_HIP_ARCH={v}: one of {ARCHS:?}"))
             })?,
         };
-        let numbering = match std::env::var("UNIHAL_SIM_HIP_NUMBERING").as_deref().map(str::trim) {
+        let numbering = match std::env::var("UNIHAL_SIM_HIP_NUMBERING")
+            .as_deref()
+            .map(str::trim)
+        {
             Err(_) | Ok("rocm5") => Numbering::Rocm5,
             Ok("legacy") => Numbering::Legacy,
             Ok(v) => {

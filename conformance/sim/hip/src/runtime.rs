@@ -46,7 +46,10 @@ pub extern "C" fn hipInit(flags: c_uint) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn hipRuntimeGetVersion(v: *mut c_int) -> c_int {
     api("hipRuntimeGetVersion", || {
-        let s = crate::SIM.get_or_init(crate::start).as_ref().map_err(|e| *e)?;
+        let s = crate::SIM
+            .get_or_init(crate::start)
+            .as_ref()
+            .map_err(|e| *e)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
         unsafe { out(v, s.settings.version()) }
     })
@@ -200,7 +203,9 @@ unsafe fn properties(s: &Sim, p: *mut c_void, d: c_int, layout: &Layout) -> Resu
 #[no_mangle]
 pub unsafe extern "C" fn hipGetDeviceProperties(p: *mut c_void, d: c_int) -> c_int {
     // SAFETY: the caller provides a struct of the ROCm 5 layout.
-    api("hipGetDeviceProperties", || unsafe { properties(sim()?, p, d, &R0000) })
+    api("hipGetDeviceProperties", || unsafe {
+        properties(sim()?, p, d, &R0000)
+    })
 }
 
 #[no_mangle]
@@ -218,7 +223,9 @@ pub unsafe extern "C" fn hipGetDevicePropertiesR0600(p: *mut c_void, d: c_int) -
 
 #[no_mangle]
 pub extern "C" fn hipDeviceSynchronize() -> c_int {
-    api("hipDeviceSynchronize", || ops::device_synchronize(sim()?.face).map_err(f))
+    api("hipDeviceSynchronize", || {
+        ops::device_synchronize(sim()?.face).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -238,7 +245,11 @@ pub unsafe extern "C" fn hipMalloc(p: *mut *mut c_void, bytes: usize) -> c_int {
     api("hipMalloc", || {
         let s = sim()?;
         // HIP: zero bytes allocate nothing and return a null pointer.
-        let a = if bytes == 0 { 0 } else { ops::malloc(s.face, bytes).map_err(f)? };
+        let a = if bytes == 0 {
+            0
+        } else {
+            ops::malloc(s.face, bytes).map_err(f)?
+        };
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
         unsafe { out(p, a as *mut c_void) }
     })
@@ -256,7 +267,11 @@ pub extern "C" fn hipFree(p: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipMallocAsync(p: *mut *mut c_void, bytes: usize, stream: *mut c_void) -> c_int {
+pub unsafe extern "C" fn hipMallocAsync(
+    p: *mut *mut c_void,
+    bytes: usize,
+    stream: *mut c_void,
+) -> c_int {
     api("hipMallocAsync", || {
         let a = ops::malloc_async(sim()?.face, bytes, stream).map_err(f)?;
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
@@ -266,7 +281,9 @@ pub unsafe extern "C" fn hipMallocAsync(p: *mut *mut c_void, bytes: usize, strea
 
 #[no_mangle]
 pub extern "C" fn hipFreeAsync(p: *mut c_void, stream: *mut c_void) -> c_int {
-    api("hipFreeAsync", || ops::free_async(sim()?.face, p as u64, stream).map_err(f))
+    api("hipFreeAsync", || {
+        ops::free_async(sim()?.face, p as u64, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -328,7 +345,12 @@ pub unsafe extern "C" fn hipMemcpyDtoHAsync(
 }
 
 #[no_mangle]
-pub extern "C" fn hipMemcpyDtoDAsync(dst: *mut c_void, src: *mut c_void, n: usize, stream: *mut c_void) -> c_int {
+pub extern "C" fn hipMemcpyDtoDAsync(
+    dst: *mut c_void,
+    src: *mut c_void,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
     api("hipMemcpyDtoDAsync", || {
         ops::copy_d2d(sim()?.face, dst as u64, src as u64, n, stream).map_err(f)
     })
@@ -347,7 +369,10 @@ pub extern "C" fn hipMemcpyPeerAsync(
         if dst_device < 0 || src_device < 0 {
             return Err(HIP_ERROR_INVALID_DEVICE);
         }
-        let (d, s) = ((dst_device as usize, dst as u64), (src_device as usize, src as u64));
+        let (d, s) = (
+            (dst_device as usize, dst as u64),
+            (src_device as usize, src as u64),
+        );
         ops::copy_peer(sim()?.face, d, s, n, stream).map_err(f)
     })
 }
@@ -360,21 +385,34 @@ pub extern "C" fn hipMemsetD8Async(p: *mut c_void, v: u8, n: usize, stream: *mut
 }
 
 #[no_mangle]
-pub extern "C" fn hipMemsetD16Async(p: *mut c_void, v: u16, n: usize, stream: *mut c_void) -> c_int {
+pub extern "C" fn hipMemsetD16Async(
+    p: *mut c_void,
+    v: u16,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
     api("hipMemsetD16Async", || {
         ops::fill(sim()?.face, p as u64, v as u32, 2, n, stream).map_err(f)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn hipMemsetD32Async(p: *mut c_void, v: c_int, n: usize, stream: *mut c_void) -> c_int {
+pub extern "C" fn hipMemsetD32Async(
+    p: *mut c_void,
+    v: c_int,
+    n: usize,
+    stream: *mut c_void,
+) -> c_int {
     api("hipMemsetD32Async", || {
         ops::fill(sim()?.face, p as u64, v as u32, 4, n, stream).map_err(f)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipStreamCreateWithFlags(stream: *mut *mut c_void, flags: c_uint) -> c_int {
+pub unsafe extern "C" fn hipStreamCreateWithFlags(
+    stream: *mut *mut c_void,
+    flags: c_uint,
+) -> c_int {
     api("hipStreamCreateWithFlags", || {
         if flags > 1 {
             return Err(HIP_ERROR_INVALID_VALUE);
@@ -394,21 +432,31 @@ pub unsafe extern "C" fn hipStreamCreate(stream: *mut *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn hipStreamDestroy(stream: *mut c_void) -> c_int {
-    api("hipStreamDestroy", || ops::stream_destroy(sim()?.face, stream).map_err(f))
+    api("hipStreamDestroy", || {
+        ops::stream_destroy(sim()?.face, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn hipStreamSynchronize(stream: *mut c_void) -> c_int {
-    api("hipStreamSynchronize", || ops::stream_synchronize(sim()?.face, stream).map_err(f))
+    api("hipStreamSynchronize", || {
+        ops::stream_synchronize(sim()?.face, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn hipStreamQuery(stream: *mut c_void) -> c_int {
-    api("hipStreamQuery", || ops::stream_query(sim()?.face, stream).map_err(f))
+    api("hipStreamQuery", || {
+        ops::stream_query(sim()?.face, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn hipStreamWaitEvent(stream: *mut c_void, event: *mut c_void, flags: c_uint) -> c_int {
+pub extern "C" fn hipStreamWaitEvent(
+    stream: *mut c_void,
+    event: *mut c_void,
+    flags: c_uint,
+) -> c_int {
     api("hipStreamWaitEvent", || {
         if flags != 0 {
             return Err(HIP_ERROR_INVALID_VALUE);
@@ -476,26 +524,37 @@ pub extern "C" fn hipEventDestroy(event: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn hipEventRecord(event: *mut c_void, stream: *mut c_void) -> c_int {
-    api("hipEventRecord", || ops::event_record(sim()?.face, event, stream).map_err(f))
+    api("hipEventRecord", || {
+        ops::event_record(sim()?.face, event, stream).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn hipEventSynchronize(event: *mut c_void) -> c_int {
-    api("hipEventSynchronize", || ops::event_synchronize(sim()?.face, event).map_err(f))
+    api("hipEventSynchronize", || {
+        ops::event_synchronize(sim()?.face, event).map_err(f)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn hipEventQuery(event: *mut c_void) -> c_int {
-    api("hipEventQuery", || ops::event_query(sim()?.face, event).map_err(f))
+    api("hipEventQuery", || {
+        ops::event_query(sim()?.face, event).map_err(f)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void) -> c_int {
+pub unsafe extern "C" fn hipEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> c_int {
     api("hipEventElapsedTime", || {
         let s = sim()?;
-        let untimed = UNTIMED.lock().as_ref().is_some_and(|set| {
-            set.contains(&(start as u64)) || set.contains(&(end as u64))
-        });
+        let untimed = UNTIMED
+            .lock()
+            .as_ref()
+            .is_some_and(|set| set.contains(&(start as u64)) || set.contains(&(end as u64)));
         if untimed {
             return Err(HIP_ERROR_INVALID_HANDLE);
         }
@@ -550,7 +609,10 @@ fn kernels(s: &Sim, image: &[u8]) -> Result<Vec<Entry>, i32> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
+pub unsafe extern "C" fn hipModuleLoadData(
+    module: *mut *mut c_void,
+    image: *const c_void,
+) -> c_int {
     api("hipModuleLoadData", || {
         let s = sim()?;
         if image.is_null() {
@@ -584,7 +646,9 @@ pub unsafe extern "C" fn hipModuleGetFunction(
 
 #[no_mangle]
 pub extern "C" fn hipModuleUnload(module: *mut c_void) -> c_int {
-    api("hipModuleUnload", || ops::module_unload(sim()?.face, module).map_err(f))
+    api("hipModuleUnload", || {
+        ops::module_unload(sim()?.face, module).map_err(f)
+    })
 }
 
 #[no_mangle]
@@ -607,8 +671,18 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
             return Err(HIP_ERROR_NOT_SUPPORTED);
         }
         // SAFETY: kernelParams holds one valid pointer per parameter (the runtime's contract).
-        unsafe { ops::launch(sim()?.face, func, [gx, gy, gz], [bx, by, bz], shared, stream, params) }
-            .map_err(f)
+        unsafe {
+            ops::launch(
+                sim()?.face,
+                func,
+                [gx, gy, gz],
+                [bx, by, bz],
+                shared,
+                stream,
+                params,
+            )
+        }
+        .map_err(f)
     })
 }
 

@@ -150,7 +150,14 @@ pub fn free_async(f: &GpuFace, p: u64, stream: *mut c_void) -> OpResult<()> {
 ///
 /// # Errors
 /// The core's.
-pub fn fill(f: &GpuFace, p: u64, value: u32, width: u64, count: usize, stream: *mut c_void) -> OpResult<()> {
+pub fn fill(
+    f: &GpuFace,
+    p: u64,
+    value: u32,
+    width: u64,
+    count: usize,
+    stream: *mut c_void,
+) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     let len = width * count as u64;
     let work = Work {
@@ -168,7 +175,13 @@ pub fn fill(f: &GpuFace, p: u64, value: u32, width: u64, count: usize, stream: *
 ///
 /// # Errors
 /// [`Fail::Value`] for a null source; the core's.
-pub unsafe fn copy_h2d(f: &GpuFace, dst: u64, src: *const c_void, n: usize, stream: *mut c_void) -> OpResult<()> {
+pub unsafe fn copy_h2d(
+    f: &GpuFace,
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    stream: *mut c_void,
+) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     if src.is_null() && n > 0 {
         return Err(Fail::Value);
@@ -206,7 +219,13 @@ pub unsafe fn copy_h2d(f: &GpuFace, dst: u64, src: *const c_void, n: usize, stre
 ///
 /// # Errors
 /// [`Fail::Value`] for a null destination; the core's.
-pub unsafe fn copy_d2h(f: &GpuFace, dst: *mut c_void, src: u64, n: usize, stream: *mut c_void) -> OpResult<()> {
+pub unsafe fn copy_d2h(
+    f: &GpuFace,
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    stream: *mut c_void,
+) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     if dst.is_null() && n > 0 {
         return Err(Fail::Value);
@@ -257,7 +276,13 @@ pub fn copy_d2d(f: &GpuFace, dst: u64, src: u64, n: usize, stream: *mut c_void) 
 ///
 /// # Errors
 /// [`Fail::Device`]; [`Fail::NotSupported`] when neither side is on the stream's device.
-pub fn copy_peer(f: &GpuFace, dst: (usize, u64), src: (usize, u64), n: usize, stream: *mut c_void) -> OpResult<()> {
+pub fn copy_peer(
+    f: &GpuFace,
+    dst: (usize, u64),
+    src: (usize, u64),
+    n: usize,
+    stream: *mut c_void,
+) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     let dd = f.dev(dst.0 as i64)?;
     let sd = f.dev(src.0 as i64)?;
@@ -318,7 +343,11 @@ pub fn stream_query(f: &GpuFace, stream: *mut c_void) -> OpResult<()> {
 ///
 /// # Errors
 /// The core's.
-pub fn launch_host_fn(f: &GpuFace, stream: *mut c_void, g: Box<dyn FnOnce() + Send>) -> OpResult<()> {
+pub fn launch_host_fn(
+    f: &GpuFace,
+    stream: *mut c_void,
+    g: Box<dyn FnOnce() + Send>,
+) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     let work = Work {
         touches: Vec::new(),
@@ -399,8 +428,7 @@ pub fn event_query(f: &GpuFace, event: *mut c_void) -> OpResult<()> {
 /// # Errors
 /// [`Fail::Handle`]; the core's.
 pub fn event_elapsed(f: &GpuFace, start: *mut c_void, end: *mut c_void) -> OpResult<f32> {
-    Ok(f
-        .handle_owner(start as u64)?
+    Ok(f.handle_owner(start as u64)?
         .elapsed_ms(EventId(start as u64), EventId(end as u64))?)
 }
 
