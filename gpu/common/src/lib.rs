@@ -56,3 +56,4 @@ pub mod platform;
 pub mod retention;
 pub mod runtime;
 pub mod stream;
+pub mod vs_direct;
