@@ -116,6 +116,15 @@ pub(crate) fn hygon_dcu(device_name: &str, driver_file: Option<&str>) -> Option<
     })
 }
 
+/// The driver, opened once per process.
+///
+/// # Errors
+/// [`HalError::Unavailable`] with what was tried and why it failed (also on later calls).
+pub(crate) fn driver() -> Result<&'static Driver> {
+    static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
+    DRIVER.get_or_init(open).as_ref().map_err(Clone::clone)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -139,13 +148,4 @@ mod tests {
         assert!(hygon_dcu("Some GPU", Some("/opt/dtk-24.04/lib/libcuda.so.1")).is_some());
         assert!(hygon_dcu("Hygon Z100L", None).is_some());
     }
-}
-
-/// The driver, opened once per process.
-///
-/// # Errors
-/// [`HalError::Unavailable`] with what was tried and why it failed (also on later calls).
-pub(crate) fn driver() -> Result<&'static Driver> {
-    static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
-    DRIVER.get_or_init(open).as_ref().map_err(Clone::clone)
 }
