@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails:
 # the unit tests of hal and the CPU backend (collective early-leave tests included), the CPU
-# conformance suite (collectives included), and the CUDA backend's whole suite on the simulated
-# driver and NCCL. First it proves the sanitizer works: planted bugs must be reported.
+# conformance suite (collectives included), and the CUDA and HIP backends' whole suites (the
+# shared GPU layer under two runtimes) on the simulated driver and NCCL, the simulated HIP
+# runtime and RCCL. First it proves the sanitizer works: planted bugs must be reported.
 #
 # Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
 # --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
@@ -40,7 +41,7 @@ $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
 step "build the sanitized unihal binary and simulated driver"
-$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda
+$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip
 $CARGO build -q --target "$TRIPLE" -p unihal --bin unihal
 SIM="$BIN/libunihal_sim_cuda.so"
 test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
@@ -54,4 +55,13 @@ UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NC
     "$BIN/unihal" conformance --backend cuda --max-devices 1 --report target/asan-conformance-cuda
 grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
     || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
+
+step "HIP backend's conformance suite on the simulated runtime and RCCL (legacy numbering)"
+HIP_SIM="$BIN/libunihal_sim_hip.so"
+UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" \
+    UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906 \
+    UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+    "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip
+grep -q '"simulated": true' target/asan-conformance-hip/conformance.json \
+    || { echo "the sanitized HIP run did not use the simulated runtime" >&2; exit 1; }
 step "done"
