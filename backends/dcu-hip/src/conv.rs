@@ -24,22 +24,25 @@ pub mod codes {
 /// The library label of the backend's vendor errors.
 pub const LIBRARY: &str = "HIP runtime";
 
+/// HIP's name of a code (`hipGetErrorName`); `hipError_t <n>` for one the runtime does not
+/// know.
+pub fn error_name(api: &HipApi, code: hipError_t) -> String {
+    // SAFETY: returns a static NUL-terminated string (or null) for any code.
+    let name = unsafe { c_str((api.get_error_name)(code)) };
+    if name.is_empty() || (name.contains("Unknown") && code != 999) {
+        format!("hipError_t {code}")
+    } else {
+        name
+    }
+}
+
 /// A failed HIP call as a vendor error: `HIP runtime: <call> failed with hipErrorX (n): text`.
 /// Names come from the runtime itself (`hipGetErrorName`/`hipGetErrorString`); a code it does not
 /// know still gives the number.
 pub fn vendor(api: &HipApi, call: &str, code: hipError_t) -> HalError {
-    // SAFETY: both calls return a static NUL-terminated string (or null) for any code.
-    let (name, text) = unsafe {
-        (
-            c_str((api.get_error_name)(code)),
-            c_str((api.get_error_string)(code)),
-        )
-    };
-    let name = if name.is_empty() || name.contains("Unknown") && code != 999 {
-        format!("hipError_t {code}")
-    } else {
-        name
-    };
+    let name = error_name(api, code);
+    // SAFETY: returns a static NUL-terminated string (or null) for any code.
+    let text = unsafe { c_str((api.get_error_string)(code)) };
     HalError::Vendor {
         library: LIBRARY.into(),
         call: call.into(),

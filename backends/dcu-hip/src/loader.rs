@@ -13,7 +13,7 @@
 //! The attribute numbering ([`crate::conv::Numbering`]) is chosen by probing device 0, never by
 //! the version (DTK reports HIP 6.x and keeps the older numbering).
 
-use crate::conv::{codes, vendor, version_string, Numbering};
+use crate::conv::{codes, error_name, vendor, version_string, Numbering};
 use crate::ffi::HipApi;
 use std::sync::OnceLock;
 use unihal_dynlib::{mapped_file, Candidates, Library};
@@ -109,22 +109,29 @@ fn open() -> Result<Hip> {
     // SAFETY: an out-pointer to a local.
     let rc = unsafe { (api.runtime_get_version)(&mut version) };
     if rc != 0 {
-        return Err(vendor(&api, "hipRuntimeGetVersion", rc));
+        let name = error_name(&api, rc);
+        return Err(unavailable(format!(
+            "hipRuntimeGetVersion failed with {name} ({rc}) ({path})"
+        )));
     }
     let _ = FOUND.set((file.clone().unwrap_or_else(|| path.clone()), version));
     let at = format!("HIP {} from {path}", version_string(version));
     let no_device = |call: &str, rc: i32| {
-        let HalError::Vendor { name, .. } = vendor(&api, call, rc) else {
-            unreachable!("vendor() makes vendor errors")
-        };
+        let name = error_name(&api, rc);
         unavailable(format!(
             "no device: {call} failed with {name} ({rc}) ({at})"
         ))
     };
     // SAFETY: flags must be 0.
     let rc = unsafe { (api.init)(0) };
-    if rc != 0 {
+    if rc == codes::NO_DEVICE || rc == codes::INVALID_DEVICE {
         return Err(no_device("hipInit", rc));
+    }
+    if rc != 0 {
+        let name = error_name(&api, rc);
+        return Err(unavailable(format!(
+            "hipInit failed with {name} ({rc}) ({at})"
+        )));
     }
     let mut count = 0;
     // SAFETY: an out-pointer to a local.

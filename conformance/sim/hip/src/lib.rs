@@ -72,6 +72,18 @@ impl HipSettings {
         }
     }
 
+    /// The numbering chosen by `UNIHAL_SIM_HIP_NUMBERING` (ROCm 5's when unset or invalid: the
+    /// invalid value is reported by `hipInit`).
+    pub fn numbering_from_env() -> Numbering {
+        match std::env::var("UNIHAL_SIM_HIP_NUMBERING")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("legacy") => Numbering::Legacy,
+            _ => Numbering::Rocm5,
+        }
+    }
+
     fn from_env() -> Result<HipSettings, SimError> {
         let arch = match std::env::var("UNIHAL_SIM_HIP_ARCH") {
             Err(_) => ARCHS[0],

@@ -45,13 +45,14 @@ pub extern "C" fn hipInit(flags: c_uint) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn hipRuntimeGetVersion(v: *mut c_int) -> c_int {
+    // Answered before (and without) hipInit, as the real runtime does.
     api("hipRuntimeGetVersion", || {
-        let s = crate::SIM
-            .get_or_init(crate::start)
-            .as_ref()
-            .map_err(|e| *e)?;
+        let settings = crate::HipSettings {
+            arch: crate::ARCHS[0],
+            numbering: crate::HipSettings::numbering_from_env(),
+        };
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
-        unsafe { out(v, s.settings.version()) }
+        unsafe { out(v, settings.version()) }
     })
 }
 
