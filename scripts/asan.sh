@@ -56,9 +56,10 @@ UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NC
 grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
     || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
 
-step "HIP backend's conformance suite on the simulated runtime and RCCL (legacy numbering)"
+step "HIP backend's conformance suite on the simulated runtime, RCCL and rocBLAS (legacy numbering)"
 HIP_SIM="$BIN/libunihal_sim_hip.so"
 UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" \
+    UNIHAL_ROCBLAS_LIB="$HIP_SIM" \
     UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906 \
     UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
     "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip

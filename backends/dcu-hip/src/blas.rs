@@ -37,6 +37,19 @@ pub fn rocblas() -> Result<&'static (RocblasApi, String)> {
         .map_err(Clone::clone)
 }
 
+/// rocBLAS's version string (`rocblas_get_version_string`), when it has one.
+pub fn version(api: &RocblasApi) -> Option<String> {
+    let f = api.get_version_string?;
+    let mut buf = [0 as std::ffi::c_char; 128];
+    // SAFETY: a buffer of the length passed.
+    if unsafe { f(buf.as_mut_ptr(), buf.len()) } != 0 {
+        return None;
+    }
+    buf[127] = 0;
+    // SAFETY: NUL-terminated within the buffer (the last byte was forced to NUL).
+    Some(unsafe { unihal_dynlib::c_str(buf.as_ptr()) })
+}
+
 /// A rocBLAS handle of one device, pooled per device by the shared GPU layer (a stream takes
 /// one for its first matmul and gives it back once its work ran; never destroyed).
 pub struct Handle(RawHandle);

@@ -250,6 +250,8 @@ pub struct RocblasApi {
     pub create_handle: unsafe extern "C" fn(*mut Handle) -> rocblas_status,
     pub set_stream: unsafe extern "C" fn(Handle, Handle) -> rocblas_status,
     pub status_to_string: Option<unsafe extern "C" fn(rocblas_status) -> *const c_char>,
+    /// `rocblas_get_version_string(buf, len)`.
+    pub get_version_string: Option<unsafe extern "C" fn(*mut c_char, usize) -> rocblas_status>,
     #[allow(clippy::type_complexity)]
     pub gemm_strided_batched_ex: unsafe extern "C" fn(
         Handle,
@@ -294,6 +296,7 @@ impl RocblasApi {
             create_handle: sym!(lib, "rocblas_create_handle"),
             set_stream: sym!(lib, "rocblas_set_stream"),
             status_to_string: opt!(lib, "rocblas_status_to_string"),
+            get_version_string: opt!(lib, "rocblas_get_version_string"),
             gemm_strided_batched_ex: sym!(lib, "rocblas_gemm_strided_batched_ex"),
         })
     }

@@ -121,7 +121,9 @@ impl Backend for HipBackend {
             ));
             libraries.push(collectives_info(&self.rccl, "RCCL"));
             libraries.push(match blas::rocblas() {
-                Ok((_, path)) => LibraryInfo::found("BLAS", "rocBLAS", path.clone(), None),
+                Ok((api, path)) => {
+                    LibraryInfo::found("BLAS", "rocBLAS", path.clone(), blas::version(api))
+                }
                 Err(e) => LibraryInfo::missing(
                     "BLAS",
                     "rocBLAS",

@@ -8,12 +8,13 @@ use unihal_conformance::runner::{run_case, RunOptions, Target};
 use unihal_hal::{Backend, Device};
 use unihal_hip::HipBackend;
 
-/// The backend on the simulated runtime and RCCL (`libunihal_sim_hip.so`), with the simulator
+/// The backend on the simulated runtime, RCCL and rocBLAS (`libunihal_sim_hip.so`), with the simulator
 /// settings `env` (set before the runtime loads; each test binary loads it once).
 pub fn simulated(env: &[(&str, &str)]) -> Arc<HipBackend> {
     let lib = unihal_sim_hip::built_library();
     std::env::set_var("UNIHAL_HIP_LIB", &lib);
     std::env::set_var("UNIHAL_RCCL_LIB", &lib);
+    std::env::set_var("UNIHAL_ROCBLAS_LIB", &lib);
     std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
     for (k, v) in env {
         std::env::set_var(k, v);

@@ -1,12 +1,13 @@
-//! # A simulated AMD stack: the HIP runtime (`libamdhip64`) and RCCL
+//! # A simulated AMD stack: the HIP runtime (`libamdhip64`), RCCL and rocBLAS
 //!
 //! Test infrastructure, never a product path: the HIP runtime API subset unihal's HIP backend
 //! calls ([`runtime`]), written from AMD's documented API, and the NCCL API RCCL exports
 //! ([`nccl`], the shared simulated NCCL face; set `UNIHAL_SIM_NCCL_FLAVOR=rccl` for RCCL's
-//! version and result numbering), on the simulator core (`unihal-sim`) over host memory. Built
+//! version and result numbering) and the rocBLAS GEMM the backend calls ([`rocblas`]), on the
+//! simulator core (`unihal-sim`) over host memory. Built
 //! as one shared object, `libunihal_sim_hip.so`, loaded through the backend's overrides exactly
-//! like the real libraries (`UNIHAL_HIP_LIB` and `UNIHAL_RCCL_LIB` both pointing at it): one
-//! object, because the collectives queue on the runtime's streams.
+//! like the real libraries (`UNIHAL_HIP_LIB`, `UNIHAL_RCCL_LIB` and `UNIHAL_ROCBLAS_LIB` all
+//! pointing at it): one object, because collectives and GEMMs queue on the runtime's streams.
 //!
 //! Devices are named "unihal simulated HIP device N (not a GPU)", so nobody mistakes their
 //! results for a GPU's. Modules are real AMDGPU code objects (what hiprtc produced), read as
@@ -39,6 +40,7 @@
 #![allow(clippy::missing_safety_doc)] // every entry point follows its vendor API's contract
 
 pub mod conv;
+pub mod rocblas;
 pub mod runtime;
 
 /// The C test controls (injected failures, violations), exported from this object.
