@@ -384,6 +384,33 @@ fn child_outcome(registry: &Registry, spec: &str) -> Outcome {
     run_with_watchdog(&case, &target, Duration::from_millis(timeout_ms))
 }
 
+/// Runs, in this process, every case that is neither a library op nor a collective nor a fault
+/// case on `target` (what a backend's own tests run on a simulated runtime: ops need the
+/// runtime compiler and run through the CLI in CI, fault cases need isolation). Returns how many
+/// passed.
+///
+/// # Errors
+/// The first case that failed, or skipped for a reason `allowed_skip` does not accept, as
+/// `"<case id>: <outcome>"`.
+pub fn run_non_op_cases(
+    target: &Target,
+    allowed_skip: impl Fn(&str) -> bool,
+) -> std::result::Result<usize, String> {
+    let mut passed = 0;
+    for c in crate::cases::all()
+        .into_iter()
+        .filter(|c| !c.id.starts_with("ops.") && !c.id.starts_with("ccl.") && !c.faults)
+    {
+        let r = run_case(&c, target, &RunOptions::default());
+        match &r.outcome {
+            Outcome::Passed => passed += 1,
+            Outcome::Skipped { reason } if allowed_skip(reason) => {}
+            other => return Err(format!("{}: {other:?}", c.id)),
+        }
+    }
+    Ok(passed)
+}
+
 /// Runs one case on one target: plan, device lock, watchdog or isolation, manifest verdict.
 pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
     let start = Instant::now();

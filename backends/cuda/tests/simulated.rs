@@ -10,8 +10,7 @@ mod support;
 use std::sync::Arc;
 use support::simulated_driver;
 use unihal_conformance::manifest::Manifest;
-use unihal_conformance::report::Outcome;
-use unihal_conformance::runner::{run_case, RunOptions, Target};
+use unihal_conformance::runner::{run_non_op_cases, Target};
 use unihal_cuda::CudaBackend;
 use unihal_hal::Backend;
 
@@ -42,24 +41,9 @@ fn non_op_cases_pass_on_the_simulated_driver() {
         manifest: Manifest::default(),
         world: None,
     };
-    let mut ran = 0;
-    for c in unihal_conformance::cases::all()
-        .into_iter()
-        .filter(|c| !c.id.starts_with("ops.") && !c.id.starts_with("ccl."))
-    {
-        // Fault cases run in-process here (no unihal binary to isolate them): skip them, the
-        // CLI run in CI isolates them.
-        if c.faults {
-            continue;
-        }
-        let r = run_case(&c, &t, &RunOptions::default());
-        match &r.outcome {
-            Outcome::Passed => ran += 1,
-            // The only need deferred mode lacks. Stream-ordered allocation, peer devices and
-            // host callbacks exist on the simulated driver: a skip for them is a regression.
-            Outcome::Skipped { reason } if reason.contains("concurrently with the host") => {}
-            other => panic!("{}: {other:?}", c.id),
-        }
-    }
+    // The only need deferred mode lacks. Stream-ordered allocation, peer devices and host
+    // callbacks exist on the simulated driver: a skip for them is a regression.
+    let ran = run_non_op_cases(&t, |reason| reason.contains("concurrently with the host"))
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(ran >= 40, "only {ran} cases ran");
 }

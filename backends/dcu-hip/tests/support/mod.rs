@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 use unihal_conformance::manifest::Manifest;
-use unihal_conformance::report::Outcome;
-use unihal_conformance::runner::{run_case, RunOptions, Target};
+use unihal_conformance::runner::{run_non_op_cases, Target};
 use unihal_hal::{Backend, Device};
 use unihal_hip::HipBackend;
 
@@ -34,22 +33,9 @@ pub fn non_op_cases(backend: Arc<HipBackend>, device: Arc<dyn Device>) -> usize 
         manifest: Manifest::default(),
         world: None,
     };
-    let mut ran = 0;
-    for c in unihal_conformance::cases::all()
-        .into_iter()
-        .filter(|c| !c.id.starts_with("ops.") && !c.id.starts_with("ccl."))
-    {
-        // Fault cases run in-process here: the CLI run in CI isolates them.
-        if c.faults {
-            continue;
-        }
-        let r = run_case(&c, &t, &RunOptions::default());
-        match &r.outcome {
-            Outcome::Passed => ran += 1,
-            Outcome::Skipped { reason } if reason.contains("concurrently with the host") => {}
-            Outcome::Skipped { reason } if !has_hiprtc && reason.contains("test kernels") => {}
-            other => panic!("{}: {other:?}", c.id),
-        }
-    }
-    ran
+    run_non_op_cases(&t, |reason| {
+        reason.contains("concurrently with the host")
+            || (!has_hiprtc && reason.contains("test kernels"))
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
 }
