@@ -53,7 +53,7 @@ fn hip_rules() {
     }
 
     // hipMalloc(0) gives a null pointer; hipFree(null) is fine.
-    let mut p: *mut c_void = 1 as *mut c_void;
+    let mut p: *mut c_void = std::ptr::dangling_mut::<c_void>();
     // SAFETY: an out-pointer to a local.
     assert_eq!(unsafe { hipMalloc(&mut p, 0) }, HIP_SUCCESS);
     assert!(p.is_null());
@@ -110,10 +110,8 @@ fn hip_rules() {
     // The properties: R0600 layout in ROCm 5 mode, gcnArchName with its features.
     let mut props = vec![0u8; 4096];
     // SAFETY: a buffer larger than either layout.
-    assert_eq!(
-        unsafe { hipGetDevicePropertiesR0600(props.as_mut_ptr() as *mut c_void, 0) },
-        HIP_SUCCESS
-    );
+    let rc = unsafe { hipGetDevicePropertiesR0600(props.as_mut_ptr() as *mut c_void, 0) };
+    assert_eq!(rc, HIP_SUCCESS);
     assert!(props[1160..].starts_with(b"gfx90a:sramecc+:xnack-"));
     assert_eq!(&props[308..312], &64i32.to_le_bytes(), "warpSize");
 
