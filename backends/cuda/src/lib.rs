@@ -62,27 +62,18 @@ pub use runtime::{Cuda, CudaDevice, CudaStream};
 
 use std::any::Any;
 use std::sync::Arc;
-use unihal_gpu::backend::{collectives, collectives_info, compiler_info, Devices};
+use unihal_gpu::backend::{collectives, collectives_info, compiler_info, GpuBackendState};
 use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "cuda";
 
 /// The CUDA backend. Devices are opened on first use and live as long as the backend.
-pub struct CudaBackend {
-    devices: Devices<Cuda>,
-    nccl: unihal_nccl_api::Engine,
-}
+pub struct CudaBackend(GpuBackendState<Cuda>);
 
 impl Default for CudaBackend {
     fn default() -> CudaBackend {
-        CudaBackend {
-            devices: Devices::default(),
-            nccl: unihal_nccl_api::Engine::new(
-                unihal_nccl_api::NCCL,
-                Arc::new(ccl::CudaPlatform::default()),
-            ),
-        }
+        CudaBackend(GpuBackendState::new(unihal_nccl_api::NCCL))
     }
 }
 
@@ -94,7 +85,7 @@ impl CudaBackend {
 
     /// The NCCL engine (whether or not NCCL opened).
     pub fn nccl(&self) -> &unihal_nccl_api::Engine {
-        &self.nccl
+        &self.0.ccl
     }
 }
 
@@ -127,7 +118,7 @@ impl Backend for CudaBackend {
                 "NVRTC",
                 library::nvrtc().map(|n| (n.path().to_string(), n.version())),
             ));
-            libraries.push(collectives_info(&self.nccl, "NCCL"));
+            libraries.push(collectives_info(&self.0.ccl, "NCCL"));
             libraries.push(if cublas::available() {
                 LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)
             } else {
@@ -157,11 +148,11 @@ impl Backend for CudaBackend {
 
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
         let n = self.probe()?;
-        self.devices.get(NAME, ordinal, n, device::open)
+        self.0.devices.get(NAME, ordinal, n, device::open)
     }
 
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        collectives(&self.nccl, NAME)
+        collectives(&self.0.ccl, NAME)
     }
 
     fn conformance_manifest(&self) -> &'static str {

@@ -46,27 +46,18 @@ pub use runtime::{HipDevice, HipStream};
 
 use std::any::Any;
 use std::sync::Arc;
-use unihal_gpu::backend::{collectives, collectives_info, compiler_info, Devices};
+use unihal_gpu::backend::{collectives, collectives_info, compiler_info, GpuBackendState};
 use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "hip";
 
 /// The HIP backend. Devices are opened on first use and live as long as the backend.
-pub struct HipBackend {
-    devices: Devices<Hip>,
-    rccl: unihal_nccl_api::Engine,
-}
+pub struct HipBackend(GpuBackendState<Hip>);
 
 impl Default for HipBackend {
     fn default() -> HipBackend {
-        HipBackend {
-            devices: Devices::default(),
-            rccl: unihal_nccl_api::Engine::new(
-                unihal_nccl_api::RCCL,
-                Arc::new(ccl::HipPlatform::default()),
-            ),
-        }
+        HipBackend(GpuBackendState::new(unihal_nccl_api::RCCL))
     }
 }
 
@@ -78,7 +69,7 @@ impl HipBackend {
 
     /// The RCCL engine (whether or not RCCL opened).
     pub fn rccl(&self) -> &unihal_nccl_api::Engine {
-        &self.rccl
+        &self.0.ccl
     }
 }
 
@@ -119,7 +110,7 @@ impl Backend for HipBackend {
                 "hiprtc",
                 library::hiprtc().map(|r| (r.path().to_string(), r.version())),
             ));
-            libraries.push(collectives_info(&self.rccl, "RCCL"));
+            libraries.push(collectives_info(&self.0.ccl, "RCCL"));
             libraries.push(match blas::rocblas() {
                 Ok((api, path)) => {
                     LibraryInfo::found("BLAS", "rocBLAS", path.clone(), blas::version(api))
@@ -146,12 +137,13 @@ impl Backend for HipBackend {
 
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
         let rt = loader::runtime()?;
-        self.devices
+        self.0
+            .devices
             .get(NAME, ordinal, rt.devices, |id| device::open(rt, id))
     }
 
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        collectives(&self.rccl, NAME)
+        collectives(&self.0.ccl, NAME)
     }
 
     fn conformance_manifest(&self) -> &'static str {

@@ -7,6 +7,28 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use unihal_hal::{Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
 
+/// What a GPU backend holds: its devices and its collective engine (a flavor of the NCCL-API
+/// engine on this runtime's devices and streams). Thread-safe.
+pub struct GpuBackendState<R: Runtime> {
+    /// The devices opened so far.
+    pub devices: Devices<R>,
+    /// The collective engine (its library opened on first use).
+    pub ccl: unihal_nccl_api::Engine,
+}
+
+impl<R: Runtime> GpuBackendState<R> {
+    /// No device open yet; collectives through `flavor` (NCCL, RCCL).
+    pub fn new(flavor: unihal_nccl_api::Flavor) -> Self {
+        GpuBackendState {
+            devices: Devices::default(),
+            ccl: unihal_nccl_api::Engine::new(
+                flavor,
+                std::sync::Arc::new(crate::platform::GpuPlatform::<R>::default()),
+            ),
+        }
+    }
+}
+
 /// The devices a backend opened, by ordinal: each opened once, on first use, and kept for the
 /// backend's life. Thread-safe.
 pub struct Devices<R: Runtime>(Mutex<Vec<Option<Arc<GpuDevice<R>>>>>);
