@@ -12,9 +12,7 @@ use unihal_gpu::device::GpuDevice;
 use unihal_gpu::library::Library;
 use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{
-    DeviceId, FillValue, HalError, Invalid, ModuleSource, NativeHandle, OpCall, Result,
-};
+use unihal_hal::{FillValue, HalError, Invalid, ModuleSource, NativeHandle, OpCall, Result};
 
 /// The CUDA driver API (stateless: the driver is process-wide, opened by [`crate::loader`]).
 #[derive(Debug, Default)]
@@ -69,10 +67,6 @@ impl Runtime for Cuda {
             ctx.bind()?;
             f()
         })
-    }
-
-    fn context_id(ctx: &Context) -> DeviceId {
-        ctx.id
     }
 
     fn native_device(ctx: &Context) -> NativeHandle {

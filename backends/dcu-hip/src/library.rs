@@ -13,7 +13,7 @@
 use crate::runtime::HipDevice;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -90,6 +90,29 @@ fn compile_in_helper(src: &str, name: &str, arch: &str, version: &str) -> Result
     r
 }
 
+/// A source file for the helper in the temporary directory, deleted when dropped.
+struct SourceFile(PathBuf);
+
+impl SourceFile {
+    fn write(src: &str) -> Result<SourceFile> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("unihal-hiprtc-{}-{n}.hip", std::process::id()));
+        std::fs::write(&path, src).map_err(|e| HalError::Unavailable {
+            what: HELPER.into(),
+            reason: format!("writing the source to {}: {e}", path.display()),
+        })?;
+        Ok(SourceFile(path))
+    }
+}
+
+impl Drop for SourceFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8>> {
     let helper = helper_path()?;
     let failed = |why: String| HalError::Vendor {
@@ -99,9 +122,13 @@ fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8
         name: format!("compiling for {arch} failed"),
         message: format!("hiprtc {version} {why}"),
     };
+    // The source goes in a file of its own, not a pipe: writing to a pipe whose reader crashed
+    // raises SIGPIPE, which kills a host process that does not ignore it.
+    let file = SourceFile::write(src)?;
     let mut child = Command::new(&helper)
-        .args(["--arch", arch, "--name", name])
-        .stdin(Stdio::piped())
+        .args(["--arch", arch, "--name", name, "--source"])
+        .arg(&file.0)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -109,9 +136,6 @@ fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8
             what: HELPER.into(),
             reason: format!("{} cannot be started: {e}", helper.display()),
         })?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let src = src.to_string();
-    let writer = std::thread::spawn(move || stdin.write_all(src.as_bytes()));
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -136,7 +160,6 @@ fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8
             Err(e) => return Err(failed(format!("could not be waited for: {e}"))),
         }
     };
-    let _ = writer.join();
     let out = reader.join().ok().and_then(|r| r.ok()).unwrap_or_default();
     let log = err_reader.join().unwrap_or_default();
     if status.success() {

@@ -88,10 +88,6 @@ impl Runtime for Hip {
         f()
     }
 
-    fn context_id(ctx: &HipContext) -> DeviceId {
-        ctx.id
-    }
-
     fn native_device(ctx: &HipContext) -> NativeHandle {
         NativeHandle::Int(ctx.id.ordinal as i64)
     }

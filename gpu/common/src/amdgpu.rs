@@ -131,8 +131,9 @@ pub fn image_len(prefix: &[u8]) -> Result<std::result::Result<usize, usize>> {
         }
         return Ok(Ok(end));
     }
-    if prefix.len() < 4 {
-        return Ok(Err(BUNDLE_MAGIC.len()));
+    // Too short to tell yet: the start of a bundle's magic asks for its whole header.
+    if prefix.len() < BUNDLE_MAGIC.len() && BUNDLE_MAGIC.starts_with(prefix) {
+        return Ok(Err(BUNDLE_MAGIC.len() + 8));
     }
     Err(bad("neither an ELF nor an offload bundle"))
 }
@@ -356,6 +357,32 @@ mod tests {
         rmpv::encode::write_value(&mut buf, &root).unwrap();
         let m = parse_metadata(&buf).unwrap();
         assert_eq!(m["k"], vec![8, 4]);
+    }
+
+    #[test]
+    fn image_len_reads_a_bundle_from_its_first_bytes() {
+        let mut b = BUNDLE_MAGIC.to_vec();
+        b.extend(1u64.to_le_bytes());
+        let triple = b"hipv4-amdgcn-amd-amdhsa--gfx90a";
+        let offset = (b.len() + 24 + triple.len()) as u64;
+        b.extend(offset.to_le_bytes());
+        b.extend(3u64.to_le_bytes());
+        b.extend((triple.len() as u64).to_le_bytes());
+        b.extend(triple);
+        b.extend(b"abc");
+        // A reader that grows its prefix as asked, from 4 bytes (as the simulated runtime does).
+        let mut need = 4;
+        let len = loop {
+            match image_len(&b[..need.min(b.len())]).unwrap() {
+                Ok(len) => break len,
+                Err(more) => {
+                    assert!(more > need, "no progress at {need}");
+                    need = more;
+                }
+            }
+        };
+        assert_eq!(len, b.len());
+        assert!(image_len(b"MZ\x90\x00").is_err());
     }
 
     #[test]

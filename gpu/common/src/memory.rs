@@ -34,13 +34,6 @@ unsafe impl<R: Runtime> DeviceAllocation for GpuAllocation<R> {
     }
 }
 
-impl<R: Runtime> GpuAllocation<R> {
-    /// The device this memory belongs to.
-    pub(crate) fn core(&self) -> &Arc<Core<R>> {
-        &self.core
-    }
-}
-
 impl<R: Runtime> Drop for GpuAllocation<R> {
     fn drop(&mut self) {
         if self.ptr == 0 {

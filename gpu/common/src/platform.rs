@@ -79,7 +79,7 @@ impl<R: Runtime> Platform for GpuPlatform<R> {
         keep: Vec<Keep>,
         f: &mut dyn FnMut(*mut c_void) -> Result<()>,
     ) -> Result<()> {
-        GpuStream::<R>::of(stream)?.submit_with(what, keep, |raw| f(raw.0))
+        GpuStream::<R>::of(stream)?.submit(what, keep, |raw| f(raw.0))
     }
 
     fn fail_stream(&self, stream: &Arc<dyn Stream>, e: HalError) {

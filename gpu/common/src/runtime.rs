@@ -13,8 +13,7 @@ use crate::stream::GpuStream;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 use unihal_hal::{
-    Capabilities, DeviceId, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall,
-    Result,
+    Capabilities, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall, Result,
 };
 
 /// A raw handle of a vendor runtime (a stream, an event, a module or a function): an opaque
@@ -76,8 +75,6 @@ pub trait Runtime: Send + Sync + Sized + 'static {
     /// turned into [`HalError::Unavailable`]).
     fn enter<T>(&self, ctx: &Self::Context, what: &str, f: impl FnOnce() -> Result<T>)
         -> Result<T>;
-    /// The device `ctx` stands for.
-    fn context_id(ctx: &Self::Context) -> DeviceId;
     /// The native handle of a device (`CUcontext`, HIP's ordinal).
     fn native_device(ctx: &Self::Context) -> NativeHandle;
     /// True for errors after which the device is unusable (a kernel fault): sticky on streams.

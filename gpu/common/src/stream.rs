@@ -112,11 +112,6 @@ impl<R: Runtime> GpuStream<R> {
         self.dev.rt()
     }
 
-    /// Enqueues `f(stream)` (a runtime call on this stream) and keeps `keep` until it has run.
-    fn submit(&self, what: &str, keep: Vec<Keep>, f: impl FnOnce(Raw) -> Result<()>) -> Result<()> {
-        self.submit_locked(what, keep, |_, raw| f(raw))
-    }
-
     /// Runs `f(BLAS handle, what to keep)` as an enqueue on this stream (the handle is taken
     /// from the device's pool, or created, on first use and bound to the stream), then keeps
     /// what `f` listed until the work ran.
@@ -158,18 +153,18 @@ impl<R: Runtime> GpuStream<R> {
         inner.sticky.clone()
     }
 
-    /// Enqueues `f(native stream)` (a call of another library on this stream: collectives,
-    /// BLAS) and keeps `keep` until it has run.
+    /// Enqueues `f(native stream)` (a runtime call on this stream, or another library's:
+    /// collectives, BLAS) and keeps `keep` until it has run.
     ///
     /// # Errors
     /// The stream's sticky error; `f`'s (nothing is kept then).
-    pub fn submit_with(
+    pub fn submit(
         &self,
         what: &str,
         keep: Vec<Keep>,
         f: impl FnOnce(Raw) -> Result<()>,
     ) -> Result<()> {
-        self.submit(what, keep, f)
+        self.submit_locked(what, keep, |_, raw| f(raw))
     }
 
     /// As [`GpuStream::submit`], `f` also given the stream's state (under its lock).
@@ -399,12 +394,12 @@ impl<R: Runtime> Stream for GpuStream<R> {
             return Ok(());
         }
         let far = if src.device() == me {
-            da.core()
+            &da.core
         } else {
-            sa.core()
+            &sa.core
         };
         self.dev.enable_peer(far)?;
-        let (src_core, dst_core) = (sa.core().clone(), da.core().clone());
+        let (src_core, dst_core) = (&sa.core.clone(), &da.core.clone());
         let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
         let rt = self.rt();
         self.submit("copy peer", keep, |st| {

@@ -4,11 +4,11 @@
 //! those compilations here so that such an abort kills only this helper and comes back to the
 //! caller as an error naming the architecture.
 //!
-//! Usage: `unihal-hiprtc-helper --arch <gfx...> --name <file name>`, the source on standard
-//! input; the code object on standard output (exit 0), the compiler's message on standard error
-//! (exit 1). Arguments it does not know: exit 2.
+//! Usage: `unihal-hiprtc-helper --arch <gfx...> --name <file name> --source <path>`; the code
+//! object on standard output (exit 0), the compiler's message on standard error (exit 1).
+//! Missing arguments: exit 2.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,15 +18,19 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
-    let (Some(arch), Some(name)) = (value("--arch"), value("--name")) else {
-        eprintln!("usage: unihal-hiprtc-helper --arch <gfx...> --name <file name> < source");
+    let (Some(arch), Some(name), Some(source)) =
+        (value("--arch"), value("--name"), value("--source"))
+    else {
+        eprintln!("usage: unihal-hiprtc-helper --arch <gfx...> --name <file name> --source <path>");
         std::process::exit(2);
     };
-    let mut src = String::new();
-    if let Err(e) = std::io::stdin().read_to_string(&mut src) {
-        eprintln!("reading the source: {e}");
-        std::process::exit(1);
-    }
+    let src = match std::fs::read_to_string(&source) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reading the source {source}: {e}");
+            std::process::exit(1);
+        }
+    };
     let result = unihal_kernels::rtc::hiprtc::Hiprtc::load()
         .and_then(|rtc| rtc.compile_unchecked(&src, &name, &arch));
     match result {

@@ -74,16 +74,27 @@ impl HipSettings {
         }
     }
 
-    /// The numbering chosen by `UNIHAL_SIM_HIP_NUMBERING` (ROCm 5's when unset or invalid: the
-    /// invalid value is reported by `hipInit`).
-    pub fn numbering_from_env() -> Numbering {
+    /// The numbering `UNIHAL_SIM_HIP_NUMBERING` chooses (`rocm5` when unset).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidValue`] for another value.
+    fn numbering_setting() -> Result<Numbering, SimError> {
         match std::env::var("UNIHAL_SIM_HIP_NUMBERING")
             .as_deref()
             .map(str::trim)
         {
-            Ok("legacy") => Numbering::Legacy,
-            _ => Numbering::Rocm5,
+            Err(_) | Ok("rocm5") => Ok(Numbering::Rocm5),
+            Ok("legacy") => Ok(Numbering::Legacy),
+            Ok(v) => Err(SimError::InvalidValue(format!(
+                "UNIHAL_SIM_HIP_NUMBERING={v}: rocm5 or legacy"
+            ))),
         }
+    }
+
+    /// The numbering chosen by `UNIHAL_SIM_HIP_NUMBERING` (ROCm 5's when unset or invalid: the
+    /// invalid value is reported by `hipInit`).
+    pub fn numbering_from_env() -> Numbering {
+        HipSettings::numbering_setting().unwrap_or(Numbering::Rocm5)
     }
 
     fn from_env() -> Result<HipSettings, SimError> {
@@ -93,18 +104,7 @@ impl HipSettings {
                 SimError::InvalidValue(format!("UNIHAL_SIM_HIP_ARCH={v}: one of {ARCHS:?}"))
             })?,
         };
-        let numbering = match std::env::var("UNIHAL_SIM_HIP_NUMBERING")
-            .as_deref()
-            .map(str::trim)
-        {
-            Err(_) | Ok("rocm5") => Numbering::Rocm5,
-            Ok("legacy") => Numbering::Legacy,
-            Ok(v) => {
-                return Err(SimError::InvalidValue(format!(
-                    "UNIHAL_SIM_HIP_NUMBERING={v}: rocm5 or legacy"
-                )))
-            }
-        };
+        let numbering = HipSettings::numbering_setting()?;
         Ok(HipSettings { arch, numbering })
     }
 }
