@@ -32,77 +32,42 @@ pub const EVENT_DISABLE_TIMING: c_uint = 2;
 /// `hipHostMallocDefault`.
 pub const HOST_MALLOC_DEFAULT: c_uint = 0;
 
-/// The HIP runtime's entry points. Function pointers stay valid for the process (the library is
-/// never unloaded: Hygon DTK's runtime crashes at exit if it is).
-pub struct HipApi {
-    pub init: unsafe extern "C" fn(c_uint) -> hipError_t,
-    pub driver_get_version: unsafe extern "C" fn(*mut c_int) -> hipError_t,
-    pub runtime_get_version: unsafe extern "C" fn(*mut c_int) -> hipError_t,
-    pub get_error_name: unsafe extern "C" fn(hipError_t) -> *const c_char,
-    pub get_error_string: unsafe extern "C" fn(hipError_t) -> *const c_char,
-    pub get_device_count: unsafe extern "C" fn(*mut c_int) -> hipError_t,
-    pub set_device: unsafe extern "C" fn(c_int) -> hipError_t,
-    pub device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> hipError_t,
-    pub device_total_mem: unsafe extern "C" fn(*mut usize, c_int) -> hipError_t,
-    pub device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> hipError_t,
-    pub device_synchronize: unsafe extern "C" fn() -> hipError_t,
-    pub device_can_access_peer: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> hipError_t,
-    pub device_enable_peer_access: unsafe extern "C" fn(c_int, c_uint) -> hipError_t,
-    pub mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> hipError_t,
-    pub malloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> hipError_t,
-    pub free: unsafe extern "C" fn(*mut c_void) -> hipError_t,
-    pub host_malloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> hipError_t,
-    pub host_free: unsafe extern "C" fn(*mut c_void) -> hipError_t,
-    pub memcpy_htod_async: unsafe extern "C" fn(Handle, *mut c_void, usize, Handle) -> hipError_t,
-    pub memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, Handle, usize, Handle) -> hipError_t,
-    pub memcpy_dtod_async: unsafe extern "C" fn(Handle, Handle, usize, Handle) -> hipError_t,
-    pub memcpy_peer_async:
-        unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize, Handle) -> hipError_t,
-    pub memset_d8_async: unsafe extern "C" fn(Handle, u8, usize, Handle) -> hipError_t,
-    pub memset_d16_async: unsafe extern "C" fn(Handle, u16, usize, Handle) -> hipError_t,
-    pub memset_d32_async: unsafe extern "C" fn(Handle, c_int, usize, Handle) -> hipError_t,
-    pub stream_create_with_flags: unsafe extern "C" fn(*mut Handle, c_uint) -> hipError_t,
-    pub stream_destroy: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub stream_synchronize: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub stream_query: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub stream_wait_event: unsafe extern "C" fn(Handle, Handle, c_uint) -> hipError_t,
-    pub stream_add_callback:
-        unsafe extern "C" fn(Handle, StreamCallback, *mut c_void, c_uint) -> hipError_t,
-    pub event_create_with_flags: unsafe extern "C" fn(*mut Handle, c_uint) -> hipError_t,
-    pub event_destroy: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub event_record: unsafe extern "C" fn(Handle, Handle) -> hipError_t,
-    pub event_query: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub event_synchronize: unsafe extern "C" fn(Handle) -> hipError_t,
-    pub event_elapsed_time: unsafe extern "C" fn(*mut f32, Handle, Handle) -> hipError_t,
-    pub module_load_data: unsafe extern "C" fn(*mut Handle, *const c_void) -> hipError_t,
-    pub module_get_function: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> hipError_t,
-    pub module_unload: unsafe extern "C" fn(Handle) -> hipError_t,
-    #[allow(clippy::type_complexity)]
-    pub module_launch_kernel: unsafe extern "C" fn(
-        Handle,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Handle,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> hipError_t,
+/// Declares the HIP symbol table once: the struct of entry points ([`HipApi`]), its loader
+/// ([`HipApi::new`]) and the lists of the symbols it resolves ([`REQUIRED_SYMBOLS`],
+/// [`OPTIONAL_SYMBOLS`]), so a field and the symbol it is resolved from cannot drift apart.
+macro_rules! hip_api {
+    (
+        required { $( $(#[$rm:meta])* $rf:ident = $rs:literal : $rt:ty; )* }
+        optional { $( $(#[$om:meta])* $of:ident = $os:literal : $ot:ty; )* }
+    ) => {
+        /// The HIP runtime's entry points. Function pointers stay valid for the process (the
+        /// library is never unloaded: Hygon DTK's runtime crashes at exit if it is).
+        #[allow(clippy::type_complexity)] // the C signatures, as they are
+        pub struct HipApi {
+            $( $(#[$rm])* pub $rf: $rt, )*
+            $( $(#[$om])* pub $of: Option<$ot>, )*
+        }
 
-    // Optional entries.
-    /// `hipLaunchHostFunc`: declared by ROCm 5.2's header but not exported by its library;
-    /// `hipStreamAddCallback` is the fallback.
-    pub launch_host_func: Option<unsafe extern "C" fn(Handle, HostFn, *mut c_void) -> hipError_t>,
-    /// `hipMallocAsync` / `hipFreeAsync` (stream-ordered allocation, ROCm >= 5.2).
-    pub malloc_async: Option<unsafe extern "C" fn(*mut *mut c_void, usize, Handle) -> hipError_t>,
-    pub free_async: Option<unsafe extern "C" fn(*mut c_void, Handle) -> hipError_t>,
-    /// `hipGetDevicePropertiesR0600` (ROCm >= 6.0 layout, 1472 bytes).
-    pub get_device_properties_r0600: Option<unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t>,
-    /// `hipGetDeviceProperties` (the ROCm 5 layout, 792 bytes, whatever the header says).
-    pub get_device_properties: Option<unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t>,
+        impl HipApi {
+            /// Resolves every entry from `lib`.
+            ///
+            /// # Errors
+            /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol and the
+            /// library.
+            pub fn new(lib: &Library) -> Result<HipApi> {
+                Ok(HipApi {
+                    $( $rf: sym!(lib, $rs), )*
+                    $( $of: opt!(lib, $os), )*
+                })
+            }
+        }
+
+        /// The symbols of the required entries of [`HipApi`], in order (the ABI test checks
+        /// each against the header and Debian's library).
+        pub const REQUIRED_SYMBOLS: &[&str] = &[$($rs),*];
+        /// The symbols of its optional entries.
+        pub const OPTIONAL_SYMBOLS: &[&str] = &[$($os),*];
+    };
 }
 
 macro_rules! sym {
@@ -119,117 +84,66 @@ macro_rules! opt {
     };
 }
 
-impl HipApi {
-    /// Resolves every entry from `lib`.
-    ///
-    /// # Errors
-    /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol and the library.
-    pub fn new(lib: &Library) -> Result<HipApi> {
-        Ok(HipApi {
-            init: sym!(lib, "hipInit"),
-            driver_get_version: sym!(lib, "hipDriverGetVersion"),
-            runtime_get_version: sym!(lib, "hipRuntimeGetVersion"),
-            get_error_name: sym!(lib, "hipGetErrorName"),
-            get_error_string: sym!(lib, "hipGetErrorString"),
-            get_device_count: sym!(lib, "hipGetDeviceCount"),
-            set_device: sym!(lib, "hipSetDevice"),
-            device_get_name: sym!(lib, "hipDeviceGetName"),
-            device_total_mem: sym!(lib, "hipDeviceTotalMem"),
-            device_get_attribute: sym!(lib, "hipDeviceGetAttribute"),
-            device_synchronize: sym!(lib, "hipDeviceSynchronize"),
-            device_can_access_peer: sym!(lib, "hipDeviceCanAccessPeer"),
-            device_enable_peer_access: sym!(lib, "hipDeviceEnablePeerAccess"),
-            mem_get_info: sym!(lib, "hipMemGetInfo"),
-            malloc: sym!(lib, "hipMalloc"),
-            free: sym!(lib, "hipFree"),
-            host_malloc: sym!(lib, "hipHostMalloc"),
-            host_free: sym!(lib, "hipHostFree"),
-            memcpy_htod_async: sym!(lib, "hipMemcpyHtoDAsync"),
-            memcpy_dtoh_async: sym!(lib, "hipMemcpyDtoHAsync"),
-            memcpy_dtod_async: sym!(lib, "hipMemcpyDtoDAsync"),
-            memcpy_peer_async: sym!(lib, "hipMemcpyPeerAsync"),
-            memset_d8_async: sym!(lib, "hipMemsetD8Async"),
-            memset_d16_async: sym!(lib, "hipMemsetD16Async"),
-            memset_d32_async: sym!(lib, "hipMemsetD32Async"),
-            stream_create_with_flags: sym!(lib, "hipStreamCreateWithFlags"),
-            stream_destroy: sym!(lib, "hipStreamDestroy"),
-            stream_synchronize: sym!(lib, "hipStreamSynchronize"),
-            stream_query: sym!(lib, "hipStreamQuery"),
-            stream_wait_event: sym!(lib, "hipStreamWaitEvent"),
-            stream_add_callback: sym!(lib, "hipStreamAddCallback"),
-            event_create_with_flags: sym!(lib, "hipEventCreateWithFlags"),
-            event_destroy: sym!(lib, "hipEventDestroy"),
-            event_record: sym!(lib, "hipEventRecord"),
-            event_query: sym!(lib, "hipEventQuery"),
-            event_synchronize: sym!(lib, "hipEventSynchronize"),
-            event_elapsed_time: sym!(lib, "hipEventElapsedTime"),
-            module_load_data: sym!(lib, "hipModuleLoadData"),
-            module_get_function: sym!(lib, "hipModuleGetFunction"),
-            module_unload: sym!(lib, "hipModuleUnload"),
-            module_launch_kernel: sym!(lib, "hipModuleLaunchKernel"),
-            launch_host_func: opt!(lib, "hipLaunchHostFunc"),
-            malloc_async: opt!(lib, "hipMallocAsync"),
-            free_async: opt!(lib, "hipFreeAsync"),
-            get_device_properties_r0600: opt!(lib, "hipGetDevicePropertiesR0600"),
-            get_device_properties: opt!(lib, "hipGetDeviceProperties"),
-        })
+hip_api! {
+    required {
+        init = "hipInit": unsafe extern "C" fn(c_uint) -> hipError_t;
+        driver_get_version = "hipDriverGetVersion": unsafe extern "C" fn(*mut c_int) -> hipError_t;
+        runtime_get_version = "hipRuntimeGetVersion": unsafe extern "C" fn(*mut c_int) -> hipError_t;
+        get_error_name = "hipGetErrorName": unsafe extern "C" fn(hipError_t) -> *const c_char;
+        get_error_string = "hipGetErrorString": unsafe extern "C" fn(hipError_t) -> *const c_char;
+        get_device_count = "hipGetDeviceCount": unsafe extern "C" fn(*mut c_int) -> hipError_t;
+        set_device = "hipSetDevice": unsafe extern "C" fn(c_int) -> hipError_t;
+        device_get_name = "hipDeviceGetName": unsafe extern "C" fn(*mut c_char, c_int, c_int) -> hipError_t;
+        device_total_mem = "hipDeviceTotalMem": unsafe extern "C" fn(*mut usize, c_int) -> hipError_t;
+        device_get_attribute = "hipDeviceGetAttribute": unsafe extern "C" fn(*mut c_int, c_int, c_int) -> hipError_t;
+        device_synchronize = "hipDeviceSynchronize": unsafe extern "C" fn() -> hipError_t;
+        device_can_access_peer = "hipDeviceCanAccessPeer": unsafe extern "C" fn(*mut c_int, c_int, c_int) -> hipError_t;
+        device_enable_peer_access = "hipDeviceEnablePeerAccess": unsafe extern "C" fn(c_int, c_uint) -> hipError_t;
+        mem_get_info = "hipMemGetInfo": unsafe extern "C" fn(*mut usize, *mut usize) -> hipError_t;
+        malloc = "hipMalloc": unsafe extern "C" fn(*mut *mut c_void, usize) -> hipError_t;
+        free = "hipFree": unsafe extern "C" fn(*mut c_void) -> hipError_t;
+        host_malloc = "hipHostMalloc": unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> hipError_t;
+        host_free = "hipHostFree": unsafe extern "C" fn(*mut c_void) -> hipError_t;
+        memcpy_htod_async = "hipMemcpyHtoDAsync": unsafe extern "C" fn(Handle, *mut c_void, usize, Handle) -> hipError_t;
+        memcpy_dtoh_async = "hipMemcpyDtoHAsync": unsafe extern "C" fn(*mut c_void, Handle, usize, Handle) -> hipError_t;
+        memcpy_dtod_async = "hipMemcpyDtoDAsync": unsafe extern "C" fn(Handle, Handle, usize, Handle) -> hipError_t;
+        memcpy_peer_async = "hipMemcpyPeerAsync": unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize, Handle) -> hipError_t;
+        memset_d8_async = "hipMemsetD8Async": unsafe extern "C" fn(Handle, u8, usize, Handle) -> hipError_t;
+        memset_d16_async = "hipMemsetD16Async": unsafe extern "C" fn(Handle, u16, usize, Handle) -> hipError_t;
+        memset_d32_async = "hipMemsetD32Async": unsafe extern "C" fn(Handle, c_int, usize, Handle) -> hipError_t;
+        stream_create_with_flags = "hipStreamCreateWithFlags": unsafe extern "C" fn(*mut Handle, c_uint) -> hipError_t;
+        stream_destroy = "hipStreamDestroy": unsafe extern "C" fn(Handle) -> hipError_t;
+        stream_synchronize = "hipStreamSynchronize": unsafe extern "C" fn(Handle) -> hipError_t;
+        stream_query = "hipStreamQuery": unsafe extern "C" fn(Handle) -> hipError_t;
+        stream_wait_event = "hipStreamWaitEvent": unsafe extern "C" fn(Handle, Handle, c_uint) -> hipError_t;
+        stream_add_callback = "hipStreamAddCallback": unsafe extern "C" fn(Handle, StreamCallback, *mut c_void, c_uint) -> hipError_t;
+        event_create_with_flags = "hipEventCreateWithFlags": unsafe extern "C" fn(*mut Handle, c_uint) -> hipError_t;
+        event_destroy = "hipEventDestroy": unsafe extern "C" fn(Handle) -> hipError_t;
+        event_record = "hipEventRecord": unsafe extern "C" fn(Handle, Handle) -> hipError_t;
+        event_query = "hipEventQuery": unsafe extern "C" fn(Handle) -> hipError_t;
+        event_synchronize = "hipEventSynchronize": unsafe extern "C" fn(Handle) -> hipError_t;
+        event_elapsed_time = "hipEventElapsedTime": unsafe extern "C" fn(*mut f32, Handle, Handle) -> hipError_t;
+        module_load_data = "hipModuleLoadData": unsafe extern "C" fn(*mut Handle, *const c_void) -> hipError_t;
+        module_get_function = "hipModuleGetFunction": unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> hipError_t;
+        module_unload = "hipModuleUnload": unsafe extern "C" fn(Handle) -> hipError_t;
+        module_launch_kernel = "hipModuleLaunchKernel": unsafe extern "C" fn(
+            Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle,
+            *mut *mut c_void, *mut *mut c_void,
+        ) -> hipError_t;
+    }
+    optional {
+        /// `hipLaunchHostFunc`: declared by ROCm 5.2's header but not exported by its library;
+        /// `hipStreamAddCallback` is the fallback.
+        launch_host_func = "hipLaunchHostFunc": unsafe extern "C" fn(Handle, HostFn, *mut c_void) -> hipError_t;
+        /// `hipMallocAsync` / `hipFreeAsync` (stream-ordered allocation, ROCm >= 5.2).
+        malloc_async = "hipMallocAsync": unsafe extern "C" fn(*mut *mut c_void, usize, Handle) -> hipError_t;
+        free_async = "hipFreeAsync": unsafe extern "C" fn(*mut c_void, Handle) -> hipError_t;
+        /// `hipGetDevicePropertiesR0600` (ROCm >= 6.0 layout, 1472 bytes).
+        get_device_properties_r0600 = "hipGetDevicePropertiesR0600": unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t;
+        /// `hipGetDeviceProperties` (the ROCm 5 layout, 792 bytes, whatever the header says).
+        get_device_properties = "hipGetDeviceProperties": unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t;
     }
 }
-
-/// The symbol names of [`HipApi`], required then optional (the ABI test checks each against the
-/// header and the required ones against Debian's library).
-pub const REQUIRED_SYMBOLS: &[&str] = &[
-    "hipInit",
-    "hipDriverGetVersion",
-    "hipRuntimeGetVersion",
-    "hipGetErrorName",
-    "hipGetErrorString",
-    "hipGetDeviceCount",
-    "hipSetDevice",
-    "hipDeviceGetName",
-    "hipDeviceTotalMem",
-    "hipDeviceGetAttribute",
-    "hipDeviceSynchronize",
-    "hipDeviceCanAccessPeer",
-    "hipDeviceEnablePeerAccess",
-    "hipMemGetInfo",
-    "hipMalloc",
-    "hipFree",
-    "hipHostMalloc",
-    "hipHostFree",
-    "hipMemcpyHtoDAsync",
-    "hipMemcpyDtoHAsync",
-    "hipMemcpyDtoDAsync",
-    "hipMemcpyPeerAsync",
-    "hipMemsetD8Async",
-    "hipMemsetD16Async",
-    "hipMemsetD32Async",
-    "hipStreamCreateWithFlags",
-    "hipStreamDestroy",
-    "hipStreamSynchronize",
-    "hipStreamQuery",
-    "hipStreamWaitEvent",
-    "hipStreamAddCallback",
-    "hipEventCreateWithFlags",
-    "hipEventDestroy",
-    "hipEventRecord",
-    "hipEventQuery",
-    "hipEventSynchronize",
-    "hipEventElapsedTime",
-    "hipModuleLoadData",
-    "hipModuleGetFunction",
-    "hipModuleUnload",
-    "hipModuleLaunchKernel",
-];
-
-/// The optional entries of [`HipApi`].
-pub const OPTIONAL_SYMBOLS: &[&str] = &[
-    "hipLaunchHostFunc",
-    "hipMallocAsync",
-    "hipFreeAsync",
-    "hipGetDevicePropertiesR0600",
-    "hipGetDeviceProperties",
-];
 
 /// `rocblas_status`.
 pub type rocblas_status = c_int;
