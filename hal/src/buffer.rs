@@ -6,12 +6,20 @@
 //! dropping a buffer whose data a queued operation still uses is safe (the free waits for that work).
 //! `Stream::free_async` frees earlier, in stream order, and marks every handle of the allocation as
 //! unusable.
+//!
+//! Sub-allocators (the caching allocator) carve blocks out of a backend allocation with
+//! [`Buffer::sub_allocate`]: a block is a `Buffer` every backend accepts, with handles of its own.
+//! Queued work holds a block through [`Buffer::use_on`], which records the stream, so the block's
+//! [`BlockOwner`] learns when the last handle is gone while only one stream's queued work still
+//! uses it: the range may then serve new work on that stream at once, and other streams once the
+//! work has completed, with nothing for the user to record.
 
 use crate::device::DeviceId;
 use crate::error::{check_range, HalError, Invalid, Result};
+use crate::stream::{Keep, StreamId};
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// One device allocation, implemented by a backend. Dropping it returns the memory to the device.
@@ -37,34 +45,233 @@ pub unsafe trait DeviceAllocation: Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// The queued uses a block still has when its last handle is dropped (see [`BlockOwner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingUses {
+    /// None: nothing can reach the block any more.
+    None,
+    /// Only work queued on this stream.
+    OneStream(StreamId),
+    /// Work queued on several streams.
+    Several,
+}
+
+/// What a [`BlockOwner`] did with a block whose handles are gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Nothing yet: [`BlockOwner::retired`] follows with `early == false` once the queued uses
+    /// are gone.
+    Later,
+    /// Took the whole block back (only with [`PendingUses::None`]); nothing follows.
+    Now,
+    /// Took the block back for work on the one stream of [`PendingUses::OneStream`];
+    /// [`BlockOwner::retired`] follows with `early == true` once the queued uses are gone.
+    ForStream,
+}
+
+/// The owner of sub-allocated buffers (a caching allocator): told when a block's last handle
+/// is gone and when its last queued use is, so that it can reuse the range. See
+/// [`Buffer::sub_allocate`].
+///
+/// Thread safety: called from any thread (a host thread dropping a handle, a stream worker or a
+/// stream's release of completed work); never with a HAL lock held, so an owner may take its own
+/// lock, but must not call into a device or stream from these methods.
+pub trait BlockOwner: Send + Sync + 'static {
+    /// Every [`Buffer`] handle of block `token` is gone; `pending` says which streams' queued
+    /// work (keeps made by [`Buffer::use_on`]) still uses it. No new work can reach the block
+    /// through its handles any more, so with [`PendingUses::OneStream`] its range may serve new
+    /// work on that stream at once: stream order puts that work after the queued uses.
+    fn handles_dropped(&self, token: u64, pending: PendingUses) -> Reclaim;
+    /// Every handle and every queued use of block `token` is gone: the range is idle. `early` is
+    /// true when [`BlockOwner::handles_dropped`] answered [`Reclaim::ForStream`]. Not called
+    /// after [`Reclaim::Now`].
+    fn retired(&self, token: u64, early: bool);
+}
+
+/// What a sub-allocated buffer shares with its owner.
+struct Lease {
+    owner: Arc<dyn BlockOwner>,
+    token: u64,
+    /// Live `Buffer` handles (not counting keeps of queued work).
+    handles: AtomicUsize,
+    /// Queued uses per stream (keeps made by [`Buffer::use_on`]); entries with a count only.
+    uses: parking_lot::Mutex<Vec<(StreamId, usize)>>,
+    /// What `handles_dropped` answered (a `Reclaim` as `u8`; `Later` until then).
+    reclaim: AtomicU8,
+}
+
+const RECLAIM_LATER: u8 = 0;
+const RECLAIM_NOW: u8 = 1;
+const RECLAIM_FOR_STREAM: u8 = 2;
+
 struct Shared {
-    alloc: Box<dyn DeviceAllocation>,
+    /// The backend allocation (for a sub-allocated block: its segment's).
+    alloc: Arc<dyn DeviceAllocation>,
+    /// The range of `alloc` this object owns: all of it, or a block of it.
+    start: u64,
+    size: u64,
     free_enqueued: AtomicBool,
+    lease: Option<Lease>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(l) = &self.lease {
+            match l.reclaim.load(Ordering::Acquire) {
+                RECLAIM_NOW => {}
+                r => l.owner.retired(l.token, r == RECLAIM_FOR_STREAM),
+            }
+        }
+    }
+}
+
+/// A queued use of a sub-allocated buffer on one stream (see [`Buffer::use_on`]): keeps the
+/// memory alive without counting as a handle.
+struct BufferUse {
+    shared: Arc<Shared>,
+    stream: StreamId,
+}
+
+impl Drop for BufferUse {
+    fn drop(&mut self) {
+        if let Some(l) = &self.shared.lease {
+            let mut uses = l.uses.lock();
+            if let Some(i) = uses.iter().position(|(s, _)| *s == self.stream) {
+                uses[i].1 -= 1;
+                if uses[i].1 == 0 {
+                    uses.swap_remove(i);
+                }
+            }
+        }
+    }
 }
 
 /// A handle to a range of device memory. Clones share the allocation.
 ///
 /// Ownership: the memory lives while any handle lives (including handles held by queued work), or
 /// until `Stream::free_async` runs. Thread safety: `Send + Sync`; use from any thread.
-#[derive(Clone)]
 pub struct Buffer {
     shared: Arc<Shared>,
     offset: u64,
     len: u64,
 }
 
+impl Clone for Buffer {
+    fn clone(&self) -> Buffer {
+        if let Some(l) = &self.shared.lease {
+            // Relaxed: a new handle is made from a live one, which keeps the count above zero.
+            l.handles.fetch_add(1, Ordering::Relaxed);
+        }
+        Buffer {
+            shared: self.shared.clone(),
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let Some(l) = &self.shared.lease else {
+            return;
+        };
+        if l.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // The last handle: no new use can be made. `self.shared` keeps `Shared` (and so the
+        // `retired` call) alive until this returns.
+        let uses = l.uses.lock();
+        let pending = match uses[..] {
+            [] => PendingUses::None,
+            [(stream, _)] => PendingUses::OneStream(stream),
+            _ => PendingUses::Several,
+        };
+        let r = match (l.owner.handles_dropped(l.token, pending), pending) {
+            (Reclaim::Now, PendingUses::None) => RECLAIM_NOW,
+            (Reclaim::ForStream, PendingUses::OneStream(_)) => RECLAIM_FOR_STREAM,
+            // An answer the uses do not allow is taken as `Later`: the owner will still hear
+            // of the retirement (a wrong owner can only delay its own reuse).
+            _ => RECLAIM_LATER,
+        };
+        l.reclaim.store(r, Ordering::Release);
+    }
+}
+
 impl Buffer {
     /// Wraps a backend allocation into a buffer covering all of it. For backends.
-    pub fn from_allocation(alloc: Box<dyn DeviceAllocation>) -> Buffer {
+    pub fn from_allocation<A: DeviceAllocation>(alloc: A) -> Buffer {
         let len = alloc.len();
         Buffer {
             shared: Arc::new(Shared {
-                alloc,
+                alloc: Arc::new(alloc),
+                start: 0,
+                size: len,
                 free_enqueued: AtomicBool::new(false),
+                lease: None,
             }),
             offset: 0,
             len,
         }
+    }
+
+    /// A block `[offset, offset+len)` of `segment` with its own life, for sub-allocators (a
+    /// caching allocator). The block is a buffer like any other (every backend accepts it where it
+    /// accepts `segment`), but its handles are its own: `owner` learns through `token` when the
+    /// last handle is gone and when the last queued use is (see [`BlockOwner`]). The segment's
+    /// allocation stays alive while the block does.
+    ///
+    /// # Errors
+    /// [`Invalid::OutOfRange`] when the block does not fit `segment`; [`Invalid::FreeEnqueued`]
+    /// when the segment's free is enqueued.
+    pub fn sub_allocate(
+        segment: &Buffer,
+        offset: u64,
+        len: u64,
+        owner: Arc<dyn BlockOwner>,
+        token: u64,
+    ) -> Result<Buffer> {
+        check_range("offset", offset, len, segment.len)?;
+        if segment.is_free_enqueued() {
+            return Err(segment.free_enqueued_error("segment"));
+        }
+        let start = segment.offset + offset;
+        Ok(Buffer {
+            shared: Arc::new(Shared {
+                alloc: segment.shared.alloc.clone(),
+                start,
+                size: len,
+                free_enqueued: AtomicBool::new(false),
+                lease: Some(Lease {
+                    owner,
+                    token,
+                    handles: AtomicUsize::new(1),
+                    uses: parking_lot::Mutex::new(Vec::new()),
+                    reclaim: AtomicU8::new(RECLAIM_LATER),
+                }),
+            }),
+            offset: start,
+            len,
+        })
+    }
+
+    /// What queued work on `stream` keeps to hold this buffer's memory until it has run. For
+    /// backends: every stream operation keeps its buffers this way, so that a sub-allocator
+    /// knows which streams still use a block whose handles are gone (see [`BlockOwner`]).
+    pub fn use_on(&self, stream: StreamId) -> Keep {
+        let Some(l) = &self.shared.lease else {
+            return Box::new(self.clone());
+        };
+        {
+            let mut uses = l.uses.lock();
+            match uses.iter_mut().find(|(s, _)| *s == stream) {
+                Some(e) => e.1 += 1,
+                None => uses.push((stream, 1)),
+            }
+        }
+        Box::new(BufferUse {
+            shared: self.shared.clone(),
+            stream,
+        })
     }
 
     /// The owning device.
@@ -82,7 +289,8 @@ impl Buffer {
         self.len == 0
     }
 
-    /// Offset of this view inside its allocation.
+    /// Offset of this view inside its backend allocation (for a block of a sub-allocator: inside
+    /// its segment).
     pub fn offset(&self) -> u64 {
         self.offset
     }
@@ -106,9 +314,15 @@ impl Buffer {
         })
     }
 
-    /// The backend allocation behind this view (for the owning backend).
+    /// The backend allocation behind this view (for the owning backend; for a block of a
+    /// sub-allocator, its segment's allocation).
     pub fn allocation(&self) -> &dyn DeviceAllocation {
         &*self.shared.alloc
+    }
+
+    /// True for a block made by [`Buffer::sub_allocate`].
+    pub fn is_sub_allocated(&self) -> bool {
+        self.shared.lease.is_some()
     }
 
     /// Downcasts the allocation to the backend's type.
@@ -127,8 +341,8 @@ impl Buffer {
                         expected: std::any::type_name::<T>().to_string(),
                         found: format!(
                             "buffer [{:#x}, +{}) of {}",
-                            self.shared.alloc.addr(),
-                            self.shared.alloc.len(),
+                            self.shared.alloc.addr() + self.shared.start,
+                            self.shared.size,
                             self.device()
                         ),
                     },
@@ -136,7 +350,8 @@ impl Buffer {
             })
     }
 
-    /// True when both handles view the same allocation.
+    /// True when both handles view the same allocation (the same block, for sub-allocated
+    /// buffers: two blocks of one segment never share bytes).
     pub fn same_allocation(&self, other: &Buffer) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
@@ -161,8 +376,8 @@ impl Buffer {
         HalError::invalid(
             arg,
             Invalid::FreeEnqueued {
-                addr: self.shared.alloc.addr(),
-                len: self.shared.alloc.len(),
+                addr: self.shared.alloc.addr() + self.shared.start,
+                len: self.shared.size,
             },
         )
     }

@@ -29,6 +29,10 @@ pub enum HalError {
     /// An allocation could not be satisfied.
     #[error("out of memory: requested {requested} bytes, {free} bytes free")]
     OutOfMemory { requested: u64, free: u64 },
+    /// A caching allocator could not satisfy a request, even after releasing its cached memory
+    /// and retrying. The report says where the memory is.
+    #[error("{0}")]
+    AllocatorOutOfMemory(Box<OomReport>),
     /// An operation did not complete within its time limit.
     #[error("timed out after {millis} ms: {what}")]
     Timeout { what: String, millis: u64 },
@@ -53,6 +57,50 @@ pub enum HalError {
     /// A bug in unihal or a backend: an invariant did not hold.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Where a device's memory was when a caching allocator ran out of it (PyTorch's message, as data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomReport {
+    /// The device, as `backend:ordinal`.
+    pub device: String,
+    /// The bytes asked for (before rounding).
+    pub requested: u64,
+    /// Bytes in blocks handed out to callers.
+    pub allocated: u64,
+    /// Bytes the allocator holds from the device (its segments).
+    pub reserved: u64,
+    /// Bytes the device reported free after the allocator released its cache.
+    pub free: u64,
+    /// The device's total memory.
+    pub total: u64,
+    /// The largest free block in the allocator's cache.
+    pub largest_free_block: u64,
+    /// The allocator's limit (memory fraction) in bytes, when one is set.
+    pub limit: Option<u64>,
+}
+
+impl std::fmt::Display for OomReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "out of memory on {}: tried to allocate {} bytes; {} bytes allocated, {} reserved by \
+             the caching allocator ({} cached, largest free block {}), {} of {} bytes free on \
+             the device",
+            self.device,
+            self.requested,
+            self.allocated,
+            self.reserved,
+            self.reserved.saturating_sub(self.allocated),
+            self.largest_free_block,
+            self.free,
+            self.total
+        )?;
+        if let Some(l) = self.limit {
+            write!(f, "; the allocator's limit is {l} bytes")?;
+        }
+        Ok(())
+    }
 }
 
 /// The offending values of an [`HalError::InvalidArgument`], typed so that callers and tests can
@@ -100,6 +148,14 @@ impl HalError {
     /// Shorthand for an [`HalError::Unsupported`].
     pub fn unsupported(what: impl Into<String>) -> Self {
         HalError::Unsupported { what: what.into() }
+    }
+
+    /// True for both out-of-memory variants (a device's and a caching allocator's).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            HalError::OutOfMemory { .. } | HalError::AllocatorOutOfMemory(_)
+        )
     }
 
     /// True for the two "cannot run here" variants, on which callers fall back and the conformance

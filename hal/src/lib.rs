@@ -68,14 +68,14 @@ pub mod stream;
 pub mod sync;
 
 pub use backend::{Backend, BackendInfo, LibraryInfo};
-pub use buffer::{Buffer, DeviceAllocation};
+pub use buffer::{BlockOwner, Buffer, DeviceAllocation, PendingUses, Reclaim};
 pub use caps::{Capabilities, MandatoryCaps, OptionalCaps};
 pub use ccl::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, GroupCall, ReduceOp, UniqueId,
 };
 pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
-pub use error::{check_range, HalError, Invalid, Result};
+pub use error::{check_range, HalError, Invalid, OomReport, Result};
 pub use event::{Event, EventFlags};
 pub use host::{HostAllocation, HostBuffer, HostMap, HostUse, UseHolder};
 pub use launch::{Dim3, KernelArgs, LaunchConfig};
@@ -86,7 +86,7 @@ pub use module::{
 pub use op::nn::{AdamWOptions, CeOptions, CeReduction, ParamGroup, SgdOptions};
 pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};
-pub use stream::{check_peer_copy, FillValue, Keep, Stream};
+pub use stream::{check_peer_copy, FillValue, Keep, Stream, StreamId};
 
 /// Version of the HAL crate (and of unihal: the workspace shares one version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

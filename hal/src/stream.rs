@@ -11,6 +11,31 @@ use crate::op::OpCall;
 use std::any::Any;
 use std::sync::Arc;
 
+/// The identity of a stream, unique in the process for its whole run (never reused, unlike an
+/// address). Sub-allocators key their stream-ordered reuse on it (see [`Buffer::use_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(u64);
+
+impl StreamId {
+    /// A new identity, different from every other one handed out in this process. For backends:
+    /// one per stream, made when the stream is created.
+    pub fn fresh() -> StreamId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        StreamId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The number behind the identity (for logs and snapshots).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stream#{}", self.0)
+    }
+}
+
 /// Something a backend's queued work uses (a buffer, host-buffer use, function or event
 /// handle), kept alive until the work ran. For backends.
 pub type Keep = Box<dyn std::any::Any + Send + Sync>;
@@ -78,6 +103,11 @@ impl FillValue {
 pub trait Stream: Send + Sync {
     /// The device the stream runs on.
     fn device(&self) -> &Arc<dyn Device>;
+
+    /// This stream's identity, made by [`StreamId::fresh`] at creation. Queued work keeps its
+    /// buffers with [`Buffer::use_on`] under this identity: a caching allocator reuses a block on
+    /// the stream its last uses are queued on, so the identity must be this stream's own.
+    fn stream_id(&self) -> StreamId;
 
     /// Copies `len` bytes from HAL-owned host memory to device memory.
     ///

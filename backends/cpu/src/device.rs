@@ -169,7 +169,7 @@ impl Device for CpuDevice {
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
         let a = CpuAllocation::new(len, self.id(), self.account.clone())?;
-        Ok(Buffer::from_allocation(Box::new(a)))
+        Ok(Buffer::from_allocation(a))
     }
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
@@ -193,6 +193,7 @@ impl Device for CpuDevice {
             dev,
             dyn_dev,
             worker,
+            sid: unihal_hal::StreamId::fresh(),
         }))
     }
 

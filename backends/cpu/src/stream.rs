@@ -11,8 +11,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function,
-    HalError, HostBuffer, HostUse, Invalid, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId,
-    Result, Stream,
+    HalError, HostBuffer, HostUse, Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall,
+    OpId, Result, Stream, StreamId,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -20,6 +20,8 @@ pub struct CpuStream {
     pub(crate) dev: Arc<CpuDevice>,
     pub(crate) dyn_dev: Arc<dyn Device>,
     pub(crate) worker: Arc<WorkerShared>,
+    /// This stream's identity, under which its queued work keeps buffers.
+    pub(crate) sid: StreamId,
 }
 
 /// Device address of `[offset, offset+len)` of a CPU buffer on `device`, after every check.
@@ -80,7 +82,7 @@ impl CpuStream {
         &self,
         host: HostUse,
         dev: Addr,
-        keep: Buffer,
+        keep: Keep,
         dir: Direction,
     ) -> Result<()> {
         self.submit(Box::new(move |err| {
@@ -107,7 +109,7 @@ impl CpuStream {
     }
 
     /// Enqueues a copy of `len` bytes between two checked, disjoint ranges, keeping `keep` alive.
-    fn enqueue_copy(&self, src: Addr, dst: Addr, len: u64, keep: [Buffer; 2]) -> Result<()> {
+    fn enqueue_copy(&self, src: Addr, dst: Addr, len: u64, keep: [Keep; 2]) -> Result<()> {
         let (s, d) = (src.get() as u64, dst.get() as u64);
         if len > 0 && s < d + len && d < s + len {
             return Err(HalError::invalid(
@@ -142,6 +144,10 @@ impl Stream for CpuStream {
         &self.dyn_dev
     }
 
+    fn stream_id(&self) -> StreamId {
+        self.sid
+    }
+
     fn copy_h2d(
         &self,
         src: &HostBuffer,
@@ -152,14 +158,14 @@ impl Stream for CpuStream {
     ) -> Result<()> {
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let host = src.begin_use("src", src_offset, len)?;
-        self.enqueue_host_copy(host, d, dst.clone(), Direction::ToDevice)
+        self.enqueue_host_copy(host, d, dst.use_on(self.sid), Direction::ToDevice)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
         let len = src.len() as u64;
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let staged = src.to_vec();
-        let keep = dst.clone();
+        let keep = dst.use_on(self.sid);
         self.submit(Box::new(move |err| {
             if err.is_none() && !staged.is_empty() {
                 // SAFETY: the device range was checked and is held by `keep`; `staged` is ours.
@@ -180,7 +186,7 @@ impl Stream for CpuStream {
     ) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let host = dst.begin_use("dst", dst_offset, len)?;
-        self.enqueue_host_copy(host, s, src.clone(), Direction::ToHost)
+        self.enqueue_host_copy(host, s, src.use_on(self.sid), Direction::ToHost)
     }
 
     fn copy_d2d(
@@ -193,7 +199,7 @@ impl Stream for CpuStream {
     ) -> Result<()> {
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
-        self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])
+        self.enqueue_copy(s, d, len, [src.use_on(self.sid), dst.use_on(self.sid)])
     }
 
     fn copy_peer(
@@ -209,7 +215,7 @@ impl Stream for CpuStream {
         check_peer_copy(self.id(), peers, sd, dd)?;
         let s = Addr(cpu_addr(src, "src", sd, src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", dd, dst_offset, len)?);
-        self.enqueue_copy(s, d, len, [src.clone(), dst.clone()])
+        self.enqueue_copy(s, d, len, [src.use_on(self.sid), dst.use_on(self.sid)])
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
@@ -224,7 +230,7 @@ impl Stream for CpuStream {
                 },
             ));
         }
-        let keep = dst.clone();
+        let keep = dst.use_on(self.sid);
         self.submit(Box::new(move |err| {
             if err.is_none() {
                 let n = (len / w) as usize;
@@ -316,7 +322,11 @@ impl Stream for CpuStream {
             let Some(job) = crate::matmul::MatmulJob::new(call)? else {
                 return Ok(()); // empty output
             };
-            let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
+            let keep: Vec<_> = call
+                .tensors
+                .iter()
+                .map(|t| t.buffer.use_on(self.sid))
+                .collect();
             let threads = caps.mandatory.compute_units as usize;
             return self.submit(Box::new(move |err| {
                 if err.is_none() {
@@ -353,7 +363,11 @@ impl Stream for CpuStream {
                 kernel,
             });
         }
-        let keep: Vec<_> = call.tensors.iter().map(|t| t.buffer.clone()).collect();
+        let keep: Vec<_> = call
+            .tensors
+            .iter()
+            .map(|t| t.buffer.use_on(self.sid))
+            .collect();
         // Scratch memory of the plan, taken now so that a size the host cannot give is an error of
         // this call, never an abort.
         let words = usize::try_from(plan.scratch_bytes.div_ceil(8)).unwrap_or(usize::MAX);
@@ -467,7 +481,7 @@ impl Stream for CpuStream {
             return Err(e);
         }
         buffer.mark_free_enqueued("buffer")?;
-        let keep = buffer.clone();
+        let keep = buffer.use_on(self.sid);
         self.submit(Box::new(move |_| {
             drop(keep);
             Ok(())

@@ -261,7 +261,7 @@ fn foreign_buffer(ctx: &Ctx) -> CaseResult {
         // SAFETY: the stream was synchronised: no backend operation may still use the bytes.
         a.is_some_and(|a| a.bytes.iter().all(|c| unsafe { *c.get() } == 0))
     };
-    let fake = Buffer::from_allocation(Box::new(alloc));
+    let fake = Buffer::from_allocation(alloc);
     let (dev, addr) = (
         ctx.device.id().to_string(),
         format!("{:#x}", fake.device_addr()),

@@ -125,12 +125,12 @@ impl<R: Runtime> GpuDevice<R> {
         alloc: impl FnOnce() -> Result<u64>,
     ) -> Result<Buffer> {
         let ptr = if len == 0 { 0 } else { self.call(what, alloc)? };
-        Ok(Buffer::from_allocation(Box::new(GpuAllocation {
+        Ok(Buffer::from_allocation(GpuAllocation {
             core: self.core.clone(),
             ptr,
             len: len as u64,
             pooled,
-        })))
+        }))
     }
 
     /// Gives this device access to `peer`'s memory (once per peer), so copies between them go

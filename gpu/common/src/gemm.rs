@@ -262,7 +262,11 @@ pub fn run_blas<R: crate::runtime::Runtime>(
         return Some(Ok(()));
     }
     Some(stream.blas(|h, keep| {
-        keep.extend(call.tensors.iter().map(|t| Box::new(t.buffer.clone()) as _));
+        keep.extend(
+            call.tensors
+                .iter()
+                .map(|t| t.buffer.use_on(unihal_hal::Stream::stream_id(stream))),
+        );
         gemm(h, &bc)
     }))
 }

@@ -19,7 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, UseHolder,
+    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, StreamId,
+    UseHolder,
 };
 
 struct Inner {
@@ -44,6 +45,8 @@ pub struct GpuStream<R: Runtime> {
     callback_error: Arc<Mutex<Option<HalError>>>,
     /// This stream's BLAS handle, taken from the device's pool on its first matmul.
     blas: Mutex<Option<R::Blas>>,
+    /// This stream's identity, under which its queued work keeps buffers.
+    sid: StreamId,
 }
 
 /// Device address of `[offset, offset+len)` of a buffer of runtime `R` on `device`, after every
@@ -77,6 +80,7 @@ impl<R: Runtime> GpuStream<R> {
             }),
             callback_error: Arc::new(Mutex::new(None)),
             blas: Mutex::new(None),
+            sid: StreamId::fresh(),
         }))
     }
 
@@ -254,7 +258,7 @@ impl<R: Runtime> GpuStream<R> {
         &self,
         to_device: bool,
         (host, host_arg, host_offset): (&HostBuffer, &'static str, u64),
-        (device_addr, keep): (u64, Buffer),
+        (device_addr, keep): (u64, Keep),
         len: u64,
     ) -> Result<()> {
         let holder: std::sync::Weak<dyn UseHolder> = self.me.clone();
@@ -277,7 +281,7 @@ impl<R: Runtime> GpuStream<R> {
                 }
             })
         })?;
-        self.keep(vec![Box::new(range), Box::new(keep)])
+        self.keep(vec![Box::new(range), keep])
     }
 
     /// Keeps objects until the work queued so far has run.
@@ -307,6 +311,10 @@ impl<R: Runtime> Stream for GpuStream<R> {
         &self.dyn_dev
     }
 
+    fn stream_id(&self) -> StreamId {
+        self.sid
+    }
+
     fn copy_h2d(
         &self,
         src: &HostBuffer,
@@ -316,7 +324,12 @@ impl<R: Runtime> Stream for GpuStream<R> {
         len: u64,
     ) -> Result<()> {
         let d = device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
-        self.host_copy(true, (src, "src", src_offset), (d, dst.clone()), len)
+        self.host_copy(
+            true,
+            (src, "src", src_offset),
+            (d, dst.use_on(self.sid)),
+            len,
+        )
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
@@ -336,7 +349,12 @@ impl<R: Runtime> Stream for GpuStream<R> {
         len: u64,
     ) -> Result<()> {
         let s = device_addr::<R>(src, "src", self.id(), src_offset, len)?;
-        self.host_copy(false, (dst, "dst", dst_offset), (s, src.clone()), len)
+        self.host_copy(
+            false,
+            (dst, "dst", dst_offset),
+            (s, src.use_on(self.sid)),
+            len,
+        )
     }
 
     fn copy_d2d(
@@ -362,7 +380,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         if len == 0 {
             return Ok(());
         }
-        let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
+        let keep: Vec<Keep> = vec![src.use_on(self.sid), dst.use_on(self.sid)];
         let rt = self.rt();
         self.submit("copy d2d", keep, |st| {
             // SAFETY: both ranges were checked against live allocations held by `keep`, and are
@@ -400,7 +418,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         };
         self.dev.enable_peer(far)?;
         let (src_core, dst_core) = (&sa.core.clone(), &da.core.clone());
-        let keep: Vec<Keep> = vec![Box::new(src.clone()), Box::new(dst.clone())];
+        let keep: Vec<Keep> = vec![src.use_on(self.sid), dst.use_on(self.sid)];
         let rt = self.rt();
         self.submit("copy peer", keep, |st| {
             // SAFETY: both ranges were checked against live allocations of their devices, held by
@@ -426,7 +444,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         }
         let n = (len / w) as usize;
         let rt = self.rt();
-        self.submit("fill", vec![Box::new(dst.clone())], |s| {
+        self.submit("fill", vec![dst.use_on(self.sid)], |s| {
             // SAFETY: the range was checked (and its alignment) and the buffer is kept.
             unsafe { rt.fill(d, value, n, s) }
         })
@@ -477,11 +495,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
             ));
         }
         let mut params = args.param_ptrs();
-        let mut keep: Vec<Keep> = args
-            .buffers()
-            .iter()
-            .map(|b| Box::new(b.clone()) as Keep)
-            .collect();
+        let mut keep: Vec<Keep> = args.buffers().iter().map(|b| b.use_on(self.sid)).collect();
         keep.push(Box::new(function.clone()));
         let (g, b) = (config.grid, config.block);
         let rt = self.rt();
@@ -546,7 +560,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         let mut keep: Vec<Keep> = call
             .tensors
             .iter()
-            .map(|t| Box::new(t.buffer.clone()) as Keep)
+            .map(|t| t.buffer.use_on(self.sid))
             .collect();
         if let Some(s) = scratch {
             keep.push(Box::new(s));
@@ -638,7 +652,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         device_addr::<R>(buffer, "buffer", self.id(), 0, 0)?;
         buffer.mark_free_enqueued("buffer")?;
         // The memory returns when the last handle (queued work holds its own) is dropped.
-        self.keep(vec![Box::new(buffer.clone())])
+        self.keep(vec![buffer.use_on(self.sid)])
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -881,7 +881,7 @@ mod tests {
                 self
             }
         }
-        let b = Buffer::from_allocation(Box::new(NoMemory));
+        let b = Buffer::from_allocation(NoMemory);
         let huge = [1u64 << 40, 1 << 40, 1 << 40];
         let v = TensorView::contiguous(&b, DType::F32, &huge);
         assert_eq!(v.numel(), u64::MAX);

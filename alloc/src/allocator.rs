@@ -1,0 +1,310 @@
+//! [`CachingAllocator`]: one device's allocator above `Device::alloc`.
+
+use crate::pool::Pools;
+use crate::size::{self, PoolKind};
+use crate::stats::{MemoryStats, SegmentSnapshot};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use unihal_hal::{
+    BlockOwner, Buffer, Device, DeviceId, HalError, Invalid, OomReport, PendingUses, Reclaim,
+    Result, Stream,
+};
+
+/// Settings of a [`CachingAllocator`] (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys that apply).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AllocatorConfig {
+    /// Cached blocks of this size or more are never split, and serve only requests that waste
+    /// less than a large segment (`max_split_size_mb`); `None`: no limit.
+    pub max_split_size: Option<u64>,
+    /// The share of the device's total memory the allocator may reserve
+    /// (`torch.cuda.set_per_process_memory_fraction`); `None`: no limit.
+    pub memory_fraction: Option<f64>,
+}
+
+impl AllocatorConfig {
+    /// Parses `key:value` pairs separated by commas: `max_split_size_mb:<MiB>` and
+    /// `memory_fraction:<0..=1>` (the form of `UNIHAL_ALLOC_CONF`).
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] naming the pair that is not understood.
+    pub fn parse(conf: &str) -> Result<AllocatorConfig> {
+        let mut c = AllocatorConfig::default();
+        for pair in conf.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || {
+                HalError::invalid(
+                    "UNIHAL_ALLOC_CONF",
+                    Invalid::Value {
+                        value: pair.to_string(),
+                        accepted: "max_split_size_mb:<MiB above 1>, memory_fraction:<0 to 1>"
+                            .into(),
+                    },
+                )
+            };
+            let (k, v) = pair.split_once(':').ok_or_else(bad)?;
+            match k.trim() {
+                "max_split_size_mb" => {
+                    let mb: u64 = v.trim().parse().map_err(|_| bad())?;
+                    if mb <= 1 {
+                        return Err(bad());
+                    }
+                    c.max_split_size = Some(mb.checked_mul(1 << 20).ok_or_else(bad)?);
+                }
+                "memory_fraction" => {
+                    let f: f64 = v.trim().parse().map_err(|_| bad())?;
+                    check_fraction(f).map_err(|_| bad())?;
+                    c.memory_fraction = Some(f);
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(c)
+    }
+}
+
+fn check_fraction(f: f64) -> Result<()> {
+    if f > 0.0 && f <= 1.0 {
+        Ok(())
+    } else {
+        Err(HalError::invalid(
+            "fraction",
+            Invalid::Value {
+                value: f.to_string(),
+                accepted: "(0, 1]".into(),
+            },
+        ))
+    }
+}
+
+/// What blocks hold of their allocator: the pools, which learn through [`BlockOwner`] when a
+/// block's handles and queued uses are gone.
+struct Shared {
+    pools: Mutex<Pools>,
+}
+
+impl BlockOwner for Shared {
+    fn handles_dropped(&self, token: u64, pending: PendingUses) -> Reclaim {
+        self.pools.lock().handles_dropped(token, pending)
+    }
+
+    fn retired(&self, token: u64, early: bool) {
+        self.pools.lock().retired(token, early);
+    }
+}
+
+/// A caching allocator for one device, in the manner of PyTorch's: requests are rounded to size
+/// classes and served from cached segments (a small pool of 2 MiB segments for requests up to
+/// 1 MiB, a large pool above), best fit, splitting blocks and coalescing freed neighbours.
+///
+/// Blocks are ordinary [`Buffer`]s that every backend accepts. Reuse follows the HAL's own
+/// tracking of queued uses, so there is no `record_stream` to forget: when a block's last handle
+/// is dropped while queued work on one stream S still uses it, the block serves new requests for
+/// S at once (stream order puts their work after the queued uses) and other streams only once
+/// that work has completed (when the stream releases what it kept for it: after a
+/// synchronisation, a query or an event that shows it done). A request that the cache cannot
+/// serve allocates a segment; when the device is out of memory (or the memory fraction is
+/// reached), the allocator releases every cached segment and tries once more before failing with
+/// [`HalError::AllocatorOutOfMemory`].
+///
+/// Ownership: blocks keep the allocator's pools and their segment alive; dropping the allocator
+/// releases the cached segments as their blocks go. Thread safety: `Send + Sync`; one lock per
+/// device, never held across a device call.
+pub struct CachingAllocator {
+    device: Arc<dyn Device>,
+    id: DeviceId,
+    total: u64,
+    limit: Mutex<Option<u64>>,
+    shared: Arc<Shared>,
+}
+
+impl CachingAllocator {
+    /// An allocator for `device`.
+    ///
+    /// # Errors
+    /// The device's error when its memory cannot be queried; [`HalError::InvalidArgument`] for a
+    /// memory fraction outside (0, 1].
+    pub fn new(device: Arc<dyn Device>, config: AllocatorConfig) -> Result<CachingAllocator> {
+        let total = device.memory_info()?.total;
+        let id = device.id();
+        let a = CachingAllocator {
+            device,
+            id,
+            total,
+            limit: Mutex::new(None),
+            shared: Arc::new(Shared {
+                pools: Mutex::new(Pools::new(config.max_split_size.unwrap_or(u64::MAX))),
+            }),
+        };
+        if let Some(f) = config.memory_fraction {
+            a.set_memory_fraction(f)?;
+        }
+        Ok(a)
+    }
+
+    /// An allocator configured from `UNIHAL_ALLOC_CONF` (see [`AllocatorConfig::parse`]).
+    ///
+    /// # Errors
+    /// As [`CachingAllocator::new`] and [`AllocatorConfig::parse`].
+    pub fn from_env(device: Arc<dyn Device>) -> Result<CachingAllocator> {
+        let conf = std::env::var("UNIHAL_ALLOC_CONF").unwrap_or_default();
+        CachingAllocator::new(device, AllocatorConfig::parse(&conf)?)
+    }
+
+    /// The device it allocates on.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    /// Allocates `len` bytes for work on `stream` (usable by work enqueued on it after this call;
+    /// other streams must be ordered after it, as with `Stream::alloc_async`). Contents are
+    /// unspecified: a reused block holds what its previous user left there. `len == 0` gives a
+    /// valid empty buffer outside the statistics (PyTorch's null pointer).
+    ///
+    /// # Errors
+    /// [`Invalid::WrongDevice`] for a stream of another device;
+    /// [`HalError::AllocatorOutOfMemory`] when neither the cache nor the device (after the cache
+    /// is released) can serve the request; other device errors as they come.
+    pub fn alloc(&self, stream: &Arc<dyn Stream>, len: usize) -> Result<Buffer> {
+        if stream.device_id() != self.id {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::WrongDevice {
+                    expected: self.id,
+                    found: stream.device_id(),
+                },
+            ));
+        }
+        if !std::ptr::addr_eq(Arc::as_ptr(stream.device()), Arc::as_ptr(&self.device)) {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::Other(format!(
+                    "the stream belongs to another opened instance of {}",
+                    self.id
+                )),
+            ));
+        }
+        if len == 0 {
+            return self.device.alloc(0);
+        }
+        let requested = len as u64;
+        let oom = |s: &MemoryStats, p: &Pools, free: u64| {
+            HalError::AllocatorOutOfMemory(Box::new(OomReport {
+                device: self.id.to_string(),
+                requested,
+                allocated: s.allocated_bytes.all.current,
+                reserved: s.reserved_bytes.all.current,
+                free,
+                total: self.total,
+                largest_free_block: p.largest_free(),
+                limit: *self.limit.lock(),
+            }))
+        };
+        let (Some(size), Some(seg_size)) = (
+            size::round_size(requested),
+            size::round_size(requested).and_then(size::segment_size),
+        ) else {
+            let p = self.shared.pools.lock();
+            let free = self.device.memory_info().map(|m| m.free).unwrap_or(0);
+            return Err(oom(&p.stats, &p, free));
+        };
+        let pool = PoolKind::of(size);
+        let sid = stream.stream_id();
+        let owner: Arc<dyn BlockOwner> = self.shared.clone();
+        let mut retried = false;
+        loop {
+            let mut p = self.shared.pools.lock();
+            if let Some(i) = p.find(pool, size, sid) {
+                let t = p.take(i, size, requested);
+                drop(p);
+                return Buffer::sub_allocate(&t.segment, t.offset, requested, owner, t.token);
+            }
+            let within_limit = self
+                .limit
+                .lock()
+                .is_none_or(|l| p.stats.reserved_bytes.all.current + seg_size <= l);
+            drop(p);
+            let got = if within_limit {
+                self.device.alloc(seg_size as usize)
+            } else {
+                Err(HalError::OutOfMemory {
+                    requested: seg_size,
+                    free: 0,
+                })
+            };
+            match got {
+                Ok(segment) => {
+                    let mut p = self.shared.pools.lock();
+                    p.add_segment(segment, pool);
+                    // The new segment's block is the best fit unless another thread freed a
+                    // better one meanwhile; either way `find` now succeeds.
+                    continue;
+                }
+                Err(e) if e.is_out_of_memory() && !retried => {
+                    retried = true;
+                    let released = {
+                        let mut p = self.shared.pools.lock();
+                        p.stats.num_alloc_retries += 1;
+                        p.release_cached()
+                    };
+                    drop(released);
+                }
+                Err(e) if e.is_out_of_memory() => {
+                    let free = self.device.memory_info().map(|m| m.free).unwrap_or(0);
+                    let mut p = self.shared.pools.lock();
+                    p.stats.num_ooms += 1;
+                    return Err(oom(&p.stats, &p, free));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Returns every cached segment that holds no block in use to the device
+    /// (`torch.cuda.empty_cache`). Segments with a block in use, or with free memory that queued
+    /// work still uses, stay.
+    pub fn empty_cache(&self) {
+        let released = self.shared.pools.lock().release_cached();
+        drop(released);
+    }
+
+    /// Limits the memory the allocator reserves to `fraction` of the device's total
+    /// (`torch.cuda.set_per_process_memory_fraction`). Segments already reserved stay.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for a fraction outside (0, 1].
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        check_fraction(fraction)?;
+        *self.limit.lock() = Some((self.total as f64 * fraction) as u64);
+        Ok(())
+    }
+
+    /// The limit in bytes set by a memory fraction, if any.
+    pub fn limit(&self) -> Option<u64> {
+        *self.limit.lock()
+    }
+
+    /// A consistent copy of the statistics.
+    pub fn stats(&self) -> MemoryStats {
+        self.shared.pools.lock().stats
+    }
+
+    /// Sets every peak statistic to its current value.
+    pub fn reset_peak_stats(&self) {
+        self.shared.pools.lock().stats.reset_peaks();
+    }
+
+    /// Zeroes the running totals and the retry, out-of-memory and device-call counts.
+    pub fn reset_accumulated_stats(&self) {
+        self.shared.pools.lock().stats.reset_accumulated();
+    }
+
+    /// The segments and their blocks, in address order.
+    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        self.shared.pools.lock().snapshot()
+    }
+}
+
+impl std::fmt::Debug for CachingAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CachingAllocator({})", self.id)
+    }
+}

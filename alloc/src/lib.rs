@@ -1,0 +1,36 @@
+//! # unihal-alloc: the caching device allocator
+//!
+//! Training engines allocate and free tensors thousands of times per step; a device allocation
+//! costs microseconds to milliseconds and may synchronise the device. [`CachingAllocator`] sits
+//! above any backend's `Device::alloc` and serves requests from cached segments, as PyTorch's
+//! CUDA caching allocator does, with the same size classes ([`size`]), the same statistics under
+//! the same keys ([`stats`]) and a snapshot of segments and blocks.
+//!
+//! ## Design
+//!
+//! * **Backend-neutral.** Segments come from `Device::alloc`; blocks are carved out of them with
+//!   [`unihal_hal::Buffer::sub_allocate`], so a block is a `Buffer` that every backend's stream
+//!   accepts and checks like any other (device, range, stream-ordered free).
+//! * **Reuse from the HAL's own tracking.** Backends keep the buffers of queued work with
+//!   [`unihal_hal::Buffer::use_on`], which records the stream. When a block's last handle is
+//!   dropped, its owner learns which streams still use it ([`unihal_hal::BlockOwner`]): none,
+//!   and the block is free at once; one stream S, and it serves S at once (stream order) and
+//!   other streams once S's work has completed; several, and it waits for them all. PyTorch
+//!   needs `record_stream` for the second case and corrupts memory silently when it is missing.
+//! * **Pools and fences** ([`pool`]): blocks in address order per segment, free lists per pool
+//!   ordered by size, best fit; memory still used by one stream's queued work is *fenced* to that
+//!   stream and coalesces with nothing until the fence closes.
+//! * **Out of memory**: release every cached segment and retry once (`num_alloc_retries`), then
+//!   fail with [`unihal_hal::HalError::AllocatorOutOfMemory`], whose report gives the request,
+//!   allocated, reserved and free bytes and the largest free block (`num_ooms`).
+//! * **One lock per device**, never held across a device call, so allocation never waits for a
+//!   stream and the release callbacks (which run on stream workers) never wait for a device.
+
+mod allocator;
+mod pool;
+pub mod size;
+pub mod stats;
+
+pub use allocator::{AllocatorConfig, CachingAllocator};
+pub use size::PoolKind;
+pub use stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot, Stat, StatArray};

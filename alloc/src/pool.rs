@@ -1,0 +1,539 @@
+//! The block bookkeeping of one device: segments, their blocks in address order, the free lists
+//! of both pools, splitting, coalescing and stream fences, with the statistics kept as blocks
+//! change state. No device calls: every method runs under the allocator's lock.
+//!
+//! A *fence* marks memory that queued work on one stream still uses after the caller dropped its
+//! handles (`Reclaim::ForStream`): a free block carrying fences serves only a request for the
+//! stream all its fences name, and coalesces with nothing, until the work completes and the
+//! fence is closed. A block handed out from fenced memory keeps the fences (its new owner's work
+//! on another stream must not be the one to make it reusable elsewhere).
+
+use crate::size::{self, PoolKind};
+use crate::stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot};
+use std::collections::{BTreeSet, HashMap};
+use unihal_hal::{Buffer, PendingUses, Reclaim, StreamId};
+
+/// Index of a block or segment slot.
+pub(crate) type Idx = u32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    Allocated,
+    /// Handles gone; queued work on several streams still uses it.
+    PendingFree,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fence {
+    id: u64,
+    stream: StreamId,
+}
+
+#[derive(Debug)]
+struct Block {
+    seg: Idx,
+    offset: u64,
+    size: u64,
+    requested: u64,
+    state: State,
+    prev: Option<Idx>,
+    next: Option<Idx>,
+    fences: Vec<Fence>,
+}
+
+struct Slot {
+    /// Bumped at every hand-out and every reuse of the slot, so a token names one hand-out.
+    gen: u32,
+    block: Option<Block>,
+}
+
+struct Segment {
+    buffer: Buffer,
+    size: u64,
+    pool: PoolKind,
+    first: Idx,
+}
+
+#[derive(Default)]
+struct FreeLists {
+    /// Free blocks without fences, by size (then slot, for a stable order).
+    clean: BTreeSet<(u64, Idx)>,
+    /// Free blocks with fences (few: memory whose work is still queued).
+    fenced: Vec<Idx>,
+}
+
+/// What [`Pools::take`] hands out.
+pub(crate) struct Taken {
+    pub segment: Buffer,
+    pub offset: u64,
+    pub token: u64,
+}
+
+/// Segments, blocks and statistics of one device.
+pub(crate) struct Pools {
+    slots: Vec<Slot>,
+    free_slots: Vec<Idx>,
+    segments: Vec<Option<Segment>>,
+    free_segments: Vec<Idx>,
+    small: FreeLists,
+    large: FreeLists,
+    /// Open fences: id to segment.
+    fences: HashMap<u64, Idx>,
+    pub stats: MemoryStats,
+    pub max_split: u64,
+}
+
+fn token(idx: Idx, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(idx)
+}
+
+impl Pools {
+    pub fn new(max_split: u64) -> Pools {
+        Pools {
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            segments: Vec::new(),
+            free_segments: Vec::new(),
+            small: FreeLists::default(),
+            large: FreeLists::default(),
+            fences: HashMap::new(),
+            stats: MemoryStats::default(),
+            max_split,
+        }
+    }
+
+    fn b(&self, i: Idx) -> &Block {
+        self.slots[i as usize].block.as_ref().expect("live block")
+    }
+
+    fn bm(&mut self, i: Idx) -> &mut Block {
+        self.slots[i as usize].block.as_mut().expect("live block")
+    }
+
+    fn seg(&self, i: Idx) -> &Segment {
+        self.segments[i as usize].as_ref().expect("live segment")
+    }
+
+    fn pool_of(&self, i: Idx) -> PoolKind {
+        self.seg(self.b(i).seg).pool
+    }
+
+    fn lists(&mut self, pool: PoolKind) -> &mut FreeLists {
+        match pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    fn new_slot(&mut self, block: Block) -> Idx {
+        match self.free_slots.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                s.gen = s.gen.wrapping_add(1);
+                s.block = Some(block);
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    block: Some(block),
+                });
+                (self.slots.len() - 1) as Idx
+            }
+        }
+    }
+
+    fn delete_slot(&mut self, i: Idx) {
+        self.slots[i as usize].block = None;
+        self.free_slots.push(i);
+    }
+
+    /// The block a token names, if that hand-out is still the block's current one.
+    fn resolve(&self, token: u64) -> Option<Idx> {
+        let (idx, gen) = ((token & 0xffff_ffff) as Idx, (token >> 32) as u32);
+        let s = self.slots.get(idx as usize)?;
+        (s.gen == gen && s.block.is_some()).then_some(idx)
+    }
+
+    fn is_split(&self, i: Idx) -> bool {
+        let b = self.b(i);
+        b.prev.is_some() || b.next.is_some()
+    }
+
+    /// Puts a free block on its pool's free list (and counts it as inactive split memory).
+    fn insert_free(&mut self, i: Idx) {
+        let (size, fenced, pool, split) = {
+            let b = self.b(i);
+            (
+                b.size,
+                !b.fences.is_empty(),
+                self.pool_of(i),
+                self.is_split(i),
+            )
+        };
+        let l = self.lists(pool);
+        if fenced {
+            l.fenced.push(i);
+        } else {
+            l.clean.insert((size, i));
+        }
+        if split {
+            self.stats.inactive_split.add(pool, 1);
+            self.stats.inactive_split_bytes.add(pool, size);
+        }
+    }
+
+    /// Takes a free block off its free list (undoing [`Pools::insert_free`]).
+    fn remove_free(&mut self, i: Idx) {
+        let (size, fenced, pool, split) = {
+            let b = self.b(i);
+            (
+                b.size,
+                !b.fences.is_empty(),
+                self.pool_of(i),
+                self.is_split(i),
+            )
+        };
+        let l = self.lists(pool);
+        if fenced {
+            l.fenced.retain(|&j| j != i);
+        } else {
+            l.clean.remove(&(size, i));
+        }
+        if split {
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, size);
+        }
+    }
+
+    fn mergeable(&self, i: Option<Idx>) -> Option<Idx> {
+        let i = i?;
+        let b = self.b(i);
+        (b.state == State::Free && b.fences.is_empty()).then_some(i)
+    }
+
+    /// Makes block `i` (not on a free list) free: coalesced with free neighbours when neither
+    /// carries a fence, then put on its free list.
+    fn make_free(&mut self, mut i: Idx) {
+        {
+            let b = self.bm(i);
+            b.state = State::Free;
+            b.requested = 0;
+        }
+        if self.b(i).fences.is_empty() {
+            if let Some(p) = self.mergeable(self.b(i).prev) {
+                self.remove_free(p);
+                self.absorb_next(p);
+                i = p;
+            }
+            if let Some(n) = self.mergeable(self.b(i).next) {
+                self.remove_free(n);
+                self.absorb_next(i);
+            }
+        }
+        self.insert_free(i);
+    }
+
+    /// Merges the block after `i` into `i` (both off the free lists).
+    fn absorb_next(&mut self, i: Idx) {
+        let n = self.b(i).next.expect("a next block");
+        let (nsize, nnext) = {
+            let nb = self.b(n);
+            (nb.size, nb.next)
+        };
+        {
+            let b = self.bm(i);
+            b.size += nsize;
+            b.next = nnext;
+        }
+        if let Some(nn) = nnext {
+            self.bm(nn).prev = Some(i);
+        }
+        self.delete_slot(n);
+    }
+
+    /// Adds a segment of `size` bytes (one free block) from a fresh device allocation.
+    pub fn add_segment(&mut self, buffer: Buffer, pool: PoolKind) {
+        let size = buffer.len();
+        let seg = match self.free_segments.pop() {
+            Some(s) => s,
+            None => {
+                self.segments.push(None);
+                (self.segments.len() - 1) as Idx
+            }
+        };
+        let first = self.new_slot(Block {
+            seg,
+            offset: 0,
+            size,
+            requested: 0,
+            state: State::Free,
+            prev: None,
+            next: None,
+            fences: Vec::new(),
+        });
+        self.segments[seg as usize] = Some(Segment {
+            buffer,
+            size,
+            pool,
+            first,
+        });
+        self.stats.segment.add(pool, 1);
+        self.stats.reserved_bytes.add(pool, size);
+        self.stats.num_device_alloc += 1;
+        self.insert_free(first);
+    }
+
+    /// The best-fitting free block of `pool` for `size` bytes of new work on `stream`: the
+    /// smallest clean block that fits, or a smaller fenced block whose fences all name `stream`.
+    pub fn find(&self, pool: PoolKind, size: u64, stream: StreamId) -> Option<Idx> {
+        let l = match pool {
+            PoolKind::Small => &self.small,
+            PoolKind::Large => &self.large,
+        };
+        let clean = l
+            .clean
+            .range((size, 0)..)
+            .next()
+            .filter(|&&(bsize, _)| size::fits(bsize, size, self.max_split))
+            .map(|&(bsize, i)| (bsize, i));
+        let fenced = l
+            .fenced
+            .iter()
+            .map(|&i| (self.b(i).size, i))
+            .filter(|&(bsize, i)| {
+                size::fits(bsize, size, self.max_split)
+                    && self.b(i).fences.iter().all(|f| f.stream == stream)
+            })
+            .min();
+        match (clean, fenced) {
+            (Some(c), Some(f)) => Some(if f.0 < c.0 { f.1 } else { c.1 }),
+            (c, f) => c.or(f).map(|x| x.1),
+        }
+    }
+
+    /// Hands out `size` bytes of free block `i` for a request of `requested` bytes, splitting
+    /// off the rest when the size classes say so.
+    pub fn take(&mut self, i: Idx, size: u64, requested: u64) -> Taken {
+        self.remove_free(i);
+        let (block_size, offset, seg, next, fences) = {
+            let b = self.b(i);
+            (b.size, b.offset, b.seg, b.next, b.fences.clone())
+        };
+        if size::should_split(block_size, size, self.max_split) {
+            let rest = self.new_slot(Block {
+                seg,
+                offset: offset + size,
+                size: block_size - size,
+                requested: 0,
+                state: State::Free,
+                prev: Some(i),
+                next,
+                fences,
+            });
+            if let Some(n) = next {
+                self.bm(n).prev = Some(rest);
+            }
+            let b = self.bm(i);
+            b.next = Some(rest);
+            b.size = size;
+            self.insert_free(rest);
+        }
+        let pool = self.pool_of(i);
+        let size = {
+            let b = self.bm(i);
+            b.state = State::Allocated;
+            b.requested = requested;
+            b.size
+        };
+        let s = &mut self.slots[i as usize];
+        s.gen = s.gen.wrapping_add(1);
+        let token = token(i, s.gen);
+        let st = &mut self.stats;
+        st.allocation.add(pool, 1);
+        st.allocated_bytes.add(pool, size);
+        st.active.add(pool, 1);
+        st.active_bytes.add(pool, size);
+        st.requested_bytes.add(pool, requested);
+        Taken {
+            segment: self.seg(seg).buffer.clone(),
+            offset,
+            token,
+        }
+    }
+
+    fn deactivate(&mut self, i: Idx) {
+        let (pool, size) = (self.pool_of(i), self.b(i).size);
+        self.stats.active.sub(pool, 1);
+        self.stats.active_bytes.sub(pool, size);
+    }
+
+    /// The caller's last handle of hand-out `token` is gone (see `BlockOwner::handles_dropped`).
+    pub fn handles_dropped(&mut self, token: u64, pending: PendingUses) -> Reclaim {
+        let Some(i) = self.resolve(token) else {
+            return Reclaim::Later;
+        };
+        if self.b(i).state != State::Allocated {
+            return Reclaim::Later;
+        }
+        let (pool, size, requested) = {
+            let b = self.b(i);
+            (self.pool_of(i), b.size, b.requested)
+        };
+        let st = &mut self.stats;
+        st.allocation.sub(pool, 1);
+        st.allocated_bytes.sub(pool, size);
+        st.requested_bytes.sub(pool, requested);
+        match pending {
+            PendingUses::None => {
+                self.deactivate(i);
+                self.make_free(i);
+                Reclaim::Now
+            }
+            PendingUses::OneStream(stream) => {
+                let seg = self.b(i).seg;
+                self.bm(i).fences.push(Fence { id: token, stream });
+                self.fences.insert(token, seg);
+                self.deactivate(i);
+                self.make_free(i);
+                Reclaim::ForStream
+            }
+            PendingUses::Several => {
+                self.bm(i).state = State::PendingFree;
+                Reclaim::Later
+            }
+        }
+    }
+
+    /// Every use of hand-out `token` is gone (see `BlockOwner::retired`).
+    pub fn retired(&mut self, token: u64, early: bool) {
+        if early {
+            self.close_fence(token);
+        } else if let Some(i) = self.resolve(token) {
+            if self.b(i).state == State::PendingFree {
+                self.deactivate(i);
+                self.make_free(i);
+            }
+        }
+    }
+
+    /// The work a fence waited for has completed: its memory serves every stream again.
+    fn close_fence(&mut self, id: u64) {
+        let Some(seg) = self.fences.remove(&id) else {
+            return;
+        };
+        let Some(s) = self.segments.get(seg as usize).and_then(|s| s.as_ref()) else {
+            return;
+        };
+        let mut carriers = Vec::new();
+        let mut cur = Some(s.first);
+        while let Some(i) = cur {
+            let b = self.b(i);
+            if b.fences.iter().any(|f| f.id == id) {
+                carriers.push(i);
+            }
+            cur = b.next;
+        }
+        for i in carriers {
+            // A carrier may have been merged away by an earlier one of this loop.
+            if self.slots[i as usize].block.is_none() {
+                continue;
+            }
+            let free = self.b(i).state == State::Free;
+            if free {
+                self.remove_free(i);
+            }
+            self.bm(i).fences.retain(|f| f.id != id);
+            if free {
+                self.make_free(i);
+            }
+        }
+    }
+
+    /// Removes every segment that is one clean free block, for the device to take back; the
+    /// caller drops the buffers after releasing its lock.
+    pub fn release_cached(&mut self) -> Vec<Buffer> {
+        let mut out = Vec::new();
+        for seg in 0..self.segments.len() as Idx {
+            let Some(s) = &self.segments[seg as usize] else {
+                continue;
+            };
+            let first = s.first;
+            let b = self.b(first);
+            if b.next.is_some() || b.state != State::Free || !b.fences.is_empty() {
+                continue;
+            }
+            self.remove_free(first);
+            self.delete_slot(first);
+            let s = self.segments[seg as usize].take().expect("live segment");
+            self.free_segments.push(seg);
+            self.stats.segment.sub(s.pool, 1);
+            self.stats.reserved_bytes.sub(s.pool, s.size);
+            self.stats.num_device_free += 1;
+            out.push(s.buffer);
+        }
+        out
+    }
+
+    /// The largest free block (clean or fenced).
+    pub fn largest_free(&self) -> u64 {
+        [&self.small, &self.large]
+            .iter()
+            .flat_map(|l| {
+                l.clean
+                    .last()
+                    .map(|x| x.0)
+                    .into_iter()
+                    .chain(l.fenced.iter().map(|&i| self.b(i).size))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Segments and their blocks in address order.
+    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        let mut out: Vec<SegmentSnapshot> = self
+            .segments
+            .iter()
+            .flatten()
+            .map(|s| {
+                let base = s.buffer.device_addr();
+                let mut blocks = Vec::new();
+                let mut cur = Some(s.first);
+                while let Some(i) = cur {
+                    let b = self.b(i);
+                    let mut pending: Vec<u64> = b.fences.iter().map(|f| f.stream.get()).collect();
+                    pending.sort_unstable();
+                    pending.dedup();
+                    blocks.push(BlockSnapshot {
+                        address: base + b.offset,
+                        size: b.size,
+                        requested_size: b.requested,
+                        state: match b.state {
+                            State::Allocated => BlockState::ActiveAllocated,
+                            State::PendingFree => BlockState::ActivePendingFree,
+                            State::Free => BlockState::Inactive,
+                        },
+                        pending_uses_on: pending,
+                    });
+                    cur = b.next;
+                }
+                let sum = |f: &dyn Fn(&BlockSnapshot) -> bool| {
+                    blocks.iter().filter(|b| f(b)).map(|b| b.size).sum()
+                };
+                SegmentSnapshot {
+                    address: base,
+                    total_size: s.size,
+                    allocated_size: sum(&|b| b.state == BlockState::ActiveAllocated),
+                    active_size: sum(&|b| b.state != BlockState::Inactive),
+                    requested_size: blocks.iter().map(|b| b.requested_size).sum(),
+                    pool: s.pool,
+                    blocks,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.address);
+        out
+    }
+}

@@ -1,0 +1,219 @@
+//! Statistics with PyTorch's keys and meanings, and the snapshot of segments and blocks.
+//!
+//! | statistic | PyTorch key | counts |
+//! |---|---|---|
+//! | allocated | `allocation`, `allocated_bytes` | blocks handed to callers whose handles live |
+//! | reserved | `segment`, `reserved_bytes` | memory held from the device (segments) |
+//! | active | `active`, `active_bytes` | allocated blocks, and freed blocks that queued work still uses |
+//! | inactive split | `inactive_split`, `inactive_split_bytes` | cached free blocks inside a split segment (fragmentation: they cannot be returned to the device) |
+//! | requested | `requested_bytes` | what callers asked for, before rounding |
+//!
+//! Each is kept for `all`, `small_pool` and `large_pool` as `current`, `peak`, `allocated`
+//! (everything ever added) and `freed` (everything ever taken away), so
+//! `current == allocated - freed`. Block sizes are the rounded sizes, as PyTorch counts them.
+
+use crate::size::PoolKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One statistic: current value, peak since the last reset, and the running totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stat {
+    pub current: u64,
+    pub peak: u64,
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+impl Stat {
+    fn add(&mut self, n: u64) {
+        self.current += n;
+        self.allocated += n;
+        self.peak = self.peak.max(self.current);
+    }
+
+    fn sub(&mut self, n: u64) {
+        debug_assert!(self.current >= n, "statistic below zero");
+        self.current = self.current.saturating_sub(n);
+        self.freed += n;
+    }
+}
+
+/// A statistic for all blocks and per pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StatArray {
+    pub all: Stat,
+    pub small_pool: Stat,
+    pub large_pool: Stat,
+}
+
+impl StatArray {
+    pub(crate) fn add(&mut self, pool: PoolKind, n: u64) {
+        self.all.add(n);
+        self.pool(pool).add(n);
+    }
+
+    pub(crate) fn sub(&mut self, pool: PoolKind, n: u64) {
+        self.all.sub(n);
+        self.pool(pool).sub(n);
+    }
+
+    fn pool(&mut self, pool: PoolKind) -> &mut Stat {
+        match pool {
+            PoolKind::Small => &mut self.small_pool,
+            PoolKind::Large => &mut self.large_pool,
+        }
+    }
+
+    fn each(&mut self) -> [&mut Stat; 3] {
+        [&mut self.all, &mut self.small_pool, &mut self.large_pool]
+    }
+}
+
+/// Every statistic of one caching allocator (one device). A copy, taken under the allocator's
+/// lock, so its numbers are consistent with each other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryStats {
+    /// Allocated blocks (`allocation`).
+    pub allocation: StatArray,
+    /// Segments (`segment`).
+    pub segment: StatArray,
+    /// Active blocks (`active`).
+    pub active: StatArray,
+    /// Free blocks of split segments (`inactive_split`).
+    pub inactive_split: StatArray,
+    pub allocated_bytes: StatArray,
+    pub reserved_bytes: StatArray,
+    pub active_bytes: StatArray,
+    pub inactive_split_bytes: StatArray,
+    pub requested_bytes: StatArray,
+    /// Allocations that failed on the device, released the cache and were tried again.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed after the retry (an out-of-memory error to the caller).
+    pub num_ooms: u64,
+    /// `Device::alloc` calls made for segments.
+    pub num_device_alloc: u64,
+    /// Segments released to the device.
+    pub num_device_free: u64,
+}
+
+impl MemoryStats {
+    fn arrays(&self) -> [(&'static str, &StatArray); 9] {
+        [
+            ("allocation", &self.allocation),
+            ("segment", &self.segment),
+            ("active", &self.active),
+            ("inactive_split", &self.inactive_split),
+            ("allocated_bytes", &self.allocated_bytes),
+            ("reserved_bytes", &self.reserved_bytes),
+            ("active_bytes", &self.active_bytes),
+            ("inactive_split_bytes", &self.inactive_split_bytes),
+            ("requested_bytes", &self.requested_bytes),
+        ]
+    }
+
+    /// The statistics under PyTorch's flat keys, as `torch.cuda.memory_stats()` gives them
+    /// (`allocated_bytes.all.current`, `num_alloc_retries`, ...).
+    pub fn to_map(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for (name, a) in self.arrays() {
+            for (pool, s) in [
+                ("all", &a.all),
+                ("small_pool", &a.small_pool),
+                ("large_pool", &a.large_pool),
+            ] {
+                for (what, v) in [
+                    ("current", s.current),
+                    ("peak", s.peak),
+                    ("allocated", s.allocated),
+                    ("freed", s.freed),
+                ] {
+                    m.insert(format!("{name}.{pool}.{what}"), v);
+                }
+            }
+        }
+        m.insert("num_alloc_retries".into(), self.num_alloc_retries);
+        m.insert("num_ooms".into(), self.num_ooms);
+        m.insert("num_device_alloc".into(), self.num_device_alloc);
+        m.insert("num_device_free".into(), self.num_device_free);
+        m
+    }
+
+    /// Sets every peak to its current value (`torch.cuda.reset_peak_memory_stats`).
+    pub(crate) fn reset_peaks(&mut self) {
+        for a in self.arrays_mut() {
+            for s in a.each() {
+                s.peak = s.current;
+            }
+        }
+    }
+
+    /// Zeroes the running totals and the retry and out-of-memory counts
+    /// (`torch.cuda.reset_accumulated_memory_stats`).
+    pub(crate) fn reset_accumulated(&mut self) {
+        for a in self.arrays_mut() {
+            for s in a.each() {
+                s.allocated = s.current;
+                s.freed = 0;
+            }
+        }
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+
+    fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
+}
+
+/// The state of a block in a [`SegmentSnapshot`] (PyTorch's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Handed to a caller whose handles live.
+    ActiveAllocated,
+    /// Freed by the caller while queued work on several streams still uses it.
+    ActivePendingFree,
+    /// Cached and free.
+    Inactive,
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BlockSnapshot {
+    /// Device address of the first byte.
+    pub address: u64,
+    pub size: u64,
+    /// What the caller asked for (0 for a free block).
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// Streams whose queued work still uses memory of this block although its caller dropped
+    /// it ([`unihal_hal::StreamId::get`]). A free block with one such stream serves only that
+    /// stream until the work completes; with several, none.
+    pub pending_uses_on: Vec<u64>,
+}
+
+/// One segment (one `Device::alloc`) and its blocks in address order
+/// (`torch.cuda.memory_snapshot()`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SegmentSnapshot {
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: u64,
+    pub pool: PoolKind,
+    pub blocks: Vec<BlockSnapshot>,
+}
