@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::event::{Event, EventFlags};
 use crate::host::HostBuffer;
 use crate::module::{Module, ModuleSource};
-use crate::stream::Stream;
+use crate::stream::{Keep, Stream};
 use serde::Serialize;
 use std::any::Any;
 use std::fmt;
@@ -101,6 +101,27 @@ pub trait Device: Send + Sync {
     /// # Errors
     /// [`crate::HalError::OutOfMemory`].
     fn alloc_host(&self, len: usize) -> Result<HostBuffer>;
+
+    /// Wraps `len` bytes at device address `addr` that another library owns (a DLPack
+    /// producer's tensor) into a [`Buffer`] this device's streams accept. unihal never frees
+    /// the memory: `owner` is dropped once the last handle and the last queued use of the buffer
+    /// are gone (a DLPack deleter runs then). The address needs no particular alignment.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be memory this device's streams can use as device memory (host
+    /// memory on the CPU backend), valid until `owner` is dropped, and not written by anyone
+    /// else while queued work uses it.
+    ///
+    /// # Errors
+    /// [`crate::HalError::Unsupported`] on a backend that cannot wrap foreign memory;
+    /// [`crate::HalError::InvalidArgument`] for a null address with a non-zero length.
+    unsafe fn import_memory(&self, addr: u64, len: u64, owner: Keep) -> Result<Buffer> {
+        let _ = (addr, len, owner);
+        Err(crate::HalError::unsupported(format!(
+            "wrapping foreign memory on {}",
+            self.id()
+        )))
+    }
 
     /// Creates an in-order stream on this device.
     ///

@@ -135,6 +135,18 @@ pub enum Invalid {
 }
 
 impl HalError {
+    /// The [`HalError::InvalidArgument`] of a null address with a non-zero length, for
+    /// `Device::import_memory` implementations.
+    pub fn null_import(len: u64) -> Self {
+        Self::invalid(
+            "addr",
+            Invalid::Value {
+                value: format!("a null address for {len} bytes"),
+                accepted: "a non-null address, or a length of 0".into(),
+            },
+        )
+    }
+
     /// Shorthand for an [`HalError::InvalidArgument`].
     pub fn invalid(arg: &'static str, reason: Invalid) -> Self {
         HalError::InvalidArgument { arg, reason }

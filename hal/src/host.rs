@@ -173,6 +173,24 @@ impl HostBuffer {
     /// [`Invalid::Busy`] when queued work still uses the buffer (wait for it first) or when it is
     /// already mapped.
     pub fn map(&self) -> Result<HostMap<'_>> {
+        self.set_mapped()?;
+        Ok(HostMap { buf: self })
+    }
+
+    /// Lends the bytes to a foreign consumer (a DLPack export) for as long as the returned loan
+    /// lives: the buffer counts as mapped, so queued work refuses it and the host cannot map it,
+    /// and the loan keeps the memory alive. The consumer reaches the bytes through
+    /// [`HostLoan::addr`] only.
+    ///
+    /// # Errors
+    /// As [`HostBuffer::map`].
+    pub fn lend(&self) -> Result<HostLoan> {
+        self.set_mapped()?;
+        Ok(HostLoan { buf: self.clone() })
+    }
+
+    /// Sets the mapped bit once no queued work uses the buffer.
+    fn set_mapped(&self) -> Result<()> {
         let state = &self.shared.state;
         let mut first = state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire);
         if matches!(first, Err(s) if s & MAPPED == 0) {
@@ -180,7 +198,7 @@ impl HostBuffer {
             first = state.compare_exchange(0, MAPPED, Ordering::AcqRel, Ordering::Acquire);
         }
         match first {
-            Ok(_) => Ok(HostMap { buf: self }),
+            Ok(_) => Ok(()),
             Err(s) if s & MAPPED != 0 => Err(HalError::invalid(
                 "host buffer",
                 Invalid::Busy("already mapped by the host".into()),
@@ -283,6 +301,31 @@ impl DerefMut for HostMap<'_> {
 }
 
 impl Drop for HostMap<'_> {
+    fn drop(&mut self) {
+        self.buf.shared.state.fetch_and(!MAPPED, Ordering::AcqRel);
+    }
+}
+
+/// A [`HostBuffer`] lent to a foreign consumer (see [`HostBuffer::lend`]); dropping it ends the
+/// loan.
+pub struct HostLoan {
+    buf: HostBuffer,
+}
+
+impl HostLoan {
+    /// Host address of the first byte; the consumer may read and write `len()` bytes from it
+    /// while the loan lives.
+    pub fn addr(&self) -> usize {
+        self.buf.host_addr()
+    }
+
+    /// The buffer lent.
+    pub fn buffer(&self) -> &HostBuffer {
+        &self.buf
+    }
+}
+
+impl Drop for HostLoan {
     fn drop(&mut self) {
         self.buf.shared.state.fetch_and(!MAPPED, Ordering::AcqRel);
     }

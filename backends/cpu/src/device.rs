@@ -172,6 +172,15 @@ impl Device for CpuDevice {
         Ok(Buffer::from_allocation(a))
     }
 
+    unsafe fn import_memory(&self, addr: u64, len: u64, owner: unihal_hal::Keep) -> Result<Buffer> {
+        if addr == 0 && len > 0 {
+            return Err(HalError::null_import(len));
+        }
+        let len = usize::try_from(len).map_err(|_| HalError::null_import(len))?;
+        let a = CpuAllocation::foreign(addr as *mut u8, len, self.id(), owner);
+        Ok(Buffer::from_allocation(a))
+    }
+
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
         let a = CpuHostAllocation::new(len, self.id(), self.host_account.clone())?;
         Ok(HostBuffer::from_allocation(Box::new(a)))

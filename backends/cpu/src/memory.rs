@@ -6,7 +6,7 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use unihal_hal::{DeviceAllocation, DeviceId, HalError, HostAllocation, Result};
+use unihal_hal::{DeviceAllocation, DeviceId, HalError, HostAllocation, Keep, Result};
 
 /// Alignment of every allocation, as `cudaMalloc` guarantees.
 pub const ALLOC_ALIGN: usize = 256;
@@ -140,14 +140,28 @@ impl Drop for RawBlock {
     }
 }
 
+/// Where a CPU allocation's bytes come from.
+enum Memory {
+    /// Allocated and freed by this backend.
+    Owned(RawBlock),
+    /// Another library's (`Device::import_memory`): never freed here; the owner is dropped
+    /// with the allocation.
+    Foreign {
+        ptr: *mut u8,
+        len: usize,
+        _owner: Keep,
+    },
+}
+
 /// A CPU "device" allocation.
 pub struct CpuAllocation {
-    block: RawBlock,
+    memory: Memory,
     device: DeviceId,
 }
 
-// SAFETY: the block is plain bytes owned by this allocation; the HAL never hands out references to
-// it, and all accesses go through raw pointers in stream workers and kernels.
+// SAFETY: the block is plain bytes owned by (or, when foreign, lent to) this allocation; the HAL
+// never hands out references to it, and all accesses go through raw pointers in stream workers
+// and kernels. A foreign owner is `Send + Sync` (a `Keep`).
 unsafe impl Send for CpuAllocation {}
 // SAFETY: as above.
 unsafe impl Sync for CpuAllocation {}
@@ -157,25 +171,47 @@ impl CpuAllocation {
     pub(crate) fn new(len: usize, device: DeviceId, account: Arc<MemAccount>) -> Result<Self> {
         let block = RawBlock::new(len, ALLOC_ALIGN, account)?;
         tracing::trace!(%device, len, "cpu alloc");
-        Ok(CpuAllocation { block, device })
+        Ok(CpuAllocation {
+            memory: Memory::Owned(block),
+            device,
+        })
+    }
+
+    /// Wraps `len` bytes at `ptr` that `owner` keeps valid (see `Device::import_memory`).
+    pub(crate) fn foreign(ptr: *mut u8, len: usize, device: DeviceId, owner: Keep) -> Self {
+        CpuAllocation {
+            memory: Memory::Foreign {
+                ptr,
+                len,
+                _owner: owner,
+            },
+            device,
+        }
     }
 
     /// First byte.
     pub fn ptr(&self) -> *mut u8 {
-        self.block.ptr.as_ptr()
+        match &self.memory {
+            Memory::Owned(b) => b.ptr.as_ptr(),
+            Memory::Foreign { ptr, .. } => *ptr,
+        }
     }
 }
 
-// SAFETY: the block is owned by the allocation, and its address and length are fixed at creation.
+// SAFETY: the bytes are owned by the allocation (or kept valid by its foreign owner until the
+// allocation drops), and their address and length are fixed at creation.
 unsafe impl DeviceAllocation for CpuAllocation {
     fn device(&self) -> DeviceId {
         self.device
     }
     fn addr(&self) -> u64 {
-        self.block.ptr.as_ptr() as u64
+        self.ptr() as u64
     }
     fn len(&self) -> u64 {
-        self.block.len as u64
+        match &self.memory {
+            Memory::Owned(b) => b.len as u64,
+            Memory::Foreign { len, .. } => *len as u64,
+        }
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -130,6 +130,7 @@ impl<R: Runtime> GpuDevice<R> {
             ptr,
             len: len as u64,
             pooled,
+            foreign: None,
         }))
     }
 
@@ -171,6 +172,19 @@ impl<R: Runtime> Device for GpuDevice<R> {
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
         self.alloc_with("alloc", len, false, || self.core.rt.malloc(len))
+    }
+
+    unsafe fn import_memory(&self, addr: u64, len: u64, owner: unihal_hal::Keep) -> Result<Buffer> {
+        if addr == 0 && len > 0 {
+            return Err(HalError::null_import(len));
+        }
+        Ok(Buffer::from_allocation(GpuAllocation {
+            core: self.core.clone(),
+            ptr: addr,
+            len,
+            pooled: false,
+            foreign: Some(owner),
+        }))
     }
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {

@@ -16,6 +16,9 @@ pub struct GpuAllocation<R: Runtime> {
     pub(crate) len: u64,
     /// From a stream-ordered pool ([`Runtime::malloc_async`]).
     pub(crate) pooled: bool,
+    /// Another library's memory (`Device::import_memory`): never freed here; its owner is
+    /// dropped with the allocation.
+    pub(crate) foreign: Option<unihal_hal::Keep>,
 }
 
 // SAFETY: `ptr..ptr+len` is device memory this object owns until drop; fields never change.
@@ -36,7 +39,7 @@ unsafe impl<R: Runtime> DeviceAllocation for GpuAllocation<R> {
 
 impl<R: Runtime> Drop for GpuAllocation<R> {
     fn drop(&mut self) {
-        if self.ptr == 0 {
+        if self.ptr == 0 || self.foreign.is_some() {
             return;
         }
         let (core, ptr, pooled) = (self.core.clone(), self.ptr, self.pooled);

@@ -447,21 +447,27 @@ pub struct TensorView {
     pub strides: Vec<i64>,
 }
 
+/// Row-major strides (in elements) of a contiguous tensor of `shape`, saturating for shapes too
+/// large to address (such a view never passes validation).
+pub fn contiguous_strides(shape: &[u64]) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut s = 1i64;
+    for (i, &d) in shape.iter().enumerate().rev() {
+        strides[i] = s;
+        s = s.saturating_mul(i64::try_from(d.max(1)).unwrap_or(i64::MAX));
+    }
+    strides
+}
+
 impl TensorView {
     /// A row-major contiguous view of the start of `buffer`.
     pub fn contiguous(buffer: &Buffer, dtype: DType, shape: &[u64]) -> TensorView {
-        let mut strides = vec![0i64; shape.len()];
-        let mut s = 1i64;
-        for (i, &d) in shape.iter().enumerate().rev() {
-            strides[i] = s;
-            s = s.saturating_mul(d.max(1) as i64);
-        }
         TensorView {
             buffer: buffer.clone(),
             offset: 0,
             dtype,
             shape: shape.to_vec(),
-            strides,
+            strides: contiguous_strides(shape),
         }
     }
 
