@@ -37,9 +37,9 @@ impl Imported {
         &self.view.buffer
     }
 
-    /// False when the producer's data (`data + byte_offset`) is not 256-byte aligned. Such
-    /// memory is accepted; vendor libraries that assume the alignment DLPack recommends may run
-    /// slower paths on it.
+    /// False when the producer's data pointer is not 256-byte aligned, as DLPack asks (the
+    /// offset of the first element is `byte_offset`'s business). Such memory is accepted;
+    /// vendor libraries that assume the alignment may run slower paths on it.
     pub fn is_aligned(&self) -> bool {
         self.aligned
     }
@@ -233,11 +233,11 @@ unsafe fn import_tensor(
     let d = unsafe { describe(t) }?;
     let start = (d.origin as i128 + d.lo) as u64;
     let len = (d.hi - d.lo) as u64;
-    let aligned = d.origin % DLPACK_ALIGN == 0;
+    let aligned = (t.data as u64) % DLPACK_ALIGN == 0;
     if !aligned {
         tracing::info!(
             target: "unihal::dlpack",
-            addr = d.origin,
+            addr = t.data as u64,
             "imported DLPack data is not {DLPACK_ALIGN}-byte aligned; accepted"
         );
     }

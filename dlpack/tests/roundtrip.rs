@@ -147,8 +147,13 @@ fn foreign(
         strides: strides.map(<[i64]>::to_vec).unwrap_or_default(),
         deleted: deleted.clone(),
     });
+    // A data pointer one byte into the heap block: never 256-byte aligned.
+    let (data, byte_offset) = match offset {
+        0 => (f.data.as_mut_ptr(), 0),
+        o => (f.data.as_mut_ptr().wrapping_add(1), o - 1),
+    };
     let t = DLTensor {
-        data: f.data.as_mut_ptr().cast(),
+        data: data.cast(),
         device: ffi::DLDevice {
             device_type: ffi::device_type::CPU,
             device_id: 0,
@@ -161,7 +166,7 @@ fn foreign(
         } else {
             std::ptr::null_mut()
         },
-        byte_offset: offset,
+        byte_offset,
     };
     Box::into_raw(Box::new(DLManagedTensorVersioned {
         version: ffi::DLPackVersion { major, minor: 0 },

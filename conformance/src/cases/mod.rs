@@ -2,6 +2,7 @@
 
 use crate::case::Case;
 
+pub mod alloc;
 pub mod ccl;
 pub mod events;
 pub mod kernels;
@@ -13,6 +14,7 @@ pub mod streams;
 /// Every case of the suite, in id order.
 pub fn all() -> Vec<Case> {
     let mut v: Vec<Case> = [
+        alloc::cases(),
         ccl::cases(),
         memory::cases(),
         streams::cases(),
