@@ -24,6 +24,8 @@
 pub mod bench;
 pub mod bootstrap;
 
+pub use unihal_alloc as alloc;
+pub use unihal_dlpack as dlpack;
 pub use unihal_hal as hal;
 pub use unihal_hal::*;
 

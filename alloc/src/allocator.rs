@@ -2,12 +2,12 @@
 
 use crate::pool::Pools;
 use crate::size::{self, PoolKind};
-use crate::stats::{MemoryStats, SegmentSnapshot};
+use crate::stats::{MemoryStats, SegmentSnapshot, TraceEvent};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use unihal_hal::{
     BlockOwner, Buffer, Device, DeviceId, HalError, Invalid, OomReport, PendingUses, Reclaim,
-    Result, Stream,
+    Result, Segment, Stream,
 };
 
 /// Settings of a [`CachingAllocator`] (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys that apply).
@@ -93,7 +93,9 @@ impl BlockOwner for Shared {
 
 /// A caching allocator for one device, in the manner of PyTorch's: requests are rounded to size
 /// classes and served from cached segments (a small pool of 2 MiB segments for requests up to
-/// 1 MiB, a large pool above), best fit, splitting blocks and coalescing freed neighbours.
+/// 1 MiB, a large pool above), best fit, splitting blocks and coalescing freed neighbours; unlike
+/// PyTorch, a cached block more than twice a request's size (and above a large segment) serves
+/// it only when the device is out of memory ([`crate::size::thrifty`]).
 ///
 /// Blocks are ordinary [`Buffer`]s that every backend accepts. Reuse follows the HAL's own
 /// tracking of queued uses, so there is no `record_stream` to forget: when a block's last handle
@@ -102,8 +104,9 @@ impl BlockOwner for Shared {
 /// that work has completed (when the stream releases what it kept for it: after a
 /// synchronisation, a query or an event that shows it done). A request that the cache cannot
 /// serve allocates a segment; when the device is out of memory (or the memory fraction is
-/// reached), the allocator releases every cached segment and tries once more before failing with
-/// [`HalError::AllocatorOutOfMemory`].
+/// reached), the allocator first lets any cached block that fits serve it, then releases every
+/// cached segment and tries the device once more (`num_alloc_retries`) before failing with
+/// [`HalError::AllocatorOutOfMemory`] (`num_ooms`).
 ///
 /// Ownership: blocks keep the allocator's pools and their segment alive; dropping the allocator
 /// releases the cached segments as their blocks go. Thread safety: `Send + Sync`; one lock per
@@ -164,23 +167,8 @@ impl CachingAllocator {
     /// [`HalError::AllocatorOutOfMemory`] when neither the cache nor the device (after the cache
     /// is released) can serve the request; other device errors as they come.
     pub fn alloc(&self, stream: &Arc<dyn Stream>, len: usize) -> Result<Buffer> {
-        if stream.device_id() != self.id {
-            return Err(HalError::invalid(
-                "stream",
-                Invalid::WrongDevice {
-                    expected: self.id,
-                    found: stream.device_id(),
-                },
-            ));
-        }
         if !std::ptr::addr_eq(Arc::as_ptr(stream.device()), Arc::as_ptr(&self.device)) {
-            return Err(HalError::invalid(
-                "stream",
-                Invalid::Other(format!(
-                    "the stream belongs to another opened instance of {}",
-                    self.id
-                )),
-            ));
+            return Err(self.foreign_stream(stream));
         }
         if len == 0 {
             return self.device.alloc(0);
@@ -208,14 +196,14 @@ impl CachingAllocator {
         };
         let pool = PoolKind::of(size);
         let sid = stream.stream_id();
-        let owner: Arc<dyn BlockOwner> = self.shared.clone();
         let mut retried = false;
+        // While the device has memory, cached blocks much larger than the request are left for
+        // requests of their size (`size::thrifty`); once it has not, any block that fits.
+        let mut thrifty = true;
         loop {
             let mut p = self.shared.pools.lock();
-            if let Some(i) = p.find(pool, size, sid) {
-                let t = p.take(i, size, requested);
-                drop(p);
-                return Buffer::sub_allocate(&t.segment, t.offset, requested, owner, t.token);
+            if let Some(i) = p.find(pool, size, sid, thrifty) {
+                return p.take(i, size, requested, sid);
             }
             let within_limit = self
                 .limit
@@ -231,13 +219,16 @@ impl CachingAllocator {
                 })
             };
             match got {
-                Ok(segment) => {
+                Ok(whole) => {
+                    let owner: Arc<dyn BlockOwner> = self.shared.clone();
+                    let segment = Segment::new(&whole, owner)?;
                     let mut p = self.shared.pools.lock();
                     p.add_segment(segment, pool);
                     // The new segment's block is the best fit unless another thread freed a
                     // better one meanwhile; either way `find` now succeeds.
                     continue;
                 }
+                Err(e) if e.is_out_of_memory() && thrifty => thrifty = false,
                 Err(e) if e.is_out_of_memory() && !retried => {
                     retried = true;
                     let released = {
@@ -256,6 +247,27 @@ impl CachingAllocator {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The error for a stream of another device (or of another opened instance of it).
+    fn foreign_stream(&self, stream: &Arc<dyn Stream>) -> HalError {
+        let found = stream.device_id();
+        if found != self.id {
+            return HalError::invalid(
+                "stream",
+                Invalid::WrongDevice {
+                    expected: self.id,
+                    found,
+                },
+            );
+        }
+        HalError::invalid(
+            "stream",
+            Invalid::Other(format!(
+                "the stream belongs to another opened instance of {}",
+                self.id
+            )),
+        )
     }
 
     /// Returns every cached segment that holds no block in use to the device
@@ -297,9 +309,42 @@ impl CachingAllocator {
         self.shared.pools.lock().stats.reset_accumulated();
     }
 
+    /// Starts (`true`) or stops recording the allocation history: every hand-out and every
+    /// free, in order (PyTorch's `_record_memory_history`, without stack traces). Stopping
+    /// discards what was not taken.
+    pub fn record_history(&self, on: bool) {
+        let mut p = self.shared.pools.lock();
+        match (on, p.history.is_some()) {
+            (true, false) => p.history = Some(Vec::new()),
+            (false, _) => p.history = None,
+            _ => {}
+        }
+    }
+
+    /// The history recorded since the last call (empty when not recording).
+    pub fn take_history(&self) -> Vec<TraceEvent> {
+        self.shared
+            .pools
+            .lock()
+            .history
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// The segments and their blocks, in address order.
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
         self.shared.pools.lock().snapshot()
+    }
+}
+
+impl Drop for CachingAllocator {
+    /// Releases the cached segments. Segments hold their owner (the pools) for their blocks'
+    /// callbacks, so the pools would otherwise keep themselves alive; blocks still out keep
+    /// their segment until they go, and their callbacks then find nothing to do.
+    fn drop(&mut self) {
+        let segments = self.shared.pools.lock().clear();
+        drop(segments);
     }
 }
 

@@ -8,10 +8,11 @@
 //! fence is closed. A block handed out from fenced memory keeps the fences (its new owner's work
 //! on another stream must not be the one to make it reusable elsewhere).
 
+use crate::bins::SizeBins;
 use crate::size::{self, PoolKind};
-use crate::stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot};
-use std::collections::{BTreeSet, HashMap};
-use unihal_hal::{Buffer, PendingUses, Reclaim, StreamId};
+use crate::stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot, TraceEvent};
+use std::collections::HashMap;
+use unihal_hal::{Buffer, PendingUses, Reclaim, Result, Segment, StreamId};
 
 /// Index of a block or segment slot.
 pub(crate) type Idx = u32;
@@ -33,6 +34,8 @@ struct Fence {
 #[derive(Debug)]
 struct Block {
     seg: Idx,
+    /// The segment's pool (kept here: looked up on every state change).
+    pool: PoolKind,
     offset: u64,
     size: u64,
     requested: u64,
@@ -48,33 +51,34 @@ struct Slot {
     block: Option<Block>,
 }
 
-struct Segment {
-    buffer: Buffer,
+struct SegmentSlot {
+    segment: Segment,
     size: u64,
     pool: PoolKind,
     first: Idx,
 }
 
-#[derive(Default)]
 struct FreeLists {
     /// Free blocks without fences, by size (then slot, for a stable order).
-    clean: BTreeSet<(u64, Idx)>,
+    clean: SizeBins<Idx>,
     /// Free blocks with fences (few: memory whose work is still queued).
     fenced: Vec<Idx>,
 }
 
-/// What [`Pools::take`] hands out.
-pub(crate) struct Taken {
-    pub segment: Buffer,
-    pub offset: u64,
-    pub token: u64,
+impl FreeLists {
+    fn new() -> FreeLists {
+        FreeLists {
+            clean: SizeBins::new(),
+            fenced: Vec::new(),
+        }
+    }
 }
 
 /// Segments, blocks and statistics of one device.
 pub(crate) struct Pools {
     slots: Vec<Slot>,
     free_slots: Vec<Idx>,
-    segments: Vec<Option<Segment>>,
+    segments: Vec<Option<SegmentSlot>>,
     free_segments: Vec<Idx>,
     small: FreeLists,
     large: FreeLists,
@@ -82,6 +86,8 @@ pub(crate) struct Pools {
     fences: HashMap<u64, Idx>,
     pub stats: MemoryStats,
     pub max_split: u64,
+    /// The allocation history, while recorded.
+    pub history: Option<Vec<TraceEvent>>,
 }
 
 fn token(idx: Idx, gen: u32) -> u64 {
@@ -95,11 +101,12 @@ impl Pools {
             free_slots: Vec::new(),
             segments: Vec::new(),
             free_segments: Vec::new(),
-            small: FreeLists::default(),
-            large: FreeLists::default(),
+            small: FreeLists::new(),
+            large: FreeLists::new(),
             fences: HashMap::new(),
             stats: MemoryStats::default(),
             max_split,
+            history: None,
         }
     }
 
@@ -111,12 +118,12 @@ impl Pools {
         self.slots[i as usize].block.as_mut().expect("live block")
     }
 
-    fn seg(&self, i: Idx) -> &Segment {
+    fn seg(&self, i: Idx) -> &SegmentSlot {
         self.segments[i as usize].as_ref().expect("live segment")
     }
 
     fn pool_of(&self, i: Idx) -> PoolKind {
-        self.seg(self.b(i).seg).pool
+        self.b(i).pool
     }
 
     fn lists(&mut self, pool: PoolKind) -> &mut FreeLists {
@@ -176,7 +183,7 @@ impl Pools {
         if fenced {
             l.fenced.push(i);
         } else {
-            l.clean.insert((size, i));
+            l.clean.insert(size, i);
         }
         if split {
             self.stats.inactive_split.add(pool, 1);
@@ -199,7 +206,7 @@ impl Pools {
         if fenced {
             l.fenced.retain(|&j| j != i);
         } else {
-            l.clean.remove(&(size, i));
+            l.clean.remove(size, i);
         }
         if split {
             self.stats.inactive_split.sub(pool, 1);
@@ -253,9 +260,9 @@ impl Pools {
         self.delete_slot(n);
     }
 
-    /// Adds a segment of `size` bytes (one free block) from a fresh device allocation.
-    pub fn add_segment(&mut self, buffer: Buffer, pool: PoolKind) {
-        let size = buffer.len();
+    /// Adds a segment (one free block) of a fresh device allocation.
+    pub fn add_segment(&mut self, segment: Segment, pool: PoolKind) {
+        let size = segment.len();
         let seg = match self.free_segments.pop() {
             Some(s) => s,
             None => {
@@ -265,6 +272,7 @@ impl Pools {
         };
         let first = self.new_slot(Block {
             seg,
+            pool,
             offset: 0,
             size,
             requested: 0,
@@ -273,8 +281,8 @@ impl Pools {
             next: None,
             fences: Vec::new(),
         });
-        self.segments[seg as usize] = Some(Segment {
-            buffer,
+        self.segments[seg as usize] = Some(SegmentSlot {
+            segment,
             size,
             pool,
             first,
@@ -287,24 +295,22 @@ impl Pools {
 
     /// The best-fitting free block of `pool` for `size` bytes of new work on `stream`: the
     /// smallest clean block that fits, or a smaller fenced block whose fences all name `stream`.
-    pub fn find(&self, pool: PoolKind, size: u64, stream: StreamId) -> Option<Idx> {
+    /// `thrifty`: only blocks [`size::thrifty`] allows (the rule while the device has memory).
+    pub fn find(&self, pool: PoolKind, size: u64, stream: StreamId, thrifty: bool) -> Option<Idx> {
+        let fits = |bsize: u64| {
+            size::fits(bsize, size, self.max_split) && (!thrifty || size::thrifty(bsize, size))
+        };
         let l = match pool {
             PoolKind::Small => &self.small,
             PoolKind::Large => &self.large,
         };
-        let clean = l
-            .clean
-            .range((size, 0)..)
-            .next()
-            .filter(|&&(bsize, _)| size::fits(bsize, size, self.max_split))
-            .map(|&(bsize, i)| (bsize, i));
+        let clean = l.clean.best_fit(size).filter(|&(bsize, _)| fits(bsize));
         let fenced = l
             .fenced
             .iter()
             .map(|&i| (self.b(i).size, i))
             .filter(|&(bsize, i)| {
-                size::fits(bsize, size, self.max_split)
-                    && self.b(i).fences.iter().all(|f| f.stream == stream)
+                fits(bsize) && self.b(i).fences.iter().all(|f| f.stream == stream)
             })
             .min();
         match (clean, fenced) {
@@ -313,17 +319,22 @@ impl Pools {
         }
     }
 
-    /// Hands out `size` bytes of free block `i` for a request of `requested` bytes, splitting
-    /// off the rest when the size classes say so.
-    pub fn take(&mut self, i: Idx, size: u64, requested: u64) -> Taken {
+    /// Hands out `size` bytes of free block `i` for a request of `requested` bytes on `stream`,
+    /// splitting off the rest when the size classes say so.
+    ///
+    /// # Errors
+    /// Those of `Segment::block` (none for a block inside its segment).
+    pub fn take(&mut self, i: Idx, size: u64, requested: u64, stream: StreamId) -> Result<Buffer> {
         self.remove_free(i);
         let (block_size, offset, seg, next, fences) = {
             let b = self.b(i);
             (b.size, b.offset, b.seg, b.next, b.fences.clone())
         };
         if size::should_split(block_size, size, self.max_split) {
+            let pool = self.b(i).pool;
             let rest = self.new_slot(Block {
                 seg,
+                pool,
                 offset: offset + size,
                 size: block_size - size,
                 requested: 0,
@@ -356,11 +367,14 @@ impl Pools {
         st.active.add(pool, 1);
         st.active_bytes.add(pool, size);
         st.requested_bytes.add(pool, requested);
-        Taken {
-            segment: self.seg(seg).buffer.clone(),
-            offset,
-            token,
+        if let Some(h) = &mut self.history {
+            h.push(TraceEvent::Alloc {
+                id: token,
+                size: requested,
+                stream: stream.get(),
+            });
         }
+        self.seg(seg).segment.block(offset, requested, token)
     }
 
     fn deactivate(&mut self, i: Idx) {
@@ -385,6 +399,9 @@ impl Pools {
         st.allocation.sub(pool, 1);
         st.allocated_bytes.sub(pool, size);
         st.requested_bytes.sub(pool, requested);
+        if let Some(h) = &mut self.history {
+            h.push(TraceEvent::Free { id: token });
+        }
         match pending {
             PendingUses::None => {
                 self.deactivate(i);
@@ -452,8 +469,8 @@ impl Pools {
     }
 
     /// Removes every segment that is one clean free block, for the device to take back; the
-    /// caller drops the buffers after releasing its lock.
-    pub fn release_cached(&mut self) -> Vec<Buffer> {
+    /// caller drops them after releasing its lock.
+    pub fn release_cached(&mut self) -> Vec<Segment> {
         let mut out = Vec::new();
         for seg in 0..self.segments.len() as Idx {
             let Some(s) = &self.segments[seg as usize] else {
@@ -471,8 +488,26 @@ impl Pools {
             self.stats.segment.sub(s.pool, 1);
             self.stats.reserved_bytes.sub(s.pool, s.size);
             self.stats.num_device_free += 1;
-            out.push(s.buffer);
+            out.push(s.segment);
         }
+        out
+    }
+
+    /// Forgets every block and hands every segment back, for the allocator's drop (callbacks of
+    /// blocks still out find nothing afterwards).
+    pub fn clear(&mut self) -> Vec<Segment> {
+        let out = self
+            .segments
+            .drain(..)
+            .flatten()
+            .map(|s| s.segment)
+            .collect();
+        for s in &mut self.slots {
+            s.block = None;
+        }
+        self.small = FreeLists::new();
+        self.large = FreeLists::new();
+        self.fences.clear();
         out
     }
 
@@ -482,8 +517,7 @@ impl Pools {
             .iter()
             .flat_map(|l| {
                 l.clean
-                    .last()
-                    .map(|x| x.0)
+                    .largest()
                     .into_iter()
                     .chain(l.fenced.iter().map(|&i| self.b(i).size))
             })
@@ -498,7 +532,7 @@ impl Pools {
             .iter()
             .flatten()
             .map(|s| {
-                let base = s.buffer.device_addr();
+                let base = s.segment.device_addr();
                 let mut blocks = Vec::new();
                 let mut cur = Some(s.first);
                 while let Some(i) = cur {

@@ -93,6 +93,18 @@ pub fn fits(block: u64, size: u64, max_split: u64) -> bool {
     }
 }
 
+/// True when serving a request of `size` bytes from a free block of `block` bytes wastes little
+/// enough to do while the device has memory: the block is at most twice the request, or no
+/// larger than a large segment. PyTorch lets any request split any cached block (unless
+/// `max_split_size_mb` is set), so a small tensor can carve up the segment a large one will ask
+/// for again, and the large one gets a new segment: on the MLP training trace scaled to 1 GiB
+/// that wastes 16% of the reserved memory (0.838 allocated/reserved) where this rule wastes 2%
+/// (0.982; `cargo bench --bench alloc`). Under memory pressure the rule is dropped before the
+/// cache is released (see `CachingAllocator::alloc`).
+pub fn thrifty(block: u64, size: u64) -> bool {
+    block <= size.saturating_mul(2).max(LARGE_SEGMENT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +132,8 @@ mod tests {
         assert!(!fits(20 << 20, 2 << 20, 16 << 20));
         assert!(fits(40 << 20, 32 << 20, 16 << 20));
         assert!(!fits(60 << 20, 32 << 20, 16 << 20));
+        assert!(thrifty(20 << 20, 512));
+        assert!(thrifty(24 << 20, 12 << 20));
+        assert!(!thrifty(192 << 20, 12 << 20));
     }
 }

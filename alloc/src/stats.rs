@@ -217,3 +217,14 @@ pub struct SegmentSnapshot {
     pub pool: PoolKind,
     pub blocks: Vec<BlockSnapshot>,
 }
+
+/// One entry of the allocation history (see `CachingAllocator::record_history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// A block of `size` requested bytes handed out for work on `stream`; `id` names it until
+    /// its free.
+    Alloc { id: u64, size: u64, stream: u64 },
+    /// The caller's last handle of block `id` was dropped.
+    Free { id: u64 },
+}

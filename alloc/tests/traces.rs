@@ -231,6 +231,24 @@ fn out_of_memory_releases_the_cache_retries_then_reports() {
 }
 
 #[test]
+fn a_much_larger_cached_block_is_split_only_when_the_device_is_full() {
+    let (a, s) = setup("60M");
+    drop(a.alloc(&s, 40 * MIB as usize).unwrap()); // 40 MiB cached
+                                                   // 12 MiB: the 40 MiB block is left for requests of its size; a 12 MiB segment is made.
+    let x = a.alloc(&s, 12 * MIB as usize).unwrap();
+    let st = a.stats();
+    assert_eq!(st.reserved_bytes.all.current, 52 * MIB);
+    assert_eq!(st.num_device_alloc, 2);
+    // Another 12 MiB does not fit the device (8 MiB free): the cached 40 MiB block serves it,
+    // split, without releasing the cache.
+    let y = a.alloc(&s, 12 * MIB as usize).unwrap();
+    let st = a.stats();
+    assert_eq!((st.num_device_alloc, st.num_alloc_retries), (2, 0));
+    assert_eq!(st.inactive_split_bytes.all.current, 28 * MIB);
+    drop((x, y));
+}
+
+#[test]
 fn the_memory_fraction_limits_what_is_reserved() {
     let (a, s) = setup("64M");
     a.set_memory_fraction(0.5).unwrap();
@@ -341,4 +359,23 @@ fn threads_allocating_and_freeing_leave_nothing_allocated() {
     a.empty_cache();
     assert_eq!(a.stats().reserved_bytes.all.current, 0);
     assert_eq!(a.stats().inactive_split.all.current, 0);
+}
+
+#[test]
+fn dropping_the_allocator_returns_its_segments_once_their_blocks_go() {
+    let (a, s) = setup("64M");
+    let dev = a.device().clone();
+    let x = a.alloc(&s, 4 * MIB as usize).unwrap();
+    drop(a.alloc(&s, 12 * MIB as usize).unwrap());
+    drop(a);
+    let m = dev.memory_info().unwrap();
+    assert_eq!(
+        m.total - m.free,
+        20 * MIB,
+        "the cached 12 MiB went; x's segment stays"
+    );
+    s.write(&x, 0, &[1u8; 64]).unwrap();
+    drop(x);
+    let m = dev.memory_info().unwrap();
+    assert_eq!(m.free, m.total, "x's segment went with x");
 }

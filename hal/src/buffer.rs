@@ -8,7 +8,7 @@
 //! unusable.
 //!
 //! Sub-allocators (the caching allocator) carve blocks out of a backend allocation with
-//! [`Buffer::sub_allocate`]: a block is a `Buffer` every backend accepts, with handles of its own.
+//! [`Segment::block`]: a block is a `Buffer` every backend accepts, with handles of its own.
 //! Queued work holds a block through [`Buffer::use_on`], which records the stream, so the block's
 //! [`BlockOwner`] learns when the last handle is gone while only one stream's queued work still
 //! uses it: the range may then serve new work on that stream at once, and other streams once the
@@ -71,7 +71,7 @@ pub enum Reclaim {
 
 /// The owner of sub-allocated buffers (a caching allocator): told when a block's last handle
 /// is gone and when its last queued use is, so that it can reuse the range. See
-/// [`Buffer::sub_allocate`].
+/// [`Segment::block`].
 ///
 /// Thread safety: called from any thread (a host thread dropping a handle, a stream worker or a
 /// stream's release of completed work); never with a HAL lock held, so an owner may take its own
@@ -90,12 +90,15 @@ pub trait BlockOwner: Send + Sync + 'static {
 
 /// What a sub-allocated buffer shares with its owner.
 struct Lease {
-    owner: Arc<dyn BlockOwner>,
+    segment: Arc<SegmentInner>,
     token: u64,
     /// Live `Buffer` handles (not counting keeps of queued work).
     handles: AtomicUsize,
     /// Queued uses per stream (keeps made by [`Buffer::use_on`]); entries with a count only.
     uses: parking_lot::Mutex<Vec<(StreamId, usize)>>,
+    /// The sum of `uses`' counts, so that a block never used by queued work is released
+    /// without taking the lock.
+    live_uses: AtomicUsize,
     /// What `handles_dropped` answered (a `Reclaim` as `u8`; `Later` until then).
     reclaim: AtomicU8,
 }
@@ -104,24 +107,139 @@ const RECLAIM_LATER: u8 = 0;
 const RECLAIM_NOW: u8 = 1;
 const RECLAIM_FOR_STREAM: u8 = 2;
 
+/// The memory a [`Shared`] stands for.
+enum Memory {
+    /// A whole backend allocation.
+    Whole(Arc<dyn DeviceAllocation>),
+    /// A block of a [`Segment`].
+    Block(Lease),
+}
+
 struct Shared {
-    /// The backend allocation (for a sub-allocated block: its segment's).
-    alloc: Arc<dyn DeviceAllocation>,
-    /// The range of `alloc` this object owns: all of it, or a block of it.
+    memory: Memory,
+    /// The range of the backend allocation this object owns: all of it, or a block of it.
     start: u64,
     size: u64,
     free_enqueued: AtomicBool,
-    lease: Option<Lease>,
+}
+
+impl Shared {
+    /// The backend allocation (for a block: its segment's).
+    #[inline]
+    fn alloc(&self) -> &dyn DeviceAllocation {
+        match &self.memory {
+            Memory::Whole(a) => &**a,
+            Memory::Block(l) => &*l.segment.alloc,
+        }
+    }
+
+    /// A shared handle of the backend allocation.
+    fn alloc_arc(&self) -> Arc<dyn DeviceAllocation> {
+        match &self.memory {
+            Memory::Whole(a) => a.clone(),
+            Memory::Block(l) => l.segment.alloc.clone(),
+        }
+    }
+
+    #[inline]
+    fn lease(&self) -> Option<&Lease> {
+        match &self.memory {
+            Memory::Whole(_) => None,
+            Memory::Block(l) => Some(l),
+        }
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(l) = &self.lease {
+        if let Some(l) = self.lease() {
             match l.reclaim.load(Ordering::Acquire) {
                 RECLAIM_NOW => {}
-                r => l.owner.retired(l.token, r == RECLAIM_FOR_STREAM),
+                r => l.segment.owner.retired(l.token, r == RECLAIM_FOR_STREAM),
             }
         }
+    }
+}
+
+/// A backend allocation a sub-allocator (the caching allocator) carves blocks out of with
+/// [`Segment::block`]. Blocks keep the segment, and so the allocation and the owner, alive.
+///
+/// Ownership: clones share the segment. Thread safety: `Send + Sync`.
+#[derive(Clone)]
+pub struct Segment {
+    inner: Arc<SegmentInner>,
+}
+
+struct SegmentInner {
+    alloc: Arc<dyn DeviceAllocation>,
+    /// The segment's range of `alloc`.
+    start: u64,
+    len: u64,
+    owner: Arc<dyn BlockOwner>,
+}
+
+impl Segment {
+    /// A segment over all of `whole`, whose blocks `owner` hears of (see [`BlockOwner`]).
+    ///
+    /// # Errors
+    /// [`Invalid::FreeEnqueued`] when `whole`'s free is enqueued.
+    pub fn new(whole: &Buffer, owner: Arc<dyn BlockOwner>) -> Result<Segment> {
+        if whole.is_free_enqueued() {
+            return Err(whole.free_enqueued_error("whole"));
+        }
+        Ok(Segment {
+            inner: Arc::new(SegmentInner {
+                alloc: whole.shared.alloc_arc(),
+                start: whole.offset,
+                len: whole.len,
+                owner,
+            }),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.inner.len
+    }
+
+    /// True for an empty segment.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Device address of the first byte.
+    pub fn device_addr(&self) -> u64 {
+        self.inner.alloc.addr() + self.inner.start
+    }
+
+    /// A block `[offset, offset+len)` of the segment with a life of its own. The block is a
+    /// buffer like any other (every backend accepts it where it accepts the segment's memory),
+    /// but its handles are its own: the owner learns through `token` when the last handle is
+    /// gone and when the last queued use is (see [`BlockOwner`]).
+    ///
+    /// # Errors
+    /// [`Invalid::OutOfRange`] when the block does not fit the segment.
+    #[inline]
+    pub fn block(&self, offset: u64, len: u64, token: u64) -> Result<Buffer> {
+        check_range("offset", offset, len, self.inner.len)?;
+        let start = self.inner.start + offset;
+        Ok(Buffer {
+            shared: Arc::new(Shared {
+                memory: Memory::Block(Lease {
+                    segment: self.inner.clone(),
+                    token,
+                    handles: AtomicUsize::new(1),
+                    uses: parking_lot::Mutex::new(Vec::new()),
+                    live_uses: AtomicUsize::new(0),
+                    reclaim: AtomicU8::new(RECLAIM_LATER),
+                }),
+                start,
+                size: len,
+                free_enqueued: AtomicBool::new(false),
+            }),
+            offset: start,
+            len,
+        })
     }
 }
 
@@ -134,7 +252,7 @@ struct BufferUse {
 
 impl Drop for BufferUse {
     fn drop(&mut self) {
-        if let Some(l) = &self.shared.lease {
+        if let Some(l) = self.shared.lease() {
             let mut uses = l.uses.lock();
             if let Some(i) = uses.iter().position(|(s, _)| *s == self.stream) {
                 uses[i].1 -= 1;
@@ -142,6 +260,7 @@ impl Drop for BufferUse {
                     uses.swap_remove(i);
                 }
             }
+            l.live_uses.fetch_sub(1, Ordering::Release);
         }
     }
 }
@@ -157,8 +276,9 @@ pub struct Buffer {
 }
 
 impl Clone for Buffer {
+    #[inline]
     fn clone(&self) -> Buffer {
-        if let Some(l) = &self.shared.lease {
+        if let Some(l) = self.shared.lease() {
             // Relaxed: a new handle is made from a live one, which keeps the count above zero.
             l.handles.fetch_add(1, Ordering::Relaxed);
         }
@@ -171,22 +291,32 @@ impl Clone for Buffer {
 }
 
 impl Drop for Buffer {
+    #[inline]
     fn drop(&mut self) {
-        let Some(l) = &self.shared.lease else {
+        let Some(l) = self.shared.lease() else {
             return;
         };
-        if l.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+        let pending = if Arc::strong_count(&self.shared) == 1 {
+            // The only reference of any kind (no other handle, no queued use): nobody can make
+            // another, so the handle count needs no update and nothing is pending.
+            std::sync::atomic::fence(Ordering::Acquire);
+            PendingUses::None
+        } else if l.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
-        }
-        // The last handle: no new use can be made. `self.shared` keeps `Shared` (and so the
-        // `retired` call) alive until this returns.
-        let uses = l.uses.lock();
-        let pending = match uses[..] {
-            [] => PendingUses::None,
-            [(stream, _)] => PendingUses::OneStream(stream),
-            _ => PendingUses::Several,
+        } else if l.live_uses.load(Ordering::Acquire) == 0 {
+            // The last handle: no new use can be made. A use ends (its count falls) only after
+            // its work ran, so a zero count means no queued work: nothing to look up.
+            PendingUses::None
+        } else {
+            let uses = l.uses.lock();
+            match uses[..] {
+                [] => PendingUses::None,
+                [(stream, _)] => PendingUses::OneStream(stream),
+                _ => PendingUses::Several,
+            }
         };
-        let r = match (l.owner.handles_dropped(l.token, pending), pending) {
+        // `self.shared` keeps `Shared` (and so the `retired` call) alive until this returns.
+        let r = match (l.segment.owner.handles_dropped(l.token, pending), pending) {
             (Reclaim::Now, PendingUses::None) => RECLAIM_NOW,
             (Reclaim::ForStream, PendingUses::OneStream(_)) => RECLAIM_FOR_STREAM,
             // An answer the uses do not allow is taken as `Later`: the owner will still hear
@@ -203,62 +333,21 @@ impl Buffer {
         let len = alloc.len();
         Buffer {
             shared: Arc::new(Shared {
-                alloc: Arc::new(alloc),
+                memory: Memory::Whole(Arc::new(alloc)),
                 start: 0,
                 size: len,
                 free_enqueued: AtomicBool::new(false),
-                lease: None,
             }),
             offset: 0,
             len,
         }
     }
 
-    /// A block `[offset, offset+len)` of `segment` with its own life, for sub-allocators (a
-    /// caching allocator). The block is a buffer like any other (every backend accepts it where it
-    /// accepts `segment`), but its handles are its own: `owner` learns through `token` when the
-    /// last handle is gone and when the last queued use is (see [`BlockOwner`]). The segment's
-    /// allocation stays alive while the block does.
-    ///
-    /// # Errors
-    /// [`Invalid::OutOfRange`] when the block does not fit `segment`; [`Invalid::FreeEnqueued`]
-    /// when the segment's free is enqueued.
-    pub fn sub_allocate(
-        segment: &Buffer,
-        offset: u64,
-        len: u64,
-        owner: Arc<dyn BlockOwner>,
-        token: u64,
-    ) -> Result<Buffer> {
-        check_range("offset", offset, len, segment.len)?;
-        if segment.is_free_enqueued() {
-            return Err(segment.free_enqueued_error("segment"));
-        }
-        let start = segment.offset + offset;
-        Ok(Buffer {
-            shared: Arc::new(Shared {
-                alloc: segment.shared.alloc.clone(),
-                start,
-                size: len,
-                free_enqueued: AtomicBool::new(false),
-                lease: Some(Lease {
-                    owner,
-                    token,
-                    handles: AtomicUsize::new(1),
-                    uses: parking_lot::Mutex::new(Vec::new()),
-                    reclaim: AtomicU8::new(RECLAIM_LATER),
-                }),
-            }),
-            offset: start,
-            len,
-        })
-    }
-
     /// What queued work on `stream` keeps to hold this buffer's memory until it has run. For
     /// backends: every stream operation keeps its buffers this way, so that a sub-allocator
     /// knows which streams still use a block whose handles are gone (see [`BlockOwner`]).
     pub fn use_on(&self, stream: StreamId) -> Keep {
-        let Some(l) = &self.shared.lease else {
+        let Some(l) = self.shared.lease() else {
             return Box::new(self.clone());
         };
         {
@@ -267,6 +356,7 @@ impl Buffer {
                 Some(e) => e.1 += 1,
                 None => uses.push((stream, 1)),
             }
+            l.live_uses.fetch_add(1, Ordering::Relaxed);
         }
         Box::new(BufferUse {
             shared: self.shared.clone(),
@@ -276,7 +366,7 @@ impl Buffer {
 
     /// The owning device.
     pub fn device(&self) -> DeviceId {
-        self.shared.alloc.device()
+        self.shared.alloc().device()
     }
 
     /// Length of this view in bytes.
@@ -298,7 +388,7 @@ impl Buffer {
     /// Device address of the first byte of this view, for interop with vendor libraries. Using it
     /// after the buffer is freed is the caller's responsibility (it is only a number).
     pub fn device_addr(&self) -> u64 {
-        self.shared.alloc.addr() + self.offset
+        self.shared.alloc().addr() + self.offset
     }
 
     /// A checked sub-range `[offset, offset+len)` of this view, sharing the allocation.
@@ -317,12 +407,12 @@ impl Buffer {
     /// The backend allocation behind this view (for the owning backend; for a block of a
     /// sub-allocator, its segment's allocation).
     pub fn allocation(&self) -> &dyn DeviceAllocation {
-        &*self.shared.alloc
+        self.shared.alloc()
     }
 
-    /// True for a block made by [`Buffer::sub_allocate`].
+    /// True for a block of a [`Segment`].
     pub fn is_sub_allocated(&self) -> bool {
-        self.shared.lease.is_some()
+        self.shared.lease().is_some()
     }
 
     /// Downcasts the allocation to the backend's type.
@@ -331,7 +421,7 @@ impl Buffer {
     /// [`Invalid::ForeignHandle`] when the buffer was made by another backend.
     pub fn downcast_allocation<T: DeviceAllocation>(&self, arg: &'static str) -> Result<&T> {
         self.shared
-            .alloc
+            .alloc()
             .as_any()
             .downcast_ref::<T>()
             .ok_or_else(|| {
@@ -341,7 +431,7 @@ impl Buffer {
                         expected: std::any::type_name::<T>().to_string(),
                         found: format!(
                             "buffer [{:#x}, +{}) of {}",
-                            self.shared.alloc.addr() + self.shared.start,
+                            self.shared.alloc().addr() + self.shared.start,
                             self.shared.size,
                             self.device()
                         ),
@@ -376,7 +466,7 @@ impl Buffer {
         HalError::invalid(
             arg,
             Invalid::FreeEnqueued {
-                addr: self.shared.alloc.addr() + self.shared.start,
+                addr: self.shared.alloc().addr() + self.shared.start,
                 len: self.shared.size,
             },
         )

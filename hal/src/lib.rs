@@ -68,7 +68,7 @@ pub mod stream;
 pub mod sync;
 
 pub use backend::{Backend, BackendInfo, LibraryInfo};
-pub use buffer::{BlockOwner, Buffer, DeviceAllocation, PendingUses, Reclaim};
+pub use buffer::{BlockOwner, Buffer, DeviceAllocation, PendingUses, Reclaim, Segment};
 pub use caps::{Capabilities, MandatoryCaps, OptionalCaps};
 pub use ccl::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, GroupCall, ReduceOp, UniqueId,

@@ -368,6 +368,12 @@ impl Stream for CpuStream {
             .iter()
             .map(|t| t.buffer.use_on(self.sid))
             .collect();
+        // The launches' own buffer handles were for planning: the queued work holds the
+        // buffers through `keep` (stream uses, so a caching allocator may reuse a block on this
+        // stream as soon as its caller drops it).
+        for l in &mut plan.launches {
+            l.buffers = Vec::new();
+        }
         // Scratch memory of the plan, taken now so that a size the host cannot give is an error of
         // this call, never an abort.
         let words = usize::try_from(plan.scratch_bytes.div_ceil(8)).unwrap_or(usize::MAX);
