@@ -37,6 +37,9 @@ done
 
 step "hal and CPU backend unit and integration tests"
 $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
+step "caching allocator and DLPack tests (not the numpy one: Python would load a sanitized library)"
+$CARGO test -q --target "$TRIPLE" -p unihal-alloc
+$CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
 
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time.

@@ -284,3 +284,119 @@ pub fn train(dt: DType, mut on_step: impl FnMut(usize, &CachingAllocator)) -> Ve
     }
     losses
 }
+
+/// What [`trace_replay`] measured.
+pub struct TraceReplay {
+    pub steps: usize,
+    pub events: usize,
+    pub scale: u64,
+    pub peak_requested: u64,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    /// `num_device_alloc` after each step.
+    pub device_allocs: Vec<u64>,
+}
+
+const GIB: u64 = 1 << 30;
+
+impl TraceReplay {
+    /// peak allocated / peak reserved.
+    pub fn efficiency(&self) -> f64 {
+        self.peak_allocated as f64 / self.peak_reserved as f64
+    }
+
+    /// Panics unless the peak allocation passed 1 GiB, the efficiency is at least 0.90 and no
+    /// step after the second called `Device::alloc`.
+    pub fn check(&self) {
+        assert!(
+            self.peak_allocated >= GIB,
+            "peak allocation below 1 GiB: {self}"
+        );
+        assert!(
+            self.efficiency() >= 0.90,
+            "allocated/reserved below 0.90: {self}"
+        );
+        let d = &self.device_allocs;
+        assert!(
+            d[2..].iter().all(|&c| c == d[1]),
+            "Device::alloc after step 2: {self}"
+        );
+    }
+}
+
+impl std::fmt::Display for TraceReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = |b: u64| b as f64 / GIB as f64;
+        write!(
+            f,
+            "{} events over {} steps, sizes x{}: peak requested {:.3} GiB, peak allocated {:.3} \
+             GiB, peak reserved {:.3} GiB, allocated/reserved {:.3}; Device::alloc calls after \
+             each step {:?}",
+            self.events,
+            self.steps,
+            self.scale,
+            g(self.peak_requested),
+            g(self.peak_allocated),
+            g(self.peak_reserved),
+            self.efficiency(),
+            self.device_allocs
+        )
+    }
+}
+
+/// Records the allocation trace of the first 10 steps of an f32 run, scales every size so the
+/// peak of live requested bytes passes 1 GiB, and replays it on a fresh allocator (configured by
+/// `UNIHAL_ALLOC_CONF`) over a CPU device, step by step. The replay allocates without touching
+/// the memory, so it is fast whatever the scale.
+pub fn trace_replay() -> TraceReplay {
+    use std::collections::HashMap;
+    use unihal::alloc::TraceEvent;
+    const TRACE_STEPS: usize = 10;
+    let mut steps: Vec<Vec<TraceEvent>> = Vec::new();
+    train(DType::F32, |i, a| {
+        if i < TRACE_STEPS {
+            steps.push(a.take_history());
+        }
+    });
+    let (mut live, mut peak, mut sizes) = (0u64, 0u64, HashMap::new());
+    for e in steps.iter().flatten() {
+        match *e {
+            TraceEvent::Alloc { id, size, .. } => {
+                sizes.insert(id, size);
+                live += size;
+                peak = peak.max(live);
+            }
+            TraceEvent::Free { id } => live -= sizes[&id],
+        }
+    }
+    let scale = GIB.div_ceil(peak);
+    let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), Some("64G"), Some("1")).unwrap();
+    let dev = unihal_cpu::CpuBackend::with_config(cfg).open(0).unwrap();
+    let s = dev.create_stream().unwrap();
+    let a = CachingAllocator::from_env(dev).unwrap();
+    let mut held = HashMap::new();
+    let mut device_allocs = Vec::new();
+    for events in &steps {
+        for e in events {
+            match *e {
+                TraceEvent::Alloc { id, size, .. } => {
+                    held.insert(id, a.alloc(&s, (size * scale) as usize).unwrap());
+                }
+                TraceEvent::Free { id } => {
+                    held.remove(&id);
+                }
+            }
+        }
+        device_allocs.push(a.stats().num_device_alloc);
+    }
+    let st = a.stats();
+    TraceReplay {
+        steps: steps.len(),
+        events: steps.iter().map(Vec::len).sum(),
+        scale,
+        peak_requested: peak * scale,
+        peak_allocated: st.allocated_bytes.all.peak,
+        peak_reserved: st.reserved_bytes.all.peak,
+        device_allocs,
+    }
+}
