@@ -7,9 +7,9 @@
 //! * `mlp_trace` (printed before the timings): the allocation trace of `tests/mlp_training.rs`
 //!   (its first 10 steps, recorded by the allocator), every size scaled so the peak allocation
 //!   passes 1 GiB, replayed on a fresh allocator (`mlp::trace_replay`): peak allocated / peak
-//!   reserved, and `Device::alloc` calls per step. Fails when the ratio is below 0.90 or a step
-//!   after the second calls the device. `UNIHAL_ALLOC_CONF` applies to the replay, to compare
-//!   settings (e.g. `max_split_size_mb:64`).
+//!   reserved, and `Device::alloc` calls per step, against PyTorch's best-fit rule
+//!   (`thrifty:false`) replayed in the same run. Fails when unihal's ratio is below 0.90 or a
+//!   step after the second calls the device.
 //!
 //! Run: `cargo bench --bench alloc`.
 
@@ -29,9 +29,19 @@ fn device(memory: &str) -> Arc<dyn Device> {
 }
 
 fn mlp_trace() {
-    let r = mlp::trace_replay();
-    println!("mlp_trace: {r}");
-    r.check();
+    let ours = mlp::trace_replay(AllocatorConfig::default());
+    let pytorch = mlp::trace_replay(AllocatorConfig {
+        thrifty: false,
+        ..AllocatorConfig::default()
+    });
+    println!("mlp_trace unihal: {ours}");
+    println!("mlp_trace PyTorch's best fit (thrifty:false): {pytorch}");
+    println!(
+        "mlp_trace allocated/reserved: unihal {:.3}, PyTorch's rule {:.3}",
+        ours.efficiency(),
+        pytorch.efficiency()
+    );
+    ours.check();
 }
 
 fn alloc_free(c: &mut Criterion) {

@@ -40,7 +40,7 @@ fn mlp_trains_in_bf16_with_f32_master_weights() {
 
 #[test]
 fn the_scaled_allocation_trace_keeps_reserved_memory_allocated() {
-    let r = mlp::trace_replay();
+    let r = mlp::trace_replay(unihal::alloc::AllocatorConfig::default());
     eprintln!("mlp trace: {r}");
     r.check();
 }

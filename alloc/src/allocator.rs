@@ -10,8 +10,9 @@ use unihal_hal::{
     Result, Segment, Stream,
 };
 
-/// Settings of a [`CachingAllocator`] (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys that apply).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Settings of a [`CachingAllocator`] (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys that apply, and
+/// unihal's own).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AllocatorConfig {
     /// Cached blocks of this size or more are never split, and serve only requests that waste
     /// less than a large segment (`max_split_size_mb`); `None`: no limit.
@@ -19,11 +20,25 @@ pub struct AllocatorConfig {
     /// The share of the device's total memory the allocator may reserve
     /// (`torch.cuda.set_per_process_memory_fraction`); `None`: no limit.
     pub memory_fraction: Option<f64>,
+    /// Thrifty best fit ([`crate::size::thrifty`], default `true`): a cached block more than
+    /// twice a request is left for requests of its size while the device has memory. `false`:
+    /// PyTorch's rule, any cached block that fits (`thrifty:false`).
+    pub thrifty: bool,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        AllocatorConfig {
+            max_split_size: None,
+            memory_fraction: None,
+            thrifty: true,
+        }
+    }
 }
 
 impl AllocatorConfig {
-    /// Parses `key:value` pairs separated by commas: `max_split_size_mb:<MiB>` and
-    /// `memory_fraction:<0..=1>` (the form of `UNIHAL_ALLOC_CONF`).
+    /// Parses `key:value` pairs separated by commas: `max_split_size_mb:<MiB>`,
+    /// `memory_fraction:<0..=1>` and `thrifty:<true|false>` (the form of `UNIHAL_ALLOC_CONF`).
     ///
     /// # Errors
     /// [`HalError::InvalidArgument`] naming the pair that is not understood.
@@ -35,7 +50,8 @@ impl AllocatorConfig {
                     "UNIHAL_ALLOC_CONF",
                     Invalid::Value {
                         value: pair.to_string(),
-                        accepted: "max_split_size_mb:<MiB above 1>, memory_fraction:<0 to 1>"
+                        accepted: "max_split_size_mb:<MiB above 1>, memory_fraction:<0 to 1>, \
+                                   thrifty:<true|false>"
                             .into(),
                     },
                 )
@@ -54,6 +70,7 @@ impl AllocatorConfig {
                     check_fraction(f).map_err(|_| bad())?;
                     c.memory_fraction = Some(f);
                 }
+                "thrifty" => c.thrifty = v.trim().parse().map_err(|_| bad())?,
                 _ => return Err(bad()),
             }
         }
@@ -116,6 +133,7 @@ pub struct CachingAllocator {
     id: DeviceId,
     total: u64,
     limit: Mutex<Option<u64>>,
+    thrifty: bool,
     shared: Arc<Shared>,
 }
 
@@ -133,6 +151,7 @@ impl CachingAllocator {
             id,
             total,
             limit: Mutex::new(None),
+            thrifty: config.thrifty,
             shared: Arc::new(Shared {
                 pools: Mutex::new(Pools::new(config.max_split_size.unwrap_or(u64::MAX))),
             }),
@@ -199,7 +218,7 @@ impl CachingAllocator {
         let mut retried = false;
         // While the device has memory, cached blocks much larger than the request are left for
         // requests of their size (`size::thrifty`); once it has not, any block that fits.
-        let mut thrifty = true;
+        let mut thrifty = self.thrifty;
         loop {
             let mut p = self.shared.pools.lock();
             if let Some(i) = p.find(pool, size, sid, thrifty) {

@@ -379,3 +379,52 @@ fn dropping_the_allocator_returns_its_segments_once_their_blocks_go() {
     let m = dev.memory_info().unwrap();
     assert_eq!(m.free, m.total, "x's segment went with x");
 }
+
+#[test]
+fn the_configuration_parses_pytorch_keys_and_refuses_the_rest() {
+    let c =
+        AllocatorConfig::parse("max_split_size_mb:64, memory_fraction:0.5,thrifty:false").unwrap();
+    assert_eq!(c.max_split_size, Some(64 * MIB));
+    assert_eq!(c.memory_fraction, Some(0.5));
+    assert!(!c.thrifty);
+    assert_eq!(
+        AllocatorConfig::parse("").unwrap(),
+        AllocatorConfig::default()
+    );
+    assert!(AllocatorConfig::default().thrifty);
+    for bad in [
+        "max_split_size_mb:1",
+        "memory_fraction:0",
+        "memory_fraction:2",
+        "thrifty:maybe",
+        "garbage_collection_threshold:0.6",
+        "max_split_size_mb",
+    ] {
+        assert!(
+            matches!(
+                AllocatorConfig::parse(bad),
+                Err(HalError::InvalidArgument { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn pytorchs_rule_splits_a_much_larger_cached_block() {
+    let dev = device("64M");
+    let s = dev.create_stream().unwrap();
+    let cfg = AllocatorConfig {
+        thrifty: false,
+        ..AllocatorConfig::default()
+    };
+    let a = CachingAllocator::new(dev, cfg).unwrap();
+    drop(a.alloc(&s, 40 * MIB as usize).unwrap());
+    let x = a.alloc(&s, 12 * MIB as usize).unwrap();
+    assert_eq!(
+        a.stats().num_device_alloc,
+        1,
+        "served from the cached 40 MiB"
+    );
+    drop(x);
+}

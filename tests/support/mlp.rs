@@ -345,10 +345,10 @@ impl std::fmt::Display for TraceReplay {
 }
 
 /// Records the allocation trace of the first 10 steps of an f32 run, scales every size so the
-/// peak of live requested bytes passes 1 GiB, and replays it on a fresh allocator (configured by
-/// `UNIHAL_ALLOC_CONF`) over a CPU device, step by step. The replay allocates without touching
-/// the memory, so it is fast whatever the scale.
-pub fn trace_replay() -> TraceReplay {
+/// peak of live requested bytes passes 1 GiB, and replays it on a fresh allocator configured by
+/// `config` over a CPU device, step by step. The replay allocates without touching the memory,
+/// so it is fast whatever the scale.
+pub fn trace_replay(config: AllocatorConfig) -> TraceReplay {
     use std::collections::HashMap;
     use unihal::alloc::TraceEvent;
     const TRACE_STEPS: usize = 10;
@@ -373,7 +373,7 @@ pub fn trace_replay() -> TraceReplay {
     let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), Some("64G"), Some("1")).unwrap();
     let dev = unihal_cpu::CpuBackend::with_config(cfg).open(0).unwrap();
     let s = dev.create_stream().unwrap();
-    let a = CachingAllocator::from_env(dev).unwrap();
+    let a = CachingAllocator::new(dev, config).unwrap();
     let mut held = HashMap::new();
     let mut device_allocs = Vec::new();
     for events in &steps {
