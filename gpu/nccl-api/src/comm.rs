@@ -431,7 +431,8 @@ impl NcclComm {
             red.map(|r| format!(" {r}")).unwrap_or_default()
         );
         let dt = conv::dtype(dtype).unwrap_or(-1);
-        let keep: Vec<Keep> = vec![Box::new(send.clone()), Box::new(recv.clone())];
+        let sid = stream.stream_id();
+        let keep: Vec<Keep> = vec![send.use_on(sid), recv.use_on(sid)];
         self.enqueue(what, stream, keep, |raw, st| f(sa, ra, dt, raw, st))
     }
 }
@@ -631,10 +632,8 @@ impl Communicator for NcclComm {
         if calls.is_empty() {
             return Ok(());
         }
-        let keep: Vec<Keep> = calls
-            .iter()
-            .map(|c| Box::new(c.parts().buf.clone()) as Keep)
-            .collect();
+        let sid = stream.stream_id();
+        let keep: Vec<Keep> = calls.iter().map(|c| c.parts().buf.use_on(sid)).collect();
         let lib = self.shared.lib.clone();
         let what = format!("grouped send/recv of {} calls", calls.len());
         self.enqueue(what, stream, keep, |raw, st| {
