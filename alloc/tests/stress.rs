@@ -38,14 +38,14 @@ fn blocks_keep_their_bytes_under_reuse_from_many_threads_and_streams() {
         .map(|t| {
             let (a, dev) = (a.clone(), dev.clone());
             std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9 ^ (t + 1) * 0x1000_0001);
+                let mut rng = Rng(0x9E37_79B9 ^ ((t + 1) * 0x1000_0001));
                 let s = [dev.create_stream().unwrap(), dev.create_stream().unwrap()];
                 let mut live: Vec<(Buffer, u8, usize)> = Vec::new();
                 for i in 0..600u32 {
                     let k = (rng.next() % 2) as usize;
                     let len = 1 + (rng.next() % (3 << 20)) as usize;
                     let b = a.alloc(&s[k], len).unwrap();
-                    let byte = (t as u8) << 6 | (i % 61) as u8 + 1;
+                    let byte = ((t as u8) << 6) | ((i % 61) as u8 + 1);
                     s[k].fill(&b, 0, b.len(), FillValue::U8(byte)).unwrap();
                     match rng.next() % 4 {
                         // Dropped with its fill queued: reusable at once on s[k] only.
