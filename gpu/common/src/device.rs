@@ -164,6 +164,9 @@ impl<R: Runtime> Device for GpuDevice<R> {
     }
 
     fn memory_info(&self) -> Result<MemoryInfo> {
+        // Releases a host callback deferred (memory whose last user was a callback) are due:
+        // run them first, so the free memory counts them.
+        crate::deferred::flush();
         self.call("memory info", || {
             let (free, total) = self.core.rt.mem_info()?;
             Ok(MemoryInfo { total, free })
@@ -221,7 +224,11 @@ impl<R: Runtime> Device for GpuDevice<R> {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.call("device synchronize", || self.core.rt.device_synchronize())
+        let r = self.call("device synchronize", || self.core.rt.device_synchronize());
+        // Every host function has run, a dropped stream's release included: what they freed
+        // inside the callback (deferred there) is released now, as a stream synchronize does.
+        crate::deferred::flush();
+        r
     }
 
     fn native_handle(&self) -> NativeHandle {

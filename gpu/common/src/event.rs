@@ -66,9 +66,12 @@ impl<R: Runtime> Event for GpuEvent<R> {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.dev.call("event synchronize", || {
+        let r = self.dev.call("event synchronize", || {
             self.dev.rt().event_synchronize(self.raw)
-        })
+        });
+        // Releases host callbacks deferred (see `deferred`) are due once their work is done.
+        crate::deferred::flush();
+        r
     }
 
     fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {
