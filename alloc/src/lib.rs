@@ -9,7 +9,7 @@
 //! ## Design
 //!
 //! * **Backend-neutral.** Segments come from `Device::alloc`; blocks are carved out of them with
-//!   [`unihal_hal::Buffer::sub_allocate`], so a block is a `Buffer` that every backend's stream
+//!   [`unihal_hal::Segment::block`], so a block is a `Buffer` that every backend's stream
 //!   accepts and checks like any other (device, range, stream-ordered free).
 //! * **Reuse from the HAL's own tracking.** Backends keep the buffers of queued work with
 //!   [`unihal_hal::Buffer::use_on`], which records the stream. When a block's last handle is
