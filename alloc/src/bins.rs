@@ -76,11 +76,7 @@ impl<I: Copy + Ord> SizeBins<I> {
         // The next non-zero word after `w`, from the summary.
         let next = w + 1;
         let (mut s, bit) = (next / 64, next % 64);
-        let mut sword = if bit == 0 {
-            *self.summary.get(s)?
-        } else {
-            self.summary.get(s)? & (!0u64 << bit)
-        };
+        let mut sword = self.summary.get(s)? & (!0u64 << bit);
         loop {
             if sword != 0 {
                 let w = s * 64 + sword.trailing_zeros() as usize;
