@@ -205,10 +205,8 @@ impl CachingAllocator {
                 limit: *self.limit.lock(),
             }))
         };
-        let (Some(size), Some(seg_size)) = (
-            size::round_size(requested),
-            size::round_size(requested).and_then(size::segment_size),
-        ) else {
+        let size = size::round_size(requested);
+        let (Some(size), Some(seg_size)) = (size, size.and_then(size::segment_size)) else {
             let p = self.shared.pools.lock();
             let free = self.device.memory_info().map(|m| m.free).unwrap_or(0);
             return Err(oom(&p.stats, &p, free));

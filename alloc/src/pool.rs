@@ -168,17 +168,15 @@ impl Pools {
         b.prev.is_some() || b.next.is_some()
     }
 
+    /// What places a free block: size, fenced, pool, part of a split segment.
+    fn free_key(&self, i: Idx) -> (u64, bool, PoolKind, bool) {
+        let b = self.b(i);
+        (b.size, !b.fences.is_empty(), b.pool, self.is_split(i))
+    }
+
     /// Puts a free block on its pool's free list (and counts it as inactive split memory).
     fn insert_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split) = {
-            let b = self.b(i);
-            (
-                b.size,
-                !b.fences.is_empty(),
-                self.pool_of(i),
-                self.is_split(i),
-            )
-        };
+        let (size, fenced, pool, split) = self.free_key(i);
         let l = self.lists(pool);
         if fenced {
             l.fenced.push(i);
@@ -193,15 +191,7 @@ impl Pools {
 
     /// Takes a free block off its free list (undoing [`Pools::insert_free`]).
     fn remove_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split) = {
-            let b = self.b(i);
-            (
-                b.size,
-                !b.fences.is_empty(),
-                self.pool_of(i),
-                self.is_split(i),
-            )
-        };
+        let (size, fenced, pool, split) = self.free_key(i);
         let l = self.lists(pool);
         if fenced {
             l.fenced.retain(|&j| j != i);
