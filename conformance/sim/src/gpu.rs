@@ -269,6 +269,11 @@ impl GpuFace {
         self.peer_access.lock().insert((me, peer))
     }
 
+    /// True when access from `me` to `peer`'s memory is enabled.
+    pub fn peer_enabled(&self, me: usize, peer: usize) -> bool {
+        self.peer_access.lock().contains(&(me, peer))
+    }
+
     /// Disables access from `me` to `peer`'s memory; false when it was not enabled.
     pub fn disable_peer(&self, me: usize, peer: usize) -> bool {
         self.peer_access.lock().remove(&(me, peer))

@@ -600,6 +600,15 @@ impl Device {
         self.after_enqueue(&mut s, stream)
     }
 
+    /// Operations enqueued on `stream` so far (a position to [`Device::advance`] to).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidHandle`].
+    pub fn enqueued(&self, stream: StreamId) -> SimResult<u64> {
+        let mut s = self.state.lock();
+        Ok(s.stream(stream)?.enqueued)
+    }
+
     /// Runs `stream` up to `position` as far as it goes without blocking (a peer's gate asks this
     /// of the devices it waits for). Errors land in this device's sticky state.
     pub fn advance(&self, stream: StreamId, position: u64) {

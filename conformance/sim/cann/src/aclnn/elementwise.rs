@@ -1,0 +1,528 @@
+//! Elementwise operators: fills, copies and casts, unary functions and their in-place twins,
+//! activation backwards, binary operators with broadcasting (and `alpha`), their scalar and
+//! in-place forms, clamps, powers and `aclnnSWhere` (op map A.4, "Memory / conversion",
+//! "Unary", "Activation backward", "Binary"; A.5 "axpy").
+//!
+//! Every operand of one call has one dtype (aclnn would promote mixed dtypes; unihal never
+//! passes them, so the simulator refuses them instead of guessing the promotion).
+
+use super::{invalid, Args, Build, Program};
+use crate::aclnn_op;
+use crate::conv::Err;
+use crate::nnopbase::{Scalar as AclScalar, Tensor};
+use std::ffi::{c_char, CStr};
+use std::sync::Arc;
+use unihal_hal::{OpCall, OpId, Scalar};
+
+/// `alpha * v`, integral when both are.
+fn times(alpha: Scalar, v: Scalar) -> Scalar {
+    match (alpha, v) {
+        (Scalar::I64(a), Scalar::I64(b)) => Scalar::I64(a.wrapping_mul(b)),
+        _ => Scalar::F64(alpha.as_f64() * v.as_f64()),
+    }
+}
+
+fn is_one(s: Scalar) -> bool {
+    s.as_f64() == 1.0
+}
+
+/// `out = a + alpha * b` (`sub`: minus), the alpha form through an intermediate.
+fn add_alpha(
+    b: &mut Build,
+    x: &Tensor,
+    y: &Tensor,
+    alpha: Scalar,
+    out: &Tensor,
+    sub: bool,
+) -> Result<(), Err> {
+    let (xv, yv, ov) = (b.view(x)?, b.view(y)?, b.view(out)?);
+    let op = if sub { OpId::Sub } else { OpId::Add };
+    if is_one(alpha) {
+        return b.call(OpCall::binary(op, xv, yv, ov));
+    }
+    let tmp = b.temp(ov.dtype, &ov.shape);
+    b.call(OpCall::binary_scalar(
+        OpId::MulScalar,
+        yv,
+        alpha,
+        tmp.clone(),
+    ))?;
+    b.call(OpCall::binary(op, xv, tmp, ov))
+}
+
+fn binary_program(a: &Args, x: Tensor, y: Tensor, out: Tensor, op: OpId) -> Result<Program, Err> {
+    a.dtype(&x)?;
+    a.same_dtype(&x, &y, "self and other")?;
+    a.same_dtype(&x, &out, "self and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, yv, ov) = (b.view(&x)?, b.view(&y)?, b.view(&out)?);
+        b.call(OpCall::binary(op, xv, yv, ov))
+    }))
+}
+
+fn scalar_program(a: &Args, x: Tensor, s: Scalar, out: Tensor, op: OpId) -> Result<Program, Err> {
+    a.dtype(&x)?;
+    a.same_dtype(&x, &out, "self and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, ov) = (b.view(&x)?, b.view(&out)?);
+        b.call(OpCall::binary_scalar(op, xv, s, ov))
+    }))
+}
+
+fn alpha_program(
+    a: &Args,
+    x: Tensor,
+    y: Tensor,
+    alpha: Scalar,
+    out: Tensor,
+    sub: bool,
+) -> Result<Program, Err> {
+    a.dtype(&x)?;
+    a.same_dtype(&x, &y, "self and other")?;
+    a.same_dtype(&x, &out, "self and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        add_alpha(b, &x, &y, alpha, &out, sub)
+    }))
+}
+
+fn unary_program(a: &Args, x: Tensor, out: Tensor, op: OpId) -> Result<Program, Err> {
+    a.dtype(&x)?;
+    a.same_dtype(&x, &out, "self and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, ov) = (b.view(&x)?, b.view(&out)?);
+        b.call(OpCall::unary(op, xv, ov))
+    }))
+}
+
+fn fill_program(a: &Args, t: Tensor, v: Scalar) -> Result<Program, Err> {
+    a.dtype(&t)?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let tv = b.view(&t)?;
+        b.call(OpCall::fill(tv, v))
+    }))
+}
+
+// --- Memory / conversion -------------------------------------------------------------------
+
+aclnn_op!(aclnnInplaceFillScalar, aclnnInplaceFillScalarGetWorkspaceSize, "InplaceFillScalar",
+(self_ref: *const Tensor, value: *const AclScalar) |a| {
+    let t = a.tensor(self_ref, "selfRef")?;
+    let v = a.scalar(value, "value")?;
+    fill_program(a, t, v)
+});
+
+aclnn_op!(aclnnInplaceZero, aclnnInplaceZeroGetWorkspaceSize, "InplaceZero",
+(self_ref: *const Tensor) |a| {
+    let t = a.tensor(self_ref, "selfRef")?;
+    fill_program(a, t, Scalar::I64(0))
+});
+
+aclnn_op!(aclnnInplaceOne, aclnnInplaceOneGetWorkspaceSize, "InplaceOne",
+(self_ref: *const Tensor) |a| {
+    let t = a.tensor(self_ref, "selfRef")?;
+    fill_program(a, t, Scalar::I64(1))
+});
+
+aclnn_op!(aclnnInplaceFillTensor, aclnnInplaceFillTensorGetWorkspaceSize, "InplaceFillTensor",
+(self_ref: *const Tensor, value: *const Tensor) |a| {
+    let t = a.tensor(self_ref, "selfRef")?;
+    let v = a.tensor(value, "value")?;
+    a.dtype(&t)?;
+    a.same_dtype(&t, &v, "selfRef and value")?;
+    if v.numel() != 1 {
+        return Err(invalid(format!("value has {} elements, not 1", v.numel())));
+    }
+    Ok(Arc::new(move |b: &mut Build| {
+        let (tv, mut vv) = (b.view(&t)?, b.view(&v)?);
+        // The one element, broadcast to every element of selfRef.
+        vv.shape = vec![1];
+        vv.strides = vec![0];
+        b.call(OpCall::copy(vv, tv))
+    }))
+});
+
+aclnn_op!(aclnnInplaceCopy, aclnnInplaceCopyGetWorkspaceSize, "InplaceCopy",
+(self_ref: *const Tensor, src: *const Tensor) |a| {
+    let dst = a.tensor(self_ref, "selfRef")?;
+    let src = a.tensor(src, "src")?;
+    a.dtype(&dst)?;
+    a.dtype(&src)?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (dv, sv) = (b.view(&dst)?, b.view(&src)?);
+        if dv.dtype == sv.dtype {
+            b.call(OpCall::copy(sv, dv))
+        } else {
+            b.call(OpCall::cast(sv, dv))
+        }
+    }))
+});
+
+aclnn_op!(aclnnCast, aclnnCastGetWorkspaceSize, "Cast",
+(self_: *const Tensor, dtype: i32, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let o = a.tensor(out, "out")?;
+    a.dtype(&x)?;
+    a.dtype(&o)?;
+    if o.dtype != dtype {
+        return Err(invalid(format!("dtype {dtype} but out is {}", o.dtype)));
+    }
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, ov) = (b.view(&x)?, b.view(&o)?);
+        if xv.dtype == ov.dtype {
+            b.call(OpCall::copy(xv, ov))
+        } else {
+            b.call(OpCall::cast(xv, ov))
+        }
+    }))
+});
+
+// --- Unary -----------------------------------------------------------------------------------
+
+macro_rules! unary {
+    ($run:ident, $ws:ident, $name:literal, $inrun:ident, $inws:ident, $inname:literal, $op:expr) => {
+        aclnn_op!($run, $ws, $name, (self_: *const Tensor, out: *const Tensor) |a| {
+            let x = a.tensor(self_, "self")?;
+            let o = a.tensor(out, "out")?;
+            unary_program(a, x, o, $op)
+        });
+        aclnn_op!($inrun, $inws, $inname, (self_ref: *const Tensor) |a| {
+            let x = a.tensor(self_ref, "selfRef")?;
+            unary_program(a, x.clone(), x, $op)
+        });
+    };
+}
+
+unary!(
+    aclnnNeg,
+    aclnnNegGetWorkspaceSize,
+    "Neg",
+    aclnnInplaceNeg,
+    aclnnInplaceNegGetWorkspaceSize,
+    "InplaceNeg",
+    OpId::Neg
+);
+unary!(
+    aclnnExp,
+    aclnnExpGetWorkspaceSize,
+    "Exp",
+    aclnnInplaceExp,
+    aclnnInplaceExpGetWorkspaceSize,
+    "InplaceExp",
+    OpId::Exp
+);
+unary!(
+    aclnnLog,
+    aclnnLogGetWorkspaceSize,
+    "Log",
+    aclnnInplaceLog,
+    aclnnInplaceLogGetWorkspaceSize,
+    "InplaceLog",
+    OpId::Log
+);
+unary!(
+    aclnnSqrt,
+    aclnnSqrtGetWorkspaceSize,
+    "Sqrt",
+    aclnnInplaceSqrt,
+    aclnnInplaceSqrtGetWorkspaceSize,
+    "InplaceSqrt",
+    OpId::Sqrt
+);
+unary!(
+    aclnnRsqrt,
+    aclnnRsqrtGetWorkspaceSize,
+    "Rsqrt",
+    aclnnInplaceRsqrt,
+    aclnnInplaceRsqrtGetWorkspaceSize,
+    "InplaceRsqrt",
+    OpId::Rsqrt
+);
+unary!(
+    aclnnTanh,
+    aclnnTanhGetWorkspaceSize,
+    "Tanh",
+    aclnnInplaceTanh,
+    aclnnInplaceTanhGetWorkspaceSize,
+    "InplaceTanh",
+    OpId::Tanh
+);
+unary!(
+    aclnnSigmoid,
+    aclnnSigmoidGetWorkspaceSize,
+    "Sigmoid",
+    aclnnInplaceSigmoid,
+    aclnnInplaceSigmoidGetWorkspaceSize,
+    "InplaceSigmoid",
+    OpId::Sigmoid
+);
+unary!(
+    aclnnRelu,
+    aclnnReluGetWorkspaceSize,
+    "Relu",
+    aclnnInplaceRelu,
+    aclnnInplaceReluGetWorkspaceSize,
+    "InplaceRelu",
+    OpId::Relu
+);
+
+aclnn_op!(aclnnAbs, aclnnAbsGetWorkspaceSize, "Abs", (self_: *const Tensor, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let o = a.tensor(out, "out")?;
+    unary_program(a, x, o, OpId::Abs)
+});
+
+aclnn_op!(aclnnSilu, aclnnSiluGetWorkspaceSize, "Silu", (self_: *const Tensor, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let o = a.tensor(out, "out")?;
+    unary_program(a, x, o, OpId::Silu)
+});
+
+aclnn_op!(aclnnGeluV2, aclnnGeluV2GetWorkspaceSize, "GeluV2",
+(x: *const Tensor, approximate: i64, y: *const Tensor) |a| {
+    let x = a.tensor(x, "x")?;
+    let y = a.tensor(y, "y")?;
+    let op = match approximate {
+        0 => OpId::GeluErf,
+        1 => OpId::GeluTanh,
+        v => return Err(invalid(format!("approximate {v} (0: none, 1: tanh)"))),
+    };
+    unary_program(a, x, y, op)
+});
+
+aclnn_op!(aclnnReciprocal, aclnnReciprocalGetWorkspaceSize, "Reciprocal",
+(self_: *const Tensor, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let o = a.tensor(out, "out")?;
+    a.dtype(&x)?;
+    a.same_dtype(&x, &o, "self and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, ov) = (b.view(&x)?, b.view(&o)?);
+        let mut one = b.temp(xv.dtype, &[1]);
+        b.call(OpCall::fill(one.clone(), Scalar::I64(1)))?;
+        one.strides = vec![0];
+        b.call(OpCall::binary(OpId::Div, one, xv, ov))
+    }))
+});
+
+// --- Activation backward -------------------------------------------------------------------
+
+fn backward_program(a: &Args, x: Tensor, dy: Tensor, dx: Tensor, op: OpId) -> Result<Program, Err> {
+    a.dtype(&x)?;
+    a.same_dtype(&x, &dy, "self and gradOutput")?;
+    a.same_dtype(&x, &dx, "self and gradInput")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, dyv, dxv) = (b.view(&x)?, b.view(&dy)?, b.view(&dx)?);
+        b.call(OpCall::unary_backward(op, xv, dyv, dxv))
+    }))
+}
+
+aclnn_op!(aclnnThresholdBackward, aclnnThresholdBackwardGetWorkspaceSize, "ThresholdBackward",
+(grad_output: *const Tensor, self_: *const Tensor, threshold: *const AclScalar, out: *const Tensor) |a| {
+    let dy = a.tensor(grad_output, "gradOutput")?;
+    let x = a.tensor(self_, "self")?;
+    let t = a.scalar(threshold, "threshold")?;
+    let o = a.tensor(out, "out")?;
+    if t.as_f64() != 0.0 {
+        return Err(invalid("a threshold other than 0 is not simulated (relu's backward uses 0)"));
+    }
+    backward_program(a, x, dy, o, OpId::ReluBackward)
+});
+
+aclnn_op!(aclnnGeluBackwardV2, aclnnGeluBackwardV2GetWorkspaceSize, "GeluBackwardV2",
+(grad_output: *const Tensor, self_: *const Tensor, approximate: *const c_char, grad_input: *const Tensor) |a| {
+    let dy = a.tensor(grad_output, "gradOutput")?;
+    let x = a.tensor(self_, "self")?;
+    let dx = a.tensor(grad_input, "gradInput")?;
+    if approximate.is_null() {
+        return Err(Err::new(crate::conv::ACLNN_ERR_PARAM_NULLPTR, "approximate is NULL"));
+    }
+    // SAFETY: a NUL-terminated string kept alive by the caller until phase 1 returns.
+    let mode = unsafe { CStr::from_ptr(approximate) }.to_string_lossy().into_owned();
+    let op = match mode.as_str() {
+        "none" => OpId::GeluErfBackward,
+        "tanh" => OpId::GeluTanhBackward,
+        m => return Err(invalid(format!("approximate \"{m}\" (\"none\" or \"tanh\")"))),
+    };
+    backward_program(a, x, dy, dx, op)
+});
+
+aclnn_op!(aclnnSiluBackward, aclnnSiluBackwardGetWorkspaceSize, "SiluBackward",
+(grad_output: *const Tensor, self_: *const Tensor, grad_input: *const Tensor) |a| {
+    let dy = a.tensor(grad_output, "gradOutput")?;
+    let x = a.tensor(self_, "self")?;
+    let dx = a.tensor(grad_input, "gradInput")?;
+    backward_program(a, x, dy, dx, OpId::SiluBackward)
+});
+
+// --- Binary ----------------------------------------------------------------------------------
+
+aclnn_op!(aclnnAdd, aclnnAddGetWorkspaceSize, "Add",
+(self_: *const Tensor, other: *const Tensor, alpha: *const AclScalar, out: *const Tensor) |a| {
+    let (x, y) = (a.tensor(self_, "self")?, a.tensor(other, "other")?);
+    let al = a.scalar(alpha, "alpha")?;
+    let o = a.tensor(out, "out")?;
+    alpha_program(a, x, y, al, o, false)
+});
+
+aclnn_op!(aclnnInplaceAdd, aclnnInplaceAddGetWorkspaceSize, "InplaceAdd",
+(self_ref: *const Tensor, other: *const Tensor, alpha: *const AclScalar) |a| {
+    let (x, y) = (a.tensor(self_ref, "selfRef")?, a.tensor(other, "other")?);
+    let al = a.scalar(alpha, "alpha")?;
+    alpha_program(a, x.clone(), y, al, x, false)
+});
+
+aclnn_op!(aclnnSub, aclnnSubGetWorkspaceSize, "Sub",
+(self_: *const Tensor, other: *const Tensor, alpha: *const AclScalar, out: *const Tensor) |a| {
+    let (x, y) = (a.tensor(self_, "self")?, a.tensor(other, "other")?);
+    let al = a.scalar(alpha, "alpha")?;
+    let o = a.tensor(out, "out")?;
+    alpha_program(a, x, y, al, o, true)
+});
+
+aclnn_op!(aclnnInplaceSub, aclnnInplaceSubGetWorkspaceSize, "InplaceSub",
+(self_ref: *const Tensor, other: *const Tensor, alpha: *const AclScalar) |a| {
+    let (x, y) = (a.tensor(self_ref, "selfRef")?, a.tensor(other, "other")?);
+    let al = a.scalar(alpha, "alpha")?;
+    alpha_program(a, x.clone(), y, al, x, true)
+});
+
+aclnn_op!(aclnnAdds, aclnnAddsGetWorkspaceSize, "Adds",
+(self_: *const Tensor, other: *const AclScalar, alpha: *const AclScalar, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let (v, al) = (a.scalar(other, "other")?, a.scalar(alpha, "alpha")?);
+    let o = a.tensor(out, "out")?;
+    scalar_program(a, x, times(al, v), o, OpId::AddScalar)
+});
+
+aclnn_op!(aclnnInplaceAdds, aclnnInplaceAddsGetWorkspaceSize, "InplaceAdds",
+(self_ref: *const Tensor, other: *const AclScalar, alpha: *const AclScalar) |a| {
+    let x = a.tensor(self_ref, "selfRef")?;
+    let (v, al) = (a.scalar(other, "other")?, a.scalar(alpha, "alpha")?);
+    scalar_program(a, x.clone(), times(al, v), x, OpId::AddScalar)
+});
+
+aclnn_op!(aclnnSubs, aclnnSubsGetWorkspaceSize, "Subs",
+(self_: *const Tensor, other: *const AclScalar, alpha: *const AclScalar, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    let (v, al) = (a.scalar(other, "other")?, a.scalar(alpha, "alpha")?);
+    let o = a.tensor(out, "out")?;
+    scalar_program(a, x, times(al, v), o, OpId::SubScalar)
+});
+
+macro_rules! binary {
+    ($run:ident, $ws:ident, $name:literal, $op:expr) => {
+        aclnn_op!($run, $ws, $name, (self_: *const Tensor, other: *const Tensor, out: *const Tensor) |a| {
+            let (x, y, o) = (a.tensor(self_, "self")?, a.tensor(other, "other")?, a.tensor(out, "out")?);
+            binary_program(a, x, y, o, $op)
+        });
+    };
+    (inplace $run:ident, $ws:ident, $name:literal, $op:expr) => {
+        aclnn_op!($run, $ws, $name, (self_ref: *const Tensor, other: *const Tensor) |a| {
+            let (x, y) = (a.tensor(self_ref, "selfRef")?, a.tensor(other, "other")?);
+            binary_program(a, x.clone(), y, x, $op)
+        });
+    };
+    (scalar $run:ident, $ws:ident, $name:literal, $op:expr) => {
+        aclnn_op!($run, $ws, $name, (self_: *const Tensor, other: *const AclScalar, out: *const Tensor) |a| {
+            let x = a.tensor(self_, "self")?;
+            let v = a.scalar(other, "other")?;
+            let o = a.tensor(out, "out")?;
+            scalar_program(a, x, v, o, $op)
+        });
+    };
+    (inplace_scalar $run:ident, $ws:ident, $name:literal, $op:expr) => {
+        aclnn_op!($run, $ws, $name, (self_ref: *const Tensor, other: *const AclScalar) |a| {
+            let x = a.tensor(self_ref, "selfRef")?;
+            let v = a.scalar(other, "other")?;
+            scalar_program(a, x.clone(), v, x, $op)
+        });
+    };
+}
+
+binary!(aclnnMul, aclnnMulGetWorkspaceSize, "Mul", OpId::Mul);
+binary!(aclnnDiv, aclnnDivGetWorkspaceSize, "Div", OpId::Div);
+binary!(
+    aclnnMaximum,
+    aclnnMaximumGetWorkspaceSize,
+    "Maximum",
+    OpId::Maximum
+);
+binary!(
+    aclnnMinimum,
+    aclnnMinimumGetWorkspaceSize,
+    "Minimum",
+    OpId::Minimum
+);
+binary!(
+    aclnnPowTensorTensor,
+    aclnnPowTensorTensorGetWorkspaceSize,
+    "PowTensorTensor",
+    OpId::Pow
+);
+binary!(inplace aclnnInplaceMul, aclnnInplaceMulGetWorkspaceSize, "InplaceMul", OpId::Mul);
+binary!(inplace aclnnInplaceDiv, aclnnInplaceDivGetWorkspaceSize, "InplaceDiv", OpId::Div);
+binary!(scalar aclnnMuls, aclnnMulsGetWorkspaceSize, "Muls", OpId::MulScalar);
+binary!(scalar aclnnDivs, aclnnDivsGetWorkspaceSize, "Divs", OpId::DivScalar);
+binary!(scalar aclnnClampMin, aclnnClampMinGetWorkspaceSize, "ClampMin", OpId::MaximumScalar);
+binary!(scalar aclnnClampMax, aclnnClampMaxGetWorkspaceSize, "ClampMax", OpId::MinimumScalar);
+binary!(scalar aclnnPowTensorScalar, aclnnPowTensorScalarGetWorkspaceSize, "PowTensorScalar", OpId::PowScalar);
+binary!(inplace_scalar aclnnInplaceMuls, aclnnInplaceMulsGetWorkspaceSize, "InplaceMuls", OpId::MulScalar);
+binary!(inplace_scalar aclnnInplaceDivs, aclnnInplaceDivsGetWorkspaceSize, "InplaceDivs", OpId::DivScalar);
+
+aclnn_op!(aclnnClamp, aclnnClampGetWorkspaceSize, "Clamp",
+(self_: *const Tensor, min: *const AclScalar, max: *const AclScalar, out: *const Tensor) |a| {
+    let x = a.tensor(self_, "self")?;
+    // SAFETY-free: NULL means "no bound" here.
+    let lo = if min.is_null() { None } else { Some(a.scalar(min, "min")?) };
+    let hi = if max.is_null() { None } else { Some(a.scalar(max, "max")?) };
+    let o = a.tensor(out, "out")?;
+    a.dtype(&x)?;
+    a.same_dtype(&x, &o, "self and out")?;
+    if lo.is_none() && hi.is_none() {
+        return Err(invalid("aclnnClamp needs min or max"));
+    }
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, ov) = (b.view(&x)?, b.view(&o)?);
+        let mut src = xv;
+        if let Some(lo) = lo {
+            b.call(OpCall::binary_scalar(OpId::MaximumScalar, src, lo, ov.clone()))?;
+            src = ov.clone();
+        }
+        if let Some(hi) = hi {
+            b.call(OpCall::binary_scalar(OpId::MinimumScalar, src, hi, ov))?;
+        }
+        Ok(())
+    }))
+});
+
+aclnn_op!(aclnnPowScalarTensor, aclnnPowScalarTensorGetWorkspaceSize, "PowScalarTensor",
+(self_: *const AclScalar, exponent: *const Tensor, out: *const Tensor) |a| {
+    let base = a.scalar(self_, "self")?;
+    let e = a.tensor(exponent, "exponent")?;
+    let o = a.tensor(out, "out")?;
+    a.dtype(&e)?;
+    a.same_dtype(&e, &o, "exponent and out")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (ev, ov) = (b.view(&e)?, b.view(&o)?);
+        let mut bv = b.temp(ev.dtype, &[1]);
+        b.call(OpCall::fill(bv.clone(), base))?;
+        bv.strides = vec![0];
+        b.call(OpCall::binary(OpId::Pow, bv, ev, ov))
+    }))
+});
+
+aclnn_op!(aclnnSWhere, aclnnSWhereGetWorkspaceSize, "SWhere",
+(condition: *const Tensor, self_: *const Tensor, other: *const Tensor, out: *const Tensor) |a| {
+    let c = a.tensor(condition, "condition")?;
+    let (x, y, o) = (a.tensor(self_, "self")?, a.tensor(other, "other")?, a.tensor(out, "out")?);
+    a.dtype(&x)?;
+    a.same_dtype(&x, &y, "self and other")?;
+    a.same_dtype(&x, &o, "self and out")?;
+    if !matches!(c.dtype, 4 | 12) {
+        return Err(invalid("condition must be BOOL or UINT8"));
+    }
+    Ok(Arc::new(move |b: &mut Build| {
+        let (cv, xv, yv, ov) = (b.view(&c)?, b.view(&x)?, b.view(&y)?, b.view(&o)?);
+        b.call(OpCall::where_(cv, xv, yv, ov))
+    }))
+});
