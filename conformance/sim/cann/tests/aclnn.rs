@@ -59,7 +59,9 @@ fn reduce_sum_over_two_dims_and_softmax_along_the_first() {
     let d = unsafe { aclCreateIntArray(dims.as_ptr(), 2) };
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
     // SAFETY: live descriptors and out-pointers.
-    phase1_ok(unsafe { aclnnReduceSumGetWorkspaceSize(xt, d, false, ACL_FLOAT, st, &mut ws, &mut ex) });
+    phase1_ok(unsafe {
+        aclnnReduceSumGetWorkspaceSize(xt, d, false, ACL_FLOAT, st, &mut ws, &mut ex)
+    });
     run(ws, ex, aclnnReduceSum);
     let got = host::<f32>(dsum, 3);
     for (j, g) in got.iter().enumerate() {
@@ -117,12 +119,24 @@ fn an_executor_runs_once() {
     // SAFETY: live descriptors and out-pointers.
     phase1_ok(unsafe { aclnnNegGetWorkspaceSize(t, t, &mut ws, &mut ex) });
     ok(aclnnNeg(null_mut(), 0, ex, null_mut()));
-    assert_eq!(aclnnNeg(null_mut(), 0, ex, null_mut()), 161_002, "a second run");
+    assert_eq!(
+        aclnnNeg(null_mut(), 0, ex, null_mut()),
+        161_002,
+        "a second run"
+    );
     assert!(msg().contains("already run"), "{}", msg());
-    assert_eq!(aclnnNeg(null_mut(), 0, null_mut(), null_mut()), 161_001, "phase 2 without phase 1");
+    assert_eq!(
+        aclnnNeg(null_mut(), 0, null_mut(), null_mut()),
+        161_001,
+        "phase 2 without phase 1"
+    );
     // SAFETY: as above.
     phase1_ok(unsafe { aclnnNegGetWorkspaceSize(t, t, &mut ws, &mut ex) });
-    assert_eq!(aclnnExp(null_mut(), 0, ex, null_mut()), 161_002, "another operator's executor");
+    assert_eq!(
+        aclnnExp(null_mut(), 0, ex, null_mut()),
+        161_002,
+        "another operator's executor"
+    );
     ok(unihal_sim_cann::aclnn::aclDestroyAclOpExecutor(ex));
     ok(aclrtSynchronizeStream(null_mut()));
     assert_eq!(host::<f32>(d, 8), vec![-1f32; 8]);
@@ -132,13 +146,20 @@ fn an_executor_runs_once() {
 fn the_workspace_is_checked_and_used() {
     init();
     let (da, db) = (dev(&[1f32; 64]), dev(&[2f32; 64]));
-    let (x, y) = (contiguous(da, ACL_FLOAT, &[64]), contiguous(db, ACL_FLOAT, &[64]));
+    let (x, y) = (
+        contiguous(da, ACL_FLOAT, &[64]),
+        contiguous(db, ACL_FLOAT, &[64]),
+    );
     let alpha = f32_scalar(3.0);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
     // SAFETY: live descriptors and out-pointers.
     phase1_ok(unsafe { aclnnAddGetWorkspaceSize(x, y, alpha, x, &mut ws, &mut ex) });
     assert!(ws >= 256);
-    assert_eq!(aclnnAdd(null_mut(), ws - 1, ex, null_mut()), 161_002, "too small");
+    assert_eq!(
+        aclnnAdd(null_mut(), ws - 1, ex, null_mut()),
+        161_002,
+        "too small"
+    );
     let mut host_ws = vec![0u8; ws as usize];
     assert_eq!(
         aclnnAdd(host_ws.as_mut_ptr() as *mut c_void, ws, ex, null_mut()),
@@ -178,19 +199,50 @@ fn what_an_acl_tensor_cannot_express_is_refused() {
     let d = dev(&[0f32; 8]);
     // SAFETY: arrays of the given lengths.
     let neg = unsafe {
-        aclCreateTensor([4i64].as_ptr(), 1, ACL_FLOAT, [-1i64].as_ptr(), 3, ACL_FORMAT_ND, [8i64].as_ptr(), 1, d)
+        aclCreateTensor(
+            [4i64].as_ptr(),
+            1,
+            ACL_FLOAT,
+            [-1i64].as_ptr(),
+            3,
+            ACL_FORMAT_ND,
+            [8i64].as_ptr(),
+            1,
+            d,
+        )
     };
-    assert!(neg.is_null() && msg().contains("negative strides"), "{}", msg());
+    assert!(
+        neg.is_null() && msg().contains("negative strides"),
+        "{}",
+        msg()
+    );
     // SAFETY: as above.
     let past = unsafe {
-        aclCreateTensor([4i64].as_ptr(), 1, ACL_FLOAT, [2i64].as_ptr(), 2, ACL_FORMAT_ND, [8i64].as_ptr(), 1, d)
+        aclCreateTensor(
+            [4i64].as_ptr(),
+            1,
+            ACL_FLOAT,
+            [2i64].as_ptr(),
+            2,
+            ACL_FORMAT_ND,
+            [8i64].as_ptr(),
+            1,
+            d,
+        )
     };
-    assert!(past.is_null() && msg().contains("past the storage"), "{}", msg());
+    assert!(
+        past.is_null() && msg().contains("past the storage"),
+        "{}",
+        msg()
+    );
     // A byte offset that is not a whole element: data not aligned to the dtype.
     let odd = tensor((d as u64 + 2) as *mut c_void, ACL_FLOAT, &[2], &[1], 0, 2);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
-    // SAFETY: live descriptors and out-pointers.
-    assert_eq!(unsafe { aclnnAbsGetWorkspaceSize(odd, odd, &mut ws, &mut ex) }, 161_002);
+    assert_eq!(
+        // SAFETY: live descriptors and out-pointers.
+        unsafe { aclnnAbsGetWorkspaceSize(odd, odd, &mut ws, &mut ex) },
+        161_002
+    );
     assert!(msg().contains("not aligned"), "{}", msg());
 }
 
@@ -206,7 +258,10 @@ fn a_dtype_the_chip_lacks_is_refused_in_phase_one() {
     ok(unihal_sim_cann::aclnn::aclDestroyAclOpExecutor(ex));
     let d64 = dev(&[0f64; 4]);
     let t64 = contiguous(d64, 11, &[4]);
-    // SAFETY: as above.
-    assert_eq!(unsafe { aclnnTanhGetWorkspaceSize(t64, t64, &mut ws, &mut ex) }, 161_002);
+    assert_eq!(
+        // SAFETY: as above.
+        unsafe { aclnnTanhGetWorkspaceSize(t64, t64, &mut ws, &mut ex) },
+        161_002
+    );
     assert!(msg().contains("does not support f64"), "{}", msg());
 }

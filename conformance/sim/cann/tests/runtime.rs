@@ -74,7 +74,11 @@ fn memory_rules() {
     unsafe {
         assert_eq!(aclrtMalloc(&mut p, 0, 0), 100_000, "size 0");
         assert_eq!(aclrtMalloc(&mut p, 64, 9), 100_000, "an unknown policy");
-        assert_eq!(aclrtMalloc(&mut p, 1 << 50, 0), 207_001, "beyond the capacity");
+        assert_eq!(
+            aclrtMalloc(&mut p, 1 << 50, 0),
+            207_001,
+            "beyond the capacity"
+        );
         ok(aclrtMalloc(&mut p, 64, 3));
     }
     ok(aclrtFree(p));
@@ -98,7 +102,11 @@ fn copies_check_their_kind_and_sizes() {
     let o = out.as_mut_ptr() as *mut c_void;
     // SAFETY: live buffers of the sizes passed.
     unsafe {
-        assert_eq!(aclrtMemcpy(o, 16, d, 16, 1), 100_000, "H2D with a device source");
+        assert_eq!(
+            aclrtMemcpy(o, 16, d, 16, 1),
+            100_000,
+            "H2D with a device source"
+        );
         assert_eq!(aclrtMemcpy(o, 8, d, 16, 2), 100_000, "destMax below count");
         ok(aclrtMemcpy(o, 16, d, 16, 4));
         assert_eq!(out, [1.0, 2.0, 3.0, 4.0]);
@@ -161,7 +169,11 @@ fn events_query_time_and_wait_as_their_flags_say() {
     // SAFETY: a live out-pointer.
     unsafe { ok(aclrtQueryEventStatus(untimed_sync, &mut st)) };
     assert_eq!(st, 0, "ACL_EVENT_RECORDED_STATUS_NOT_READY");
-    assert_eq!(aclrtStreamWaitEvent(s2, timeline_only), 100_000, "TIME_LINE only: no waits");
+    assert_eq!(
+        aclrtStreamWaitEvent(s2, timeline_only),
+        100_000,
+        "TIME_LINE only: no waits"
+    );
     ok(aclrtStreamWaitEvent(s2, untimed_sync));
     ok(aclrtSynchronizeStream(s2));
     // SAFETY: live out-pointers.
@@ -170,7 +182,11 @@ fn events_query_time_and_wait_as_their_flags_say() {
         ok(aclrtQueryEvent(untimed_sync, &mut old));
         assert_eq!((st, old), (1, 0));
         let mut ms = -1f32;
-        assert_eq!(aclrtEventElapsedTime(&mut ms, timed, untimed_sync), 100_000, "SYNC only: no timing");
+        assert_eq!(
+            aclrtEventElapsedTime(&mut ms, timed, untimed_sync),
+            100_000,
+            "SYNC only: no timing"
+        );
         ok(aclrtEventElapsedTime(&mut ms, timed, timeline_only));
         assert!(ms >= 0.0);
     }
@@ -207,8 +223,16 @@ fn callbacks_run_only_on_the_subscribed_thread() {
     unsafe { ok(aclrtCreateStream(&mut s)) };
     let count = Box::leak(Box::new(std::sync::atomic::AtomicU32::new(0)));
     let data = count as *const _ as *mut c_void;
-    assert_eq!(aclrtLaunchCallback(Some(bump), data, 1, s), 107_015, "no subscriber");
-    assert_eq!(aclrtProcessReport(10), 107_012, "this thread subscribed to nothing");
+    assert_eq!(
+        aclrtLaunchCallback(Some(bump), data, 1, s),
+        107_015,
+        "no subscriber"
+    );
+    assert_eq!(
+        aclrtProcessReport(10),
+        107_012,
+        "this thread subscribed to nothing"
+    );
     let (tx, rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -246,7 +270,11 @@ fn kernel_binaries_are_refused_with_a_message() {
         unihal_sim_cann::kernel::aclrtBinaryLoadFromFile(c"/k.o".as_ptr(), null_mut(), &mut h),
         207_000
     );
-    assert!(msg().contains("cannot run on the simulated CANN runtime"), "{}", msg());
+    assert!(
+        msg().contains("cannot run on the simulated CANN runtime"),
+        "{}",
+        msg()
+    );
     assert!(unihal_sim_cann::aclGetRecentErrMsg().is_null(), "read once");
 }
 

@@ -50,7 +50,13 @@ pub fn dev<T: Copy>(data: &[T]) -> *mut c_void {
     // SAFETY: a call of the simulated runtime's C API with live out-pointers and buffers.
     unsafe {
         ok(aclrtMalloc(&mut p, bytes, 0));
-        ok(aclrtMemcpy(p, bytes, data.as_ptr() as *const c_void, std::mem::size_of_val(data), 1));
+        ok(aclrtMemcpy(
+            p,
+            bytes,
+            data.as_ptr() as *const c_void,
+            std::mem::size_of_val(data),
+            1,
+        ));
     }
     p
 }
@@ -60,12 +66,27 @@ pub fn host<T: Copy + Default>(p: *mut c_void, n: usize) -> Vec<T> {
     let mut v = vec![T::default(); n];
     let bytes = n * std::mem::size_of::<T>();
     // SAFETY: as above.
-    unsafe { ok(aclrtMemcpy(v.as_mut_ptr() as *mut c_void, bytes, p, bytes, 2)) };
+    unsafe {
+        ok(aclrtMemcpy(
+            v.as_mut_ptr() as *mut c_void,
+            bytes,
+            p,
+            bytes,
+            2,
+        ))
+    };
     v
 }
 
 /// A descriptor of `data` (storage: `storage` elements) with a view.
-pub fn tensor(data: *mut c_void, dtype: i32, dims: &[i64], strides: &[i64], offset: i64, storage: i64) -> *mut Tensor {
+pub fn tensor(
+    data: *mut c_void,
+    dtype: i32,
+    dims: &[i64],
+    strides: &[i64],
+    offset: i64,
+    storage: i64,
+) -> *mut Tensor {
     // SAFETY: arrays of the given lengths.
     let t = unsafe {
         aclCreateTensor(
@@ -90,7 +111,14 @@ pub fn contiguous(data: *mut c_void, dtype: i32, dims: &[i64]) -> *mut Tensor {
     for i in (0..dims.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * dims[i + 1];
     }
-    tensor(data, dtype, dims, &strides, 0, dims.iter().product::<i64>().max(1))
+    tensor(
+        data,
+        dtype,
+        dims,
+        &strides,
+        0,
+        dims.iter().product::<i64>().max(1),
+    )
 }
 
 pub fn f32_scalar(v: f32) -> *mut Scalar {
@@ -101,7 +129,11 @@ pub fn f32_scalar(v: f32) -> *mut Scalar {
 
 /// Phase 2 with a fresh workspace of the size phase 1 asked for, then a stream synchronise and
 /// the workspace's release.
-pub fn run(ws: u64, ex: *mut Executor, phase2: extern "C" fn(*mut c_void, u64, *mut Executor, *mut c_void) -> i32) {
+pub fn run(
+    ws: u64,
+    ex: *mut Executor,
+    phase2: extern "C" fn(*mut c_void, u64, *mut Executor, *mut c_void) -> i32,
+) {
     let mut w = null_mut();
     if ws > 0 {
         // SAFETY: a live out-pointer.

@@ -1,0 +1,64 @@
+//! The simulated HCCL: a mismatched collective fails every rank (in a test binary of its own:
+//! the failure is sticky on the ranks' devices, as a failed collective is on an NPU).
+
+mod support;
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use support::*;
+use unihal_sim_cann::hccl::*;
+use unihal_sim_cann::runtime::*;
+
+const HCCL_FP32: i32 = 4;
+const HCCL_SUM: i32 = 0;
+
+fn root() -> HcclRootInfo {
+    let mut r = HcclRootInfo {
+        internal: [0; ROOT_INFO_BYTES],
+    };
+    // SAFETY: a live out-pointer.
+    assert_eq!(unsafe { HcclGetRootInfo(&mut r) }, 0);
+    r
+}
+
+/// Runs `f(rank)` on `n` threads, each with device `rank` current; returns their results.
+fn ranks<T: Send + 'static>(
+    n: u32,
+    f: impl Fn(u32) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                init();
+                ok(aclrtSetDevice(r as i32));
+                f(r)
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn a_mismatched_call_fails_every_rank() {
+    init();
+    let id = std::sync::Arc::new(root());
+    let out = ranks(2, move |r| {
+        let mut comm = null_mut();
+        assert_eq!(
+            // SAFETY: live pointers.
+            unsafe { HcclCommInitRootInfo(2, &*id, r, &mut comm) },
+            0,
+            "{}",
+            msg()
+        );
+        let buf: *mut c_void = dev(&[1f32; 8]);
+        let count = if r == 0 { 8 } else { 4 };
+        assert_eq!(
+            HcclAllReduce(buf, buf, count, HCCL_FP32, HCCL_SUM, comm, null_mut()),
+            0
+        );
+        aclrtSynchronizeStream(null_mut())
+    });
+    assert!(out.iter().all(|&c| c != 0), "every rank fails: {out:?}");
+}
