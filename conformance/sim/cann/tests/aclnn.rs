@@ -265,3 +265,57 @@ fn a_dtype_the_chip_lacks_is_refused_in_phase_one() {
     );
     assert!(msg().contains("does not support f64"), "{}", msg());
 }
+
+#[test]
+fn nll_loss_mean_and_its_backward_and_scatter_add() {
+    use unihal_sim_cann::aclnn::loss::*;
+    init();
+    // Log-probabilities of 3 rows x 4 classes; the second row's target is ignored.
+    let x: Vec<f32> = (0..12).map(|i| -(i as f32) * 0.1 - 0.05).collect();
+    let tgt = [2i64, -100, 1];
+    let w = [1.0f32, 2.0, 3.0, 4.0];
+    let (dx, dt, dw, dl, dtw) = (dev(&x), dev(&tgt), dev(&w), dev(&[0f32]), dev(&[0f32]));
+    let xt = contiguous(dx, ACL_FLOAT, &[3, 4]);
+    let tt = contiguous(dt, ACL_INT64, &[3]);
+    let wt = contiguous(dw, ACL_FLOAT, &[4]);
+    let lt = tensor(dl, ACL_FLOAT, &[], &[], 0, 1);
+    let twt = tensor(dtw, ACL_FLOAT, &[], &[], 0, 1);
+    let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
+    phase1_ok(
+        // SAFETY: live descriptors and out-pointers.
+        unsafe { aclnnNLLLossGetWorkspaceSize(xt, tt, wt, 1, -100, lt, twt, &mut ws, &mut ex) },
+    );
+    run(ws, ex, aclnnNLLLoss);
+    let want = -(3.0 * x[2] + 2.0 * x[9]) / 5.0;
+    assert!((host::<f32>(dl, 1)[0] - want).abs() < 1e-6);
+    assert_eq!(host::<f32>(dtw, 1)[0], 5.0);
+    let (dg, dgrad) = (dev(&[1f32]), dev(&[9f32; 12]));
+    let gt = tensor(dg, ACL_FLOAT, &[], &[], 0, 1);
+    let gx = contiguous(dgrad, ACL_FLOAT, &[3, 4]);
+    phase1_ok(
+        // SAFETY: as above.
+        unsafe {
+            aclnnNLLLossBackwardGetWorkspaceSize(gt, xt, tt, wt, 1, -100, twt, gx, &mut ws, &mut ex)
+        },
+    );
+    run(ws, ex, aclnnNLLLossBackward);
+    let mut want = vec![0f32; 12];
+    want[2] = -3.0 / 5.0;
+    want[9] = -2.0 / 5.0;
+    assert_eq!(host::<f32>(dgrad, 12), want);
+    // Scatter-add along dim 1 of a 2x3 tensor.
+    let (ds, di, dsrc) = (
+        dev(&[0f32; 6]),
+        dev(&[2i64, 0, 2, 1]),
+        dev(&[1f32, 2.0, 3.0, 4.0]),
+    );
+    let st = contiguous(ds, ACL_FLOAT, &[2, 3]);
+    let it = contiguous(di, ACL_INT64, &[2, 2]);
+    let srct = contiguous(dsrc, ACL_FLOAT, &[2, 2]);
+    phase1_ok(
+        // SAFETY: as above.
+        unsafe { aclnnScatterAddGetWorkspaceSize(st, 1, it, srct, st, &mut ws, &mut ex) },
+    );
+    run(ws, ex, aclnnScatterAdd);
+    assert_eq!(host::<f32>(ds, 6), vec![2.0, 0.0, 1.0, 0.0, 4.0, 3.0]);
+}

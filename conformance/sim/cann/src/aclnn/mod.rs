@@ -19,6 +19,7 @@
 
 pub mod elementwise;
 pub mod host;
+pub mod loss;
 pub mod nn;
 pub mod optim;
 pub mod random;
