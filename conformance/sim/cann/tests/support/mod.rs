@@ -19,10 +19,18 @@ pub const ACL_FORMAT_ND: i32 = 2;
 /// `aclInit` once for the test binary (a repeat is `ACL_ERROR_REPEAT_INITIALIZE`), with four
 /// devices and a short watchdog; device 0 current on the calling thread.
 pub fn init() {
+    init_with(&[]);
+}
+
+/// [`init`] with more simulator settings (set before the first `aclInit` of the binary).
+pub fn init_with(settings: &[(&str, &str)]) {
     static ENV: Once = Once::new();
     ENV.call_once(|| {
         std::env::set_var("UNIHAL_SIM_DEVICES", "4");
         std::env::set_var("UNIHAL_SIM_WATCHDOG_MS", "3000");
+        for (k, v) in settings {
+            std::env::set_var(k, v);
+        }
     });
     let r = aclInit(std::ptr::null());
     assert!(r == 0 || r == 100_002, "aclInit: {r}");
