@@ -25,8 +25,8 @@ fn operators_run_in_concurrent_mode() {
     unsafe { ok(aclrtCreateStream(&mut s)) };
     let two = f32_scalar(2.0);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
-    // SAFETY: live descriptors and out-pointers.
     assert_eq!(
+        // SAFETY: live descriptors and out-pointers.
         unsafe { aclnnAddGetWorkspaceSize(x, y, two, y, &mut ws, &mut ex) },
         0,
         "{}",
@@ -46,8 +46,8 @@ fn operators_run_in_concurrent_mode() {
 #[test]
 fn injected_failures_return_the_chosen_code() {
     init_with(&[("UNIHAL_SIM_MODE", "concurrent")]);
-    // SAFETY: a NUL-terminated name.
     assert_eq!(
+        // SAFETY: a NUL-terminated name.
         unsafe { unihal_sim_cann::fault::unihal_sim_fail(c"aclrtMalloc".as_ptr(), 1, 207_001) },
         0
     );
@@ -58,8 +58,8 @@ fn injected_failures_return_the_chosen_code() {
     // SAFETY: a live out-pointer.
     unsafe { ok(aclrtMalloc(&mut p, 64, 0)) };
     ok(aclrtFree(p));
-    // SAFETY: a NUL-terminated name.
     assert_eq!(
+        // SAFETY: a NUL-terminated name.
         unsafe {
             unihal_sim_cann::fault::unihal_sim_fail(
                 c"aclnnAddGetWorkspaceSize".as_ptr(),
@@ -73,8 +73,8 @@ fn injected_failures_return_the_chosen_code() {
     let t = contiguous(d, ACL_FLOAT, &[4]);
     let one = f32_scalar(1.0);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
-    // SAFETY: live descriptors and out-pointers.
     assert_eq!(
+        // SAFETY: live descriptors and out-pointers.
         unsafe { aclnnAddGetWorkspaceSize(t, t, one, t, &mut ws, &mut ex) },
         561_000
     );

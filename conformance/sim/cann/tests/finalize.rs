@@ -8,8 +8,8 @@ use unihal_sim_cann::runtime::*;
 #[test]
 fn after_finalize_nothing_runs_and_init_is_refused() {
     let mut n = 0u32;
-    // SAFETY: a live out-pointer.
     assert_eq!(
+        // SAFETY: a live out-pointer.
         unsafe { aclrtGetDeviceCount(&mut n) },
         100_001,
         "before aclInit"

@@ -18,8 +18,8 @@ fn init910() {
 #[test]
 fn the_910_lacks_bf16_and_the_a2_operators() {
     init910();
-    // SAFETY: a NUL-terminated string owned by the simulator.
     assert_eq!(
+        // SAFETY: a NUL-terminated string owned by the simulator.
         unsafe { CStr::from_ptr(aclrtGetSocName()) }
             .to_str()
             .unwrap(),
@@ -45,8 +45,8 @@ fn the_910_lacks_bf16_and_the_a2_operators() {
     assert!(msg().contains("not available on Ascend910A"), "{}", msg());
     // F16 add is there.
     let h = contiguous(d, ACL_FLOAT16, &[8]);
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { aclnnAddGetWorkspaceSize(h, h, alpha, h, &mut ws, &mut ex) },
         0
     );
@@ -59,8 +59,8 @@ fn f32_matmul_keeping_its_dtype_is_rejected_on_the_910() {
     let d = dev(&[0f32; 4]);
     let t = contiguous(d, ACL_FLOAT, &[2, 2]);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
-    // SAFETY: live descriptors and out-pointers.
     assert_eq!(
+        // SAFETY: live descriptors and out-pointers.
         unsafe { aclnnMmGetWorkspaceSize(t, t, t, 0, &mut ws, &mut ex) },
         161_002
     );
