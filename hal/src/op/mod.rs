@@ -837,9 +837,12 @@ fn non_overlapping(shape: &[u64], strides: &[i64]) -> bool {
 
 /// True when `a` (an output) and `b` address exactly the same elements in the same order.
 fn exact_alias(a: &TensorView, b: &TensorView, shape: &[u64]) -> bool {
+    // Both sides broadcast to the output shape: a size-1 dim's stride is irrelevant (0 on both),
+    // so an in-place op on a tensor with size-1 dims is an exact alias too.
     a.buffer.device_addr() + a.offset == b.buffer.device_addr() + b.offset
         && a.dtype.size() == b.dtype.size()
-        && b.broadcast_strides(shape).as_deref() == Some(&a.strides[..])
+        && b.broadcast_strides(shape).is_some()
+        && b.broadcast_strides(shape) == a.broadcast_strides(shape)
 }
 
 #[cfg(test)]
