@@ -1059,3 +1059,190 @@ fn optimisers_and_loss_scaling() {
     ok(aclDestroyTensorList(ml));
     ok(aclDestroyTensorList(gfl));
 }
+
+#[test]
+fn fused_cross_entropy_and_its_gradient() {
+    use unihal_sim_cann::aclnn::loss::*;
+    init();
+    let x: Vec<f32> = vec![0.2, -1.0, 0.5, 1.5, 0.0, -0.3];
+    let tgt = [2i64, 0];
+    let (dx, dt) = (dev(&x), dev(&tgt));
+    let (xt, tt) = (
+        contiguous(dx, ACL_FLOAT, &[2, 3]),
+        contiguous(dt, ACL_INT64, &[2]),
+    );
+    let (dl, dlp) = (dev(&[0f32]), dev(&[0f32; 6]));
+    let lt = tensor(dl, ACL_FLOAT, &[], &[], 0, 1);
+    let lpt = contiguous(dlp, ACL_FLOAT, &[2, 3]);
+    op(
+        // SAFETY: live descriptors, a NUL-terminated string and out-pointers.
+        |w, e| unsafe {
+            aclnnCrossEntropyLossGetWorkspaceSize(
+                xt,
+                tt,
+                null_mut(),
+                c"mean".as_ptr(),
+                -100,
+                0.1,
+                0.0,
+                false,
+                lt,
+                lpt,
+                null_mut(),
+                null_mut(),
+                w,
+                e,
+            )
+        },
+        aclnnCrossEntropyLoss,
+    );
+    let mut logp = Vec::new();
+    for r in 0..2 {
+        let row: Vec<f64> = x[r * 3..r * 3 + 3].iter().map(|&v| v as f64).collect();
+        let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+        logp.extend(row.iter().map(|v| v - lse));
+    }
+    close(&host::<f32>(dlp, 6), &logp, 1e-6);
+    let smooth = |r: usize, t: usize| {
+        -(0.9 * logp[r * 3 + t] + 0.1 / 3.0 * (0..3).map(|c| logp[r * 3 + c]).sum::<f64>())
+    };
+    close(
+        &host::<f32>(dl, 1),
+        &[(smooth(0, 2) + smooth(1, 0)) / 2.0],
+        1e-6,
+    );
+    let dg = dev(&[1f32]);
+    let gt = tensor(dg, ACL_FLOAT, &[], &[], 0, 1);
+    let dgrad = dev(&[0f32; 6]);
+    let grad = contiguous(dgrad, ACL_FLOAT, &[2, 3]);
+    let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
+    assert_eq!(
+        // SAFETY: as above.
+        unsafe {
+            aclnnCrossEntropyLossGradGetWorkspaceSize(
+                gt,
+                lpt,
+                tt,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                c"mean".as_ptr(),
+                -100,
+                0.1,
+                0.0,
+                grad,
+                &mut ws,
+                &mut ex,
+            )
+        },
+        161_002,
+        "label smoothing other than 0 is documented as unsupported"
+    );
+    op(
+        // SAFETY: as above.
+        |w, e| unsafe {
+            aclnnCrossEntropyLossGradGetWorkspaceSize(
+                gt,
+                lpt,
+                tt,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                c"mean".as_ptr(),
+                -100,
+                0.0,
+                0.0,
+                grad,
+                w,
+                e,
+            )
+        },
+        aclnnCrossEntropyLossGrad,
+    );
+    let want: Vec<f64> = (0..6)
+        .map(|i| (logp[i].exp() - if i == 2 || i == 3 { 1.0 } else { 0.0 }) / 2.0)
+        .collect();
+    close(&host::<f32>(dgrad, 6), &want, 1e-6);
+}
+
+#[test]
+fn the_global_norm_clip_composition() {
+    use unihal_sim_cann::aclnn::clip::*;
+    init();
+    // Two gradients; clip to max_norm 1: ForeachNorm → Stack → LinalgVectorNorm → Adds(1e-6) →
+    // Reciprocal → Muls(max_norm) → ClampMax(1) → ForeachMulScalar, all stream-ordered.
+    let (g1, g2) = (dev(&[3f32, 4.0]), dev(&[12f32]));
+    let gl = {
+        let ts = [
+            contiguous(g1, ACL_FLOAT, &[2]) as *const Tensor,
+            contiguous(g2, ACL_FLOAT, &[1]),
+        ];
+        // SAFETY: an array of two live tensors.
+        unsafe { aclCreateTensorList(ts.as_ptr(), 2) }
+    };
+    let (n1, n2) = (dev(&[0f32]), dev(&[0f32]));
+    let nl = {
+        let ts = [
+            contiguous(n1, ACL_FLOAT, &[1]) as *const Tensor,
+            contiguous(n2, ACL_FLOAT, &[1]),
+        ];
+        // SAFETY: as above.
+        unsafe { aclCreateTensorList(ts.as_ptr(), 2) }
+    };
+    let two = f32_scalar(2.0);
+    // SAFETY: live descriptors and out-pointers.
+    op(
+        |w, e| unsafe { aclnnForeachNormGetWorkspaceSize(gl, two, nl, w, e) },
+        aclnnForeachNorm,
+    );
+    let dv = dev(&[0f32; 2]);
+    let vt = contiguous(dv, ACL_FLOAT, &[2, 1]);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnStackGetWorkspaceSize(nl, 0, vt, w, e) },
+        aclnnStack,
+    );
+    assert_eq!(host::<f32>(dv, 2), [5.0, 12.0]);
+    let dtot = dev(&[0f32]);
+    let tot = tensor(dtot, ACL_FLOAT, &[], &[], 0, 1);
+    let all: [i64; 0] = [];
+    // SAFETY: an empty array.
+    let dims = unsafe { aclCreateIntArray(all.as_ptr(), 0) };
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe {
+            aclnnLinalgVectorNormGetWorkspaceSize(vt, two, dims, false, ACL_FLOAT, tot, w, e)
+        },
+        aclnnLinalgVectorNorm,
+    );
+    assert_eq!(host::<f32>(dtot, 1), [13.0]);
+    let (eps, one, max_norm) = (f32_scalar(1e-6), f32_scalar(1.0), f32_scalar(1.0));
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnAddsGetWorkspaceSize(tot, eps, one, tot, w, e) },
+        aclnnAdds,
+    );
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnReciprocalGetWorkspaceSize(tot, tot, w, e) },
+        aclnnReciprocal,
+    );
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnMulsGetWorkspaceSize(tot, max_norm, tot, w, e) },
+        aclnnMuls,
+    );
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnClampMaxGetWorkspaceSize(tot, one, tot, w, e) },
+        aclnnClampMax,
+    );
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnForeachMulScalarGetWorkspaceSize(gl, tot, gl, w, e) },
+        aclnnForeachMulScalar,
+    );
+    let coef = 1.0 / (13.0 + 1e-6);
+    close(&host::<f32>(g1, 2), &[3.0 * coef, 4.0 * coef], 1e-6);
+    close(&host::<f32>(g2, 1), &[12.0 * coef], 1e-6);
+}

@@ -135,8 +135,8 @@ aclnn_op!(aclnnInplaceFillTensor, aclnnInplaceFillTensorGetWorkspaceSize, "Inpla
     Ok(Arc::new(move |b: &mut Build| {
         let (tv, mut vv) = (b.view(&t)?, b.view(&v)?);
         // The one element, broadcast to every element of selfRef.
-        vv.shape = vec![1];
-        vv.strides = vec![0];
+        vv.shape = Vec::new();
+        vv.strides = Vec::new();
         b.call(OpCall::copy(vv, tv))
     }))
 });
@@ -297,9 +297,8 @@ aclnn_op!(aclnnReciprocal, aclnnReciprocalGetWorkspaceSize, "Reciprocal",
     a.same_dtype(&x, &o, "self and out")?;
     Ok(Arc::new(move |b: &mut Build| {
         let (xv, ov) = (b.view(&x)?, b.view(&o)?);
-        let mut one = b.temp(xv.dtype, &[1]);
+        let one = b.temp(xv.dtype, &[]);
         b.call(OpCall::fill(one.clone(), Scalar::I64(1)))?;
-        one.strides = vec![0];
         b.call(OpCall::binary(OpId::Div, one, xv, ov))
     }))
 });
@@ -504,9 +503,8 @@ aclnn_op!(aclnnPowScalarTensor, aclnnPowScalarTensorGetWorkspaceSize, "PowScalar
     a.same_dtype(&e, &o, "exponent and out")?;
     Ok(Arc::new(move |b: &mut Build| {
         let (ev, ov) = (b.view(&e)?, b.view(&o)?);
-        let mut bv = b.temp(ev.dtype, &[1]);
+        let bv = b.temp(ev.dtype, &[]);
         b.call(OpCall::fill(bv.clone(), base))?;
-        bv.strides = vec![0];
         b.call(OpCall::binary(OpId::Pow, bv, ev, ov))
     }))
 });

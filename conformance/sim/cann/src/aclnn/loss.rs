@@ -218,3 +218,111 @@ aclnn_op!(aclnnScatterAdd, aclnnScatterAddGetWorkspaceSize, "ScatterAdd",
         Ok(())
     }))
 });
+
+/// `"mean"`, `"sum"` or `"none"` as unihal's reduction.
+fn reduction_of(p: *const std::ffi::c_char) -> Result<CeReduction, crate::conv::Err> {
+    if p.is_null() {
+        return Ok(CeReduction::Mean);
+    }
+    // SAFETY: a NUL-terminated string the caller keeps alive until phase 1 returns.
+    match unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes() {
+        b"mean" => Ok(CeReduction::Mean),
+        b"sum" => Ok(CeReduction::Sum),
+        b"none" => Ok(CeReduction::None),
+        other => Err(invalid(format!(
+            "reduction \"{}\" (\"mean\", \"sum\" or \"none\")",
+            String::from_utf8_lossy(other)
+        ))),
+    }
+}
+
+use unihal_hal::op::nn::{CeOptions, CeReduction};
+use unihal_hal::{OpCall, OpId};
+
+aclnn_op!(aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize, "CrossEntropyLoss",
+(input: *const Tensor, target_: *const Tensor, weight: *const Tensor, reduction: *const std::ffi::c_char,
+ ignore_index: i64, label_smoothing: f64, _lse_square_scale_for_zloss: f64, return_zloss: bool,
+ loss_out: *const Tensor, log_prob_out: *const Tensor, _zloss_out: *const Tensor,
+ _lse_for_zloss_out: *const Tensor) |a| {
+    let x = a.tensor(input, "input")?;
+    let t = a.tensor(target_, "target")?;
+    if !weight.is_null() {
+        return Err(invalid("a class weight is not simulated"));
+    }
+    if return_zloss {
+        return Err(invalid("returnZloss: zloss is not implemented (as documented)"));
+    }
+    let (l, lp) = (a.tensor(loss_out, "lossOut")?, a.tensor(log_prob_out, "logProbOut")?);
+    let red = reduction_of(reduction)?;
+    a.dtype(&x)?;
+    a.same_dtype(&x, &lp, "input and logProbOut")?;
+    if x.view.len() != 2 || !matches!(t.dtype, 3 | 9) || !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(invalid("input (N, C), target INT32/INT64 (N), labelSmoothing in [0, 1]"));
+    }
+    let o = CeOptions { reduction: red, ignore_index, label_smoothing };
+    Ok(Arc::new(move |b: &mut Build| {
+        let (xv, tv, lv, lpv) = (b.view(&x)?, b.view(&t)?, b.view(&l)?, b.view(&lp)?);
+        // unihal's loss is FLOAT32; a loss of the input's dtype goes through a cast.
+        let shape = lv.shape.clone();
+        let loss = if lv.dtype == DType::F32 { lv.clone() } else { b.temp(DType::F32, &shape) };
+        b.call(OpCall::cross_entropy(xv.clone(), tv, loss.clone(), o))?;
+        if lv.dtype != DType::F32 {
+            b.call(OpCall::cast(loss, lv))?;
+        }
+        b.call(OpCall::softmax(OpId::LogSoftmax, xv, lpv))
+    }))
+});
+
+aclnn_op!(aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize, "CrossEntropyLossGrad",
+(grad_loss: *const Tensor, log_prob: *const Tensor, target_: *const Tensor, weight: *const Tensor,
+ grad_zloss: *const Tensor, lse_for_zloss: *const Tensor, reduction: *const std::ffi::c_char, ignore_index: i64,
+ label_smoothing: f64, _lse_square_scale_for_zloss: f64, out: *const Tensor) |a| {
+    let g = a.tensor(grad_loss, "gradLoss")?;
+    let lp = a.tensor(log_prob, "logProb")?;
+    let t = a.tensor(target_, "target")?;
+    let o = a.tensor(out, "out")?;
+    if !weight.is_null() || !grad_zloss.is_null() || !lse_for_zloss.is_null() {
+        return Err(invalid("weight and zloss inputs are not simulated"));
+    }
+    if label_smoothing != 0.0 {
+        return Err(invalid("labelSmoothing: only 0.0 (as documented); compose the smoothing term"));
+    }
+    let red = reduction_of(reduction)?;
+    let dt = a.dtype(&lp)?;
+    a.same_dtype(&lp, &o, "logProb and out")?;
+    if t.dtype != 9 {
+        return Err(invalid("target must be INT64"));
+    }
+    let (n, c) = rows_classes(&lp)?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let (g, lp, t, o) = (g.clone(), lp.clone(), t.clone(), o.clone());
+        b.host(move || {
+            let gdt = g.dt().map_err(|e| e.msg)?;
+            let gs = addrs(&g);
+            let mut targets = Vec::new();
+            for i in 0..n {
+                targets.push(target(&t, i, c, ignore_index)?);
+            }
+            let counted = targets.iter().filter(|k| k.is_some()).count().max(1) as f64;
+            for (i, k) in targets.into_iter().enumerate() {
+                // SAFETY: elements of live descriptors (checked at enqueue).
+                let gi = unsafe { read(gs[if red == CeReduction::None { i } else { 0 }], gdt) };
+                let scale = match (k, red) {
+                    (None, _) => 0.0,
+                    (Some(_), CeReduction::Mean) => gi / counted,
+                    (Some(_), _) => gi,
+                };
+                for j in 0..c {
+                    let hot = if k == Some(j) { 1.0 } else { 0.0 };
+                    // SAFETY: as above.
+                    unsafe {
+                        let p = read(elem(&lp, i as i64, j), dt).exp();
+                        write(elem(&o, i as i64, j), dt, (p - hot) * scale);
+                    }
+                }
+            }
+            Ok(())
+        });
+        Ok(())
+    }))
+});

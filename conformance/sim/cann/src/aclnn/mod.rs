@@ -17,6 +17,7 @@
 //! library (NLL loss, element scatter-add, the random-number operators with the NPU's own
 //! generator, the dropout bit mask), the simulator computes on the host in [`host`].
 
+pub mod clip;
 pub mod elementwise;
 pub mod host;
 pub mod loss;

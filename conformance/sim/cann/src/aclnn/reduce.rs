@@ -23,7 +23,7 @@ fn keep_dims(mut v: TensorView, dims: &[usize], keep: bool) -> TensorView {
 }
 
 /// The dims of `list` (empty: all of them), sorted and unique.
-fn dims_of(list: &[i64], rank: usize) -> Result<Vec<usize>, Err> {
+pub(crate) fn dims_of(list: &[i64], rank: usize) -> Result<Vec<usize>, Err> {
     if list.is_empty() {
         return Ok((0..rank).collect());
     }
