@@ -3,7 +3,7 @@
 # the unit tests of hal and the CPU backend (collective early-leave tests included), the CPU
 # conformance suite (collectives included), and the CUDA and HIP backends' whole suites (the
 # shared GPU layer under two runtimes) on the simulated driver and NCCL, the simulated HIP
-# runtime and RCCL. First it proves the sanitizer works: planted bugs must be reported.
+# runtime and RCCL, and the simulated CANN stack's own tests. First it proves the sanitizer works: planted bugs must be reported.
 #
 # Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
 # --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
@@ -40,6 +40,8 @@ $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
 step "caching allocator and DLPack tests (not the numpy one: Python would load a sanitized library)"
 $CARGO test -q --target "$TRIPLE" -p unihal-alloc
 $CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
+step "the simulated CANN stack's tests (descriptors, executors, workspaces, HCCL failure paths)"
+$CARGO test -q --target "$TRIPLE" -p unihal-sim-cann
 
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time.

@@ -30,71 +30,7 @@ mod header {
 use unihal_hip::conv::{codes, Numbering};
 use unihal_hip::ffi::{self, HipApi};
 
-/// The ABI class of a C type: integer, float or pointer, and its size.
-trait Abi {
-    const KIND: (&'static str, usize);
-}
-macro_rules! abi {
-    ($($t:ty => $k:literal),* $(,)?) => { $(impl Abi for $t { const KIND: (&'static str, usize) = ($k, std::mem::size_of::<$t>()); })* };
-}
-abi!(i8 => "int", u8 => "int", i16 => "int", u16 => "int", i32 => "int", u32 => "int",
-     i64 => "int", u64 => "int", usize => "int", isize => "int", f32 => "float", f64 => "float");
-impl<T> Abi for *mut T {
-    const KIND: (&'static str, usize) = ("ptr", 8);
-}
-impl<T> Abi for *const T {
-    const KIND: (&'static str, usize) = ("ptr", 8);
-}
-impl<T> Abi for Option<T> {
-    // A nullable function pointer.
-    const KIND: (&'static str, usize) = ("ptr", 8);
-}
-
-/// The ABI of a function pointer type: its parameters' and result's classes.
-trait Sig {
-    fn kinds() -> Vec<(&'static str, usize)>;
-}
-macro_rules! sig {
-    ($($a:ident),*) => {
-        impl<R: Abi, $($a: Abi),*> Sig for unsafe extern "C" fn($($a),*) -> R {
-            fn kinds() -> Vec<(&'static str, usize)> {
-                vec![$($a::KIND,)* R::KIND]
-            }
-        }
-    };
-}
-
-/// The ABI of an entry of ours (a function pointer).
-fn ours<F: Sig>(_: &F) -> Vec<(&'static str, usize)> {
-    F::kinds()
-}
-/// The ABI of an optional entry of ours.
-fn ours_opt<F: Sig>(_: &Option<F>) -> Vec<(&'static str, usize)> {
-    F::kinds()
-}
-/// The ABI of the header's declaration (whether or not the library exports it).
-fn declared<F: Sig, E>(_: &Result<F, E>) -> Vec<(&'static str, usize)> {
-    F::kinds()
-}
-sig!();
-sig!(A);
-sig!(A, B);
-sig!(A, B, C);
-sig!(A, B, C, D);
-sig!(A, B, C, D, E);
-sig!(A, B, C, D, E, F);
-sig!(A, B, C, D, E, F, G);
-sig!(A, B, C, D, E, F, G, H);
-sig!(A, B, C, D, E, F, G, H, I);
-sig!(A, B, C, D, E, F, G, H, I, J);
-sig!(A, B, C, D, E, F, G, H, I, J, K);
-
-impl Abi for ffi::StreamCallback {
-    const KIND: (&'static str, usize) = ("ptr", 8);
-}
-impl Abi for ffi::HostFn {
-    const KIND: (&'static str, usize) = ("ptr", 8);
-}
+use unihal_dynlib::abi::{declared, ours, ours_opt};
 
 fn open() -> (header::HipHeader, HipApi) {
     // SAFETY: loading AMD's runtime runs its initialisers (as any HIP program does).

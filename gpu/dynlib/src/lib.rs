@@ -18,8 +18,13 @@
 //!   [`Library`] never closes the loader's handle (no `dlclose`), so its function pointers are
 //!   valid for the whole process, and nothing is allocated for it (no leak for LeakSanitizer).
 //!
+//! * **ABI checks** ([`abi`]): the C ABI class of a binding's types, to compare hand-written
+//!   declarations with bindgen's reading of the vendor's header.
+//!
 //! Thread safety: everything here is `Send + Sync`; opening runs the library's initialisers,
 //! which vendors document as safe to run from any thread.
+
+pub mod abi;
 
 use std::path::PathBuf;
 use unihal_hal::{HalError, Result};

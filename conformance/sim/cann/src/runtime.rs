@@ -590,14 +590,17 @@ pub extern "C" fn aclrtFreeHost(p: *mut c_void) -> i32 {
 }
 
 /// `aclrtMemcpyKind` values.
-const H2H: i32 = 0;
-const H2D: i32 = 1;
-const D2H: i32 = 2;
-const D2D: i32 = 3;
-const DEFAULT: i32 = 4;
-const H2BUF2D: i32 = 5;
-const INNER_D2D: i32 = 6;
-const INTER_D2D: i32 = 7;
+pub mod memcpy {
+    pub const H2H: i32 = 0;
+    pub const H2D: i32 = 1;
+    pub const D2H: i32 = 2;
+    pub const D2D: i32 = 3;
+    pub const DEFAULT: i32 = 4;
+    pub const H2BUF2D: i32 = 5;
+    pub const INNER_D2D: i32 = 6;
+    pub const INTER_D2D: i32 = 7;
+}
+use memcpy::*;
 
 /// Checks a copy's kind against where its memory is; returns the places of (dst, src).
 fn check_kind(
