@@ -1,14 +1,14 @@
 //! The CANN install layouts a backend loads the simulator from: a `lib64` directory holding the
 //! real library names of the classic layout (`libascendcl.so`, `libopapi.so`,
 //! `libnnopbase.so`, `libhccl.so`) or of the split one of recent CANN (`libacl_rt.so`,
-//! `libnnopbase.so`, `libopapi_math.so`, `libopapi_nn.so`, `libhccl.so`, `libhcomm.so`).
+//! `libnnopbase.so`, `libopapi_math.so`, `libopapi_nn.so`, `libhccl.so`).
 //!
-//! Each name is a symbolic link to the one simulator object: the dynamic loader recognises the
-//! same file behind every name and loads it once, so the libraries share one state (one
-//! runtime, one set of devices), as CANN's libraries share the driver. Every name therefore
-//! exports every symbol of `symbols.txt`; that a backend resolves each symbol from the library
-//! that really exports it is checked against the committed per-library lists (`symbols.txt`),
-//! not by the loader.
+//! Each is a forwarding library built from `symbols.txt` (build.rs): it exports exactly the
+//! symbols the real library of that name exports (a backend that resolves a symbol from the
+//! wrong library fails here as it would on CANN), each a jump into the one simulator object,
+//! `libunihal_sim_cann.so`, which sits next to them, so that all share one state (one runtime,
+//! one set of devices), as CANN's libraries share the driver. `libhcomm.so`, where recent
+//! torch_npu finds `HcclGroupStart`/`End`, is absent: the simulator has no group calls.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 pub enum Layout {
     /// CANN up to 8.x: one `libopapi.so`, the runtime in `libascendcl.so`.
     Classic,
-    /// Recent CANN: `libacl_rt.so`, operators split per package, groups in `libhcomm.so`.
+    /// Recent CANN: `libacl_rt.so`, operators split per package.
     Split,
 }
 
@@ -37,7 +37,6 @@ impl Layout {
                 "libopapi_math.so",
                 "libopapi_nn.so",
                 "libhccl.so",
-                "libhcomm.so",
             ],
         }
     }
@@ -50,23 +49,31 @@ impl Layout {
     }
 }
 
-/// Makes `<root>/<layout>/lib64` with the layout's library names linked to `object` (the built
-/// `libunihal_sim_cann.so`) and returns the `lib64` path (what `ASCEND_HOME_PATH/lib64` is).
+/// Where build.rs put the forwarding libraries.
+pub fn forwarders() -> PathBuf {
+    Path::new(env!("OUT_DIR")).join("forwarders")
+}
+
+/// Makes `<root>/<layout>/lib64` with the layout's forwarding libraries and a link to `object`
+/// (the built `libunihal_sim_cann.so`), and returns the `lib64` path (what
+/// `ASCEND_HOME_PATH/lib64` is).
 ///
 /// # Errors
 /// The file system's.
 pub fn make(root: &Path, layout: Layout, object: &Path) -> std::io::Result<PathBuf> {
     let lib64 = root.join(layout.dir_name()).join("lib64");
     std::fs::create_dir_all(&lib64)?;
-    let object = object.canonicalize()?;
+    let replace = |path: &Path| match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    let core = lib64.join("libunihal_sim_cann.so");
+    replace(&core)?;
+    std::os::unix::fs::symlink(object.canonicalize()?, &core)?;
     for name in layout.libraries() {
-        let link = lib64.join(name);
-        match std::fs::remove_file(&link) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        std::os::unix::fs::symlink(&object, &link)?;
+        let to = lib64.join(name);
+        replace(&to)?;
+        std::fs::copy(forwarders().join(name), &to)?;
     }
     Ok(lib64)
 }

@@ -22,8 +22,9 @@
 //! Built as one shared object, `libunihal_sim_cann.so`. [`layout`] builds the directories a
 //! backend loads it from: the real library names of the classic CANN layout (`libascendcl.so`,
 //! `libopapi.so`, `libnnopbase.so`, `libhccl.so`) and of the split one (`libacl_rt.so`,
-//! `libopapi_math.so`, `libopapi_nn.so`, `libhcomm.so`, ...), each exporting only its own
-//! symbols (`symbols.txt`) and forwarding to the one object, so that they share one state.
+//! `libopapi_math.so`, `libopapi_nn.so`, ...), forwarding libraries that build.rs makes from
+//! `symbols.txt`: each exports only its own symbols and jumps into the one object, so that they
+//! share one state.
 //!
 //! Devices are named "unihal simulated Ascend910B NPU N (not an NPU)": nobody mistakes their
 //! results for an NPU's.
@@ -55,6 +56,7 @@ pub mod nnopbase;
 pub mod report;
 pub mod runtime;
 pub mod soc;
+pub mod symbols;
 
 /// The C test controls (injected failures, violations), exported from this object.
 pub use unihal_sim::fault_c as fault;
