@@ -93,11 +93,10 @@ __attribute__((constructor)) static void uh_forward_init(void) {{
 }
 
 fn forwarders() {
-    let text = std::fs::read_to_string("symbols.txt").expect("symbols.txt");
     let out = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("forwarders");
     std::fs::create_dir_all(&out).expect("the forwarders' directory");
     let compiler = cc::Build::new().get_compiler();
-    for (lib, symbols) in libraries(&text) {
+    for (lib, symbols) in libraries(symbols::SYMBOLS_TXT) {
         let c_file = out.join(format!("{lib}.c"));
         std::fs::write(&c_file, source(&lib, &symbols)).expect("writing a forwarder's source");
         let status = compiler
