@@ -1166,6 +1166,31 @@ pub fn device_name(soc: &str, ordinal: usize, mode: unihal_sim::Mode) -> String 
     format!("unihal simulated {family} NPU {ordinal} (not an NPU{concurrent})")
 }
 
+/// Not CANN's: `aclError unihal_sim_cann_device_name(int32_t device, char *name, size_t len)`
+/// writes device `device`'s name, NUL-terminated and truncated to `len` bytes, saying that it is
+/// simulated ("unihal simulated Ascend910B NPU 0 (not an NPU)"). ACL has no device-name call (a
+/// backend names devices after `aclrtGetSocName`, which returns the SoC verbatim); a backend
+/// that finds this symbol reports the name instead, so no report mistakes the simulator for an
+/// NPU.
+#[no_mangle]
+pub unsafe extern "C" fn unihal_sim_cann_device_name(d: i32, name: *mut c_char, len: usize) -> i32 {
+    api("unihal_sim_cann_device_name", || {
+        let s = sim()?;
+        let d = device_index(s, d)?;
+        if name.is_null() || len == 0 {
+            return Err(Err::param("NULL or empty name buffer"));
+        }
+        let full = device_name(s.soc.name, d, s.face.devices[d].mode());
+        let n = full.len().min(len - 1);
+        // SAFETY: the caller provides `len` bytes; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(full.as_ptr() as *const c_char, name, n);
+            *name.add(n) = 0;
+        }
+        Ok(())
+    })
+}
+
 /// Devices whose default context is set, for tests.
 #[doc(hidden)]
 pub fn devices_set() -> HashSet<usize> {

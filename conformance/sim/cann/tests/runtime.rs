@@ -286,6 +286,25 @@ fn a_synchronize_with_timeout_ends() {
 }
 
 #[test]
+fn the_device_name_export_says_simulated() {
+    init();
+    let mut buf = [0 as std::ffi::c_char; 64];
+    // SAFETY: a 64-byte buffer.
+    unsafe { ok(unihal_sim_cann_device_name(1, buf.as_mut_ptr(), buf.len())) };
+    // SAFETY: NUL-terminated by the call.
+    let name = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(name, "unihal simulated Ascend910B NPU 1 (not an NPU)");
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { unihal_sim_cann_device_name(9, buf.as_mut_ptr(), buf.len()) },
+        107_001
+    );
+}
+
+#[test]
 fn device_names_say_simulated() {
     assert_eq!(
         device_name("Ascend910B2", 3, unihal_sim::Mode::Deferred),
