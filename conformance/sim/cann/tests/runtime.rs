@@ -297,8 +297,8 @@ fn the_device_name_export_says_simulated() {
         .unwrap()
         .to_string();
     assert_eq!(name, "unihal simulated Ascend910B NPU 1 (not an NPU)");
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { unihal_sim_cann_device_name(9, buf.as_mut_ptr(), buf.len()) },
         107_001
     );
