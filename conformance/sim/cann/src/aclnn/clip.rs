@@ -31,6 +31,7 @@ fn check_p2(p: unihal_hal::Scalar) -> Result<(), crate::conv::Err> {
     Ok(())
 }
 
+// Declared from: ON `foreach/foreach_norm/docs/` (op map A.5)
 aclnn_op!(aclnnForeachNorm, aclnnForeachNormGetWorkspaceSize, "ForeachNorm",
 (x: *const TensorList, scalar: *const AclScalar, out: *const TensorList) |a| {
     let xs = a.list(x, "x")?;
@@ -58,6 +59,7 @@ aclnn_op!(aclnnForeachNorm, aclnnForeachNormGetWorkspaceSize, "ForeachNorm",
     }))
 });
 
+// Declared from: ON `norm/lp_norm_v2/op_api/aclnn_linalg_vector_norm.h` (op map A.5)
 aclnn_op!(aclnnLinalgVectorNorm, aclnnLinalgVectorNormGetWorkspaceSize, "LinalgVectorNorm",
 (self_: *const Tensor, ord: *const AclScalar, dims: *const IntArray, keep_dims: bool, dtype: i32,
  out: *const Tensor) |a| {
@@ -91,6 +93,7 @@ aclnn_op!(aclnnLinalgVectorNorm, aclnnLinalgVectorNormGetWorkspaceSize, "LinalgV
     }))
 });
 
+// Declared from: OM `conversion/pack/op_api/aclnn_stack.h` (op map A.5, global-norm clip)
 aclnn_op!(aclnnStack, aclnnStackGetWorkspaceSize, "Stack",
 (tensors: *const TensorList, dim: i64, out: *const Tensor) |a| {
     let ts = a.list(tensors, "tensors")?;
@@ -118,6 +121,7 @@ aclnn_op!(aclnnStack, aclnnStackGetWorkspaceSize, "Stack",
     }))
 });
 
+// Declared from: ON `foreach/foreach_mul_scalar/docs/`; OP `ForeachMulScalarKernelOpApi.cpp` (op map A.5)
 aclnn_op!(aclnnForeachMulScalar, aclnnForeachMulScalarGetWorkspaceSize, "ForeachMulScalar",
 (x: *const TensorList, scalar: *const Tensor, out: *const TensorList) |a| {
     let xs = a.list(x, "x")?;

@@ -104,6 +104,7 @@ fn fill_program(a: &Args, t: Tensor, v: Scalar) -> Result<Program, Err> {
 
 // --- Memory / conversion -------------------------------------------------------------------
 
+// Declared from: OM `conversion/fill/op_api/aclnn_fill_scalar.h`; OP `InplaceFillScalar` call sites
 aclnn_op!(aclnnInplaceFillScalar, aclnnInplaceFillScalarGetWorkspaceSize, "InplaceFillScalar",
 (self_ref: *const Tensor, value: *const AclScalar) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
@@ -111,18 +112,21 @@ aclnn_op!(aclnnInplaceFillScalar, aclnnInplaceFillScalarGetWorkspaceSize, "Inpla
     fill_program(a, t, v)
 });
 
+// Declared from: OM `math/zero_op/op_api/aclnn_zero.h`, `math/ones_like/op_api/aclnn_ones.h`
 aclnn_op!(aclnnInplaceZero, aclnnInplaceZeroGetWorkspaceSize, "InplaceZero",
 (self_ref: *const Tensor) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
     fill_program(a, t, Scalar::I64(0))
 });
 
+// Declared from: OM `math/zero_op/op_api/aclnn_zero.h`, `math/ones_like/op_api/aclnn_ones.h`
 aclnn_op!(aclnnInplaceOne, aclnnInplaceOneGetWorkspaceSize, "InplaceOne",
 (self_ref: *const Tensor) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
     fill_program(a, t, Scalar::I64(1))
 });
 
+// Declared from: OM `conversion/fill/op_api/aclnn_fill_tensor.h`
 aclnn_op!(aclnnInplaceFillTensor, aclnnInplaceFillTensorGetWorkspaceSize, "InplaceFillTensor",
 (self_ref: *const Tensor, value: *const Tensor) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
@@ -141,6 +145,7 @@ aclnn_op!(aclnnInplaceFillTensor, aclnnInplaceFillTensorGetWorkspaceSize, "Inpla
     }))
 });
 
+// Declared from: OM `conversion/view_copy/op_api/aclnn_copy.h`, doc; TN `CopyKernelOpApi.cpp` (`EXEC_NPU_CMD(aclnnInplaceCopy, dst, src)`)
 aclnn_op!(aclnnInplaceCopy, aclnnInplaceCopyGetWorkspaceSize, "InplaceCopy",
 (self_ref: *const Tensor, src: *const Tensor) |a| {
     let dst = a.tensor(self_ref, "selfRef")?;
@@ -157,6 +162,7 @@ aclnn_op!(aclnnInplaceCopy, aclnnInplaceCopyGetWorkspaceSize, "InplaceCopy",
     }))
 });
 
+// Declared from: OM `math/cast/op_api/aclnn_cast.h`; OP `CastKernelNpuOpApi.cpp`
 aclnn_op!(aclnnCast, aclnnCastGetWorkspaceSize, "Cast",
 (self_: *const Tensor, dtype: i32, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -265,18 +271,21 @@ unary!(
     OpId::Relu
 );
 
+// Declared from: OM `math/abs/op_api/aclnn_abs.h`
 aclnn_op!(aclnnAbs, aclnnAbsGetWorkspaceSize, "Abs", (self_: *const Tensor, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
     let o = a.tensor(out, "out")?;
     unary_program(a, x, o, OpId::Abs)
 });
 
+// Declared from: ON `activation/swish/op_api/aclnn_silu.h`
 aclnn_op!(aclnnSilu, aclnnSiluGetWorkspaceSize, "Silu", (self_: *const Tensor, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
     let o = a.tensor(out, "out")?;
     unary_program(a, x, o, OpId::Silu)
 });
 
+// Declared from: ON `activation/gelu_v2/op_api/aclnn_gelu_v2.h` (approximate: 0 = none/erf, 1 = tanh), `activation/gelu/docs/aclnnGelu.md`; OP `GeluOutKernelNpuOpApi.cpp`, yaml `exec: aclnnGeluV2, self, approximate_mode, out`
 aclnn_op!(aclnnGeluV2, aclnnGeluV2GetWorkspaceSize, "GeluV2",
 (x: *const Tensor, approximate: i64, y: *const Tensor) |a| {
     let x = a.tensor(x, "x")?;
@@ -289,6 +298,7 @@ aclnn_op!(aclnnGeluV2, aclnnGeluV2GetWorkspaceSize, "GeluV2",
     unary_program(a, x, y, op)
 });
 
+// Declared from: op map A.5 (the global-norm clip composition: `aclnnReciprocal`)
 aclnn_op!(aclnnReciprocal, aclnnReciprocalGetWorkspaceSize, "Reciprocal",
 (self_: *const Tensor, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -315,6 +325,7 @@ fn backward_program(a: &Args, x: Tensor, dy: Tensor, dx: Tensor, op: OpId) -> Re
     }))
 }
 
+// Declared from: ON `activation/threshold_grad_v2_d/op_api/aclnn_threshold_backward.h`
 aclnn_op!(aclnnThresholdBackward, aclnnThresholdBackwardGetWorkspaceSize, "ThresholdBackward",
 (grad_output: *const Tensor, self_: *const Tensor, threshold: *const AclScalar, out: *const Tensor) |a| {
     let dy = a.tensor(grad_output, "gradOutput")?;
@@ -327,6 +338,7 @@ aclnn_op!(aclnnThresholdBackward, aclnnThresholdBackwardGetWorkspaceSize, "Thres
     backward_program(a, x, dy, o, OpId::ReluBackward)
 });
 
+// Declared from: ON `activation/gelu_grad_v2/op_api/aclnn_gelu_backward_v2.h`; OP `GeluBackwardKernelNpuOpApi.cpp` (uses V2 unless legacy path)
 aclnn_op!(aclnnGeluBackwardV2, aclnnGeluBackwardV2GetWorkspaceSize, "GeluBackwardV2",
 (grad_output: *const Tensor, self_: *const Tensor, approximate: *const c_char, grad_input: *const Tensor) |a| {
     let dy = a.tensor(grad_output, "gradOutput")?;
@@ -345,6 +357,7 @@ aclnn_op!(aclnnGeluBackwardV2, aclnnGeluBackwardV2GetWorkspaceSize, "GeluBackwar
     backward_program(a, x, dy, dx, op)
 });
 
+// Declared from: ON `activation/silu_grad/op_api/aclnn_silu_backward.h`; OP `SiluBackward` call sites
 aclnn_op!(aclnnSiluBackward, aclnnSiluBackwardGetWorkspaceSize, "SiluBackward",
 (grad_output: *const Tensor, self_: *const Tensor, grad_input: *const Tensor) |a| {
     let dy = a.tensor(grad_output, "gradOutput")?;
@@ -355,6 +368,7 @@ aclnn_op!(aclnnSiluBackward, aclnnSiluBackwardGetWorkspaceSize, "SiluBackward",
 
 // --- Binary ----------------------------------------------------------------------------------
 
+// Declared from: OM `math/add/op_api/aclnn_add.h`
 aclnn_op!(aclnnAdd, aclnnAddGetWorkspaceSize, "Add",
 (self_: *const Tensor, other: *const Tensor, alpha: *const AclScalar, out: *const Tensor) |a| {
     let (x, y) = (a.tensor(self_, "self")?, a.tensor(other, "other")?);
@@ -363,6 +377,7 @@ aclnn_op!(aclnnAdd, aclnnAddGetWorkspaceSize, "Add",
     alpha_program(a, x, y, al, o, false)
 });
 
+// Declared from: same
 aclnn_op!(aclnnInplaceAdd, aclnnInplaceAddGetWorkspaceSize, "InplaceAdd",
 (self_ref: *const Tensor, other: *const Tensor, alpha: *const AclScalar) |a| {
     let (x, y) = (a.tensor(self_ref, "selfRef")?, a.tensor(other, "other")?);
@@ -370,6 +385,7 @@ aclnn_op!(aclnnInplaceAdd, aclnnInplaceAddGetWorkspaceSize, "InplaceAdd",
     alpha_program(a, x.clone(), y, al, x, false)
 });
 
+// Declared from: OM `math/sub/op_api/aclnn_sub.h`
 aclnn_op!(aclnnSub, aclnnSubGetWorkspaceSize, "Sub",
 (self_: *const Tensor, other: *const Tensor, alpha: *const AclScalar, out: *const Tensor) |a| {
     let (x, y) = (a.tensor(self_, "self")?, a.tensor(other, "other")?);
@@ -378,6 +394,7 @@ aclnn_op!(aclnnSub, aclnnSubGetWorkspaceSize, "Sub",
     alpha_program(a, x, y, al, o, true)
 });
 
+// Declared from: OM `math/sub/op_api/aclnn_sub.h`
 aclnn_op!(aclnnInplaceSub, aclnnInplaceSubGetWorkspaceSize, "InplaceSub",
 (self_ref: *const Tensor, other: *const Tensor, alpha: *const AclScalar) |a| {
     let (x, y) = (a.tensor(self_ref, "selfRef")?, a.tensor(other, "other")?);
@@ -385,6 +402,7 @@ aclnn_op!(aclnnInplaceSub, aclnnInplaceSubGetWorkspaceSize, "InplaceSub",
     alpha_program(a, x.clone(), y, al, x, true)
 });
 
+// Declared from: same
 aclnn_op!(aclnnAdds, aclnnAddsGetWorkspaceSize, "Adds",
 (self_: *const Tensor, other: *const AclScalar, alpha: *const AclScalar, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -393,6 +411,7 @@ aclnn_op!(aclnnAdds, aclnnAddsGetWorkspaceSize, "Adds",
     scalar_program(a, x, times(al, v), o, OpId::AddScalar)
 });
 
+// Declared from: same
 aclnn_op!(aclnnInplaceAdds, aclnnInplaceAddsGetWorkspaceSize, "InplaceAdds",
 (self_ref: *const Tensor, other: *const AclScalar, alpha: *const AclScalar) |a| {
     let x = a.tensor(self_ref, "selfRef")?;
@@ -400,6 +419,7 @@ aclnn_op!(aclnnInplaceAdds, aclnnInplaceAddsGetWorkspaceSize, "InplaceAdds",
     scalar_program(a, x.clone(), times(al, v), x, OpId::AddScalar)
 });
 
+// Declared from: OM `math/sub/op_api/aclnn_sub.h`
 aclnn_op!(aclnnSubs, aclnnSubsGetWorkspaceSize, "Subs",
 (self_: *const Tensor, other: *const AclScalar, alpha: *const AclScalar, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -438,7 +458,9 @@ macro_rules! binary {
     };
 }
 
+// Declared from: OM `math/mul/op_api/aclnn_mul.h`
 binary!(aclnnMul, aclnnMulGetWorkspaceSize, "Mul", OpId::Mul);
+// Declared from: OM `math/div/op_api/aclnn_div.h`
 binary!(aclnnDiv, aclnnDivGetWorkspaceSize, "Div", OpId::Div);
 binary!(
     aclnnMaximum,
@@ -458,16 +480,26 @@ binary!(
     "PowTensorTensor",
     OpId::Pow
 );
+// Declared from: OM `math/mul/op_api/aclnn_mul.h`
 binary!(inplace aclnnInplaceMul, aclnnInplaceMulGetWorkspaceSize, "InplaceMul", OpId::Mul);
+// Declared from: OM `math/div/op_api/aclnn_div.h`
 binary!(inplace aclnnInplaceDiv, aclnnInplaceDivGetWorkspaceSize, "InplaceDiv", OpId::Div);
+// Declared from: OM `math/mul/op_api/aclnn_mul.h`
 binary!(scalar aclnnMuls, aclnnMulsGetWorkspaceSize, "Muls", OpId::MulScalar);
+// Declared from: OM `math/div/op_api/aclnn_div.h`
 binary!(scalar aclnnDivs, aclnnDivsGetWorkspaceSize, "Divs", OpId::DivScalar);
+// Declared from: OM `conversion/clip_by_value_v2/op_api/aclnn_clamp.h`
 binary!(scalar aclnnClampMin, aclnnClampMinGetWorkspaceSize, "ClampMin", OpId::MaximumScalar);
+// Declared from: OM `conversion/clip_by_value_v2/op_api/aclnn_clamp.h`
 binary!(scalar aclnnClampMax, aclnnClampMaxGetWorkspaceSize, "ClampMax", OpId::MinimumScalar);
+// Declared from: OM `math/pow/op_api/aclnn_pow_tensor_tensor.h`, `aclnn_pow.h`
 binary!(scalar aclnnPowTensorScalar, aclnnPowTensorScalarGetWorkspaceSize, "PowTensorScalar", OpId::PowScalar);
+// Declared from: OM `math/mul/op_api/aclnn_mul.h`
 binary!(inplace_scalar aclnnInplaceMuls, aclnnInplaceMulsGetWorkspaceSize, "InplaceMuls", OpId::MulScalar);
+// Declared from: OM `math/div/op_api/aclnn_div.h`
 binary!(inplace_scalar aclnnInplaceDivs, aclnnInplaceDivsGetWorkspaceSize, "InplaceDivs", OpId::DivScalar);
 
+// Declared from: OM `conversion/clip_by_value_v2/op_api/aclnn_clamp.h`
 aclnn_op!(aclnnClamp, aclnnClampGetWorkspaceSize, "Clamp",
 (self_: *const Tensor, min: *const AclScalar, max: *const AclScalar, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -494,6 +526,7 @@ aclnn_op!(aclnnClamp, aclnnClampGetWorkspaceSize, "Clamp",
     }))
 });
 
+// Declared from: OM `math/pow/op_api/aclnn_pow_tensor_tensor.h`, `aclnn_pow.h`
 aclnn_op!(aclnnPowScalarTensor, aclnnPowScalarTensorGetWorkspaceSize, "PowScalarTensor",
 (self_: *const AclScalar, exponent: *const Tensor, out: *const Tensor) |a| {
     let base = a.scalar(self_, "self")?;
@@ -509,6 +542,7 @@ aclnn_op!(aclnnPowScalarTensor, aclnnPowScalarTensorGetWorkspaceSize, "PowScalar
     }))
 });
 
+// Declared from: OM `math/select/op_api/aclnn_s_where.h`; OP `EXEC_NPU_CMD(aclnnSWhere, cond, self, other, out)`
 aclnn_op!(aclnnSWhere, aclnnSWhereGetWorkspaceSize, "SWhere",
 (condition: *const Tensor, self_: *const Tensor, other: *const Tensor, out: *const Tensor) |a| {
     let c = a.tensor(condition, "condition")?;

@@ -62,6 +62,7 @@ fn check_target(t: &Tensor) -> Result<(), crate::conv::Err> {
     Ok(())
 }
 
+// Declared from: ON `loss/nll_loss/op_api/aclnn_nll_loss.h`; OP `NLLLossKernelNpuOpApi.cpp`
 aclnn_op!(aclnnNLLLoss, aclnnNLLLossGetWorkspaceSize, "NLLLoss",
 (self_: *const Tensor, target_: *const Tensor, weight: *const Tensor, reduction: i64, ignore_index: i64,
  out: *const Tensor, total_weight_out: *const Tensor) |a| {
@@ -120,6 +121,7 @@ aclnn_op!(aclnnNLLLoss, aclnnNLLLossGetWorkspaceSize, "NLLLoss",
     }))
 });
 
+// Declared from: ON `loss/nll_loss_grad/op_api/aclnn_nll_loss_backward.h`
 aclnn_op!(aclnnNLLLossBackward, aclnnNLLLossBackwardGetWorkspaceSize, "NLLLossBackward",
 (grad_output: *const Tensor, self_: *const Tensor, target_: *const Tensor, weight: *const Tensor,
  reduction: i64, ignore_index: i64, total_weight: *const Tensor, out: *const Tensor) |a| {
@@ -164,6 +166,7 @@ aclnn_op!(aclnnNLLLossBackward, aclnnNLLLossBackwardGetWorkspaceSize, "NLLLossBa
     }))
 });
 
+// Declared from: ON `index/scatter_elements_v2/op_api/aclnn_scatter_add.h`, `index/scatter_add/docs/aclnnScatterAdd.md`
 aclnn_op!(aclnnScatterAdd, aclnnScatterAddGetWorkspaceSize, "ScatterAdd",
 (self_: *const Tensor, dim: i64, index: *const Tensor, src: *const Tensor, out: *const Tensor) |a| {
     let (x, i, s, o) = (a.tensor(self_, "self")?, a.tensor(index, "index")?, a.tensor(src, "src")?, a.tensor(out, "out")?);
@@ -239,6 +242,7 @@ fn reduction_of(p: *const std::ffi::c_char) -> Result<CeReduction, crate::conv::
 use unihal_hal::op::nn::{CeOptions, CeReduction};
 use unihal_hal::{OpCall, OpId};
 
+// Declared from: ON `loss/cross_entropy_loss/docs/aclnnCrossEntropyLoss.md`
 aclnn_op!(aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize, "CrossEntropyLoss",
 (input: *const Tensor, target_: *const Tensor, weight: *const Tensor, reduction: *const std::ffi::c_char,
  ignore_index: i64, label_smoothing: f64, _lse_square_scale_for_zloss: f64, return_zloss: bool,
@@ -273,6 +277,7 @@ aclnn_op!(aclnnCrossEntropyLoss, aclnnCrossEntropyLossGetWorkspaceSize, "CrossEn
     }))
 });
 
+// Declared from: ON `loss/cross_entropy_loss_grad/docs/aclnnCrossEntropyLossGrad.md`
 aclnn_op!(aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize, "CrossEntropyLossGrad",
 (grad_loss: *const Tensor, log_prob: *const Tensor, target_: *const Tensor, weight: *const Tensor,
  grad_zloss: *const Tensor, lse_for_zloss: *const Tensor, reduction: *const std::ffi::c_char, ignore_index: i64,

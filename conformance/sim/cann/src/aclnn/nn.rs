@@ -126,12 +126,14 @@ fn softmax_program(a: &Args, x: Tensor, dim: i64, out: Tensor, op: OpId) -> Resu
     }))
 }
 
+// Declared from: ON `activation/softmax_v2/op_api/aclnn_softmax.h`, `activation/log_softmax_v2/op_api/aclnn_logsoftmax.h`
 aclnn_op!(aclnnSoftmax, aclnnSoftmaxGetWorkspaceSize, "Softmax",
 (self_: *const Tensor, dim: i64, out: *const Tensor) |a| {
     let (x, o) = (a.tensor(self_, "self")?, a.tensor(out, "out")?);
     softmax_program(a, x, dim, o, OpId::Softmax)
 });
 
+// Declared from: ON `activation/softmax_v2/op_api/aclnn_softmax.h`, `activation/log_softmax_v2/op_api/aclnn_logsoftmax.h`
 aclnn_op!(aclnnLogSoftmax, aclnnLogSoftmaxGetWorkspaceSize, "LogSoftmax",
 (self_: *const Tensor, dim: i64, out: *const Tensor) |a| {
     let (x, o) = (a.tensor(self_, "self")?, a.tensor(out, "out")?);
@@ -160,12 +162,14 @@ fn softmax_backward_program(
     }))
 }
 
+// Declared from: ON `activation/softmax_grad/op_api/aclnn_softmax_backward.h`, `activation/log_softmax_grad/op_api/aclnn_logsoftmax_backward.h`
 aclnn_op!(aclnnSoftmaxBackward, aclnnSoftmaxBackwardGetWorkspaceSize, "SoftmaxBackward",
 (grad_output: *const Tensor, output: *const Tensor, dim: i64, out: *const Tensor) |a| {
     let (dy, y, dx) = (a.tensor(grad_output, "gradOutput")?, a.tensor(output, "output")?, a.tensor(out, "out")?);
     softmax_backward_program(a, dy, y, dim, dx, OpId::SoftmaxBackward)
 });
 
+// Declared from: ON `activation/softmax_grad/op_api/aclnn_softmax_backward.h`, `activation/log_softmax_grad/op_api/aclnn_logsoftmax_backward.h`
 aclnn_op!(aclnnLogSoftmaxBackward, aclnnLogSoftmaxBackwardGetWorkspaceSize, "LogSoftmaxBackward",
 (grad_output: *const Tensor, output: *const Tensor, dim: i64, out: *const Tensor) |a| {
     let (dy, y, dx) = (a.tensor(grad_output, "gradOutput")?, a.tensor(output, "output")?, a.tensor(out, "out")?);
@@ -192,6 +196,7 @@ fn vector_or(
     }
 }
 
+// Declared from: ON `norm/layer_norm_v4/op_host/op_api/aclnn_layer_norm.h`; OP `LayerNormKernelNpuOpApi.cpp`
 aclnn_op!(aclnnLayerNorm, aclnnLayerNormGetWorkspaceSize, "LayerNorm",
 (input: *const Tensor, normalized_shape: *const IntArray, weight: *const Tensor, bias: *const Tensor,
  eps: f64, out: *const Tensor, mean_out: *const Tensor, rstd_out: *const Tensor) |a| {
@@ -223,6 +228,7 @@ aclnn_op!(aclnnLayerNorm, aclnnLayerNormGetWorkspaceSize, "LayerNorm",
     }))
 });
 
+// Declared from: ON `norm/layer_norm_grad_v3/op_host/op_api/aclnn_layer_norm_backward.h`
 aclnn_op!(aclnnLayerNormBackward, aclnnLayerNormBackwardGetWorkspaceSize, "LayerNormBackward",
 (grad_out: *const Tensor, input: *const Tensor, normalized_shape: *const IntArray, mean: *const Tensor,
  rstd: *const Tensor, weight: *const Tensor, bias: *const Tensor, output_mask: *const BoolArray,
@@ -270,6 +276,7 @@ aclnn_op!(aclnnLayerNormBackward, aclnnLayerNormBackwardGetWorkspaceSize, "Layer
     }))
 });
 
+// Declared from: ON `norm/rms_norm/docs/aclnnRmsNorm.md`; HD 8.3 page; OP `EXEC_NPU_CMD(aclnnRmsNorm, self, gamma, epsilon, y, rstd)`
 aclnn_op!(aclnnRmsNorm, aclnnRmsNormGetWorkspaceSize, "RmsNorm",
 (x: *const Tensor, gamma: *const Tensor, epsilon: f64, y_out: *const Tensor, rstd_out: *const Tensor) |a| {
     let x = a.tensor(x, "x")?;
@@ -294,6 +301,7 @@ aclnn_op!(aclnnRmsNorm, aclnnRmsNormGetWorkspaceSize, "RmsNorm",
     }))
 });
 
+// Declared from: ON `norm/rms_norm_grad/docs/aclnnRmsNormGrad.md`; OP `RmsNormBackwardKernelOpApi.cpp`
 aclnn_op!(aclnnRmsNormGrad, aclnnRmsNormGradGetWorkspaceSize, "RmsNormGrad",
 (dy: *const Tensor, x: *const Tensor, rstd: *const Tensor, gamma: *const Tensor, dx_out: *const Tensor,
  dgamma_out: *const Tensor) |a| {
@@ -367,18 +375,21 @@ fn matmul_program(
     }))
 }
 
+// Declared from: ON `matmul/mat_mul_v3/op_host/op_api/aclnn_matmul.h`, `aclnn_mm.h`, docs
 aclnn_op!(aclnnMatmul, aclnnMatmulGetWorkspaceSize, "Matmul",
 (self_: *const Tensor, mat2: *const Tensor, out: *const Tensor, cube_math_type: i8) |a| {
     let (x, y, o) = (a.tensor(self_, "self")?, a.tensor(mat2, "mat2")?, a.tensor(out, "out")?);
     matmul_program(a, x, y, o, cube_math_type, None)
 });
 
+// Declared from: ON `matmul/mat_mul_v3/op_host/op_api/aclnn_matmul.h`, `aclnn_mm.h`, docs
 aclnn_op!(aclnnMm, aclnnMmGetWorkspaceSize, "Mm",
 (self_: *const Tensor, mat2: *const Tensor, out: *const Tensor, cube_math_type: i8) |a| {
     let (x, y, o) = (a.tensor(self_, "self")?, a.tensor(mat2, "mat2")?, a.tensor(out, "out")?);
     matmul_program(a, x, y, o, cube_math_type, Some(2))
 });
 
+// Declared from: ON `matmul/batch_mat_mul_v3/op_host/op_api/aclnn_batch_matmul.h`; OP `EXEC_NPU_CMD(aclnnBatchMatMul, self, mat2, result, cube_math_type)`
 aclnn_op!(aclnnBatchMatMul, aclnnBatchMatMulGetWorkspaceSize, "BatchMatMul",
 (self_: *const Tensor, mat2: *const Tensor, out: *const Tensor, cube_math_type: i8) |a| {
     let (x, y, o) = (a.tensor(self_, "self")?, a.tensor(mat2, "mat2")?, a.tensor(out, "out")?);
@@ -405,6 +416,7 @@ fn flat(b: &mut Build, v: TensorView) -> Result<TensorView, Err> {
     })
 }
 
+// Declared from: ON `index/embedding/op_api/aclnn_embedding.h`, doc; OP `EXEC_NPU_CMD(aclnnEmbedding, weight, indices, result)`
 aclnn_op!(aclnnEmbedding, aclnnEmbeddingGetWorkspaceSize, "Embedding",
 (weight: *const Tensor, indices: *const Tensor, out: *const Tensor) |a| {
     let (w, i, o) = (a.tensor(weight, "weight")?, a.tensor(indices, "indices")?, a.tensor(out, "out")?);
@@ -435,6 +447,7 @@ aclnn_op!(aclnnEmbedding, aclnnEmbeddingGetWorkspaceSize, "Embedding",
     }))
 });
 
+// Declared from: ON `index/gather_v2/op_api/aclnn_index_select.h`
 aclnn_op!(aclnnIndexSelect, aclnnIndexSelectGetWorkspaceSize, "IndexSelect",
 (self_: *const Tensor, dim: i64, index: *const Tensor, out: *const Tensor) |a| {
     let (x, i, o) = (a.tensor(self_, "self")?, a.tensor(index, "index")?, a.tensor(out, "out")?);
@@ -455,6 +468,7 @@ aclnn_op!(aclnnIndexSelect, aclnnIndexSelectGetWorkspaceSize, "IndexSelect",
     }))
 });
 
+// Declared from: ON `index/inplace_scatter_add/op_host/op_api/aclnn_index_add.h`; OP `EXEC_NPU_CMD(aclnnIndexAdd, result, dim, index, source, alpha, result)`
 aclnn_op!(aclnnIndexAdd, aclnnIndexAddGetWorkspaceSize, "IndexAdd",
 (self_: *const Tensor, dim: i64, index: *const Tensor, source: *const Tensor, alpha: *const AclScalar,
  out: *const Tensor) |a| {
@@ -494,6 +508,7 @@ aclnn_op!(aclnnIndexAdd, aclnnIndexAddGetWorkspaceSize, "IndexAdd",
     }))
 });
 
+// Declared from: ON `index/embedding_dense_grad_v2/op_api/aclnn_embedding_dense_backward.h`
 aclnn_op!(aclnnEmbeddingDenseBackward, aclnnEmbeddingDenseBackwardGetWorkspaceSize, "EmbeddingDenseBackward",
 (grad: *const Tensor, indices: *const Tensor, num_weights: u64, padding_idx: u64, scale_grad_by_freq: bool,
  out: *const Tensor) |a| {

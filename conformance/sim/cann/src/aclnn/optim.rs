@@ -22,6 +22,7 @@ fn f32_only(a: &Args, ts: &[&Tensor]) -> Result<(), Err> {
     Ok(())
 }
 
+// Declared from: ON `optim/fused_sgd/op_api/aclnn_fused_sgd.h`; OP `FusedSgdKernelOpApi.cpp`
 aclnn_op!(aclnnFusedSgd, aclnnFusedSgdGetWorkspaceSize, "FusedSgd",
 (params: *const TensorList, grads: *const TensorList, momentum_buffers: *const TensorList,
  grad_scale: *const Tensor, weight_decay: f32, momentum: f32, lr: f32, dampening: f32, nesterov: bool,
@@ -59,6 +60,7 @@ aclnn_op!(aclnnFusedSgd, aclnnFusedSgdGetWorkspaceSize, "FusedSgd",
     }))
 });
 
+// Declared from: cross-check of product lists and signatures
 aclnn_op!(aclnnApplyAdamWV2, aclnnApplyAdamWV2GetWorkspaceSize, "ApplyAdamWV2",
 (var: *const Tensor, m: *const Tensor, v: *const Tensor, max_grad_norm: *const Tensor, grad: *const Tensor,
  step: *const Tensor, lr: f32, beta1: f32, beta2: f32, weight_decay: f32, eps: f32, amsgrad: bool,
@@ -104,6 +106,7 @@ aclnn_op!(aclnnApplyAdamWV2, aclnnApplyAdamWV2GetWorkspaceSize, "ApplyAdamWV2",
     }))
 });
 
+// Declared from: ON `foreach/foreach_non_finite_check_and_unscale/docs/…md`; OP `AmpForeachNonFiniteCheckAndUnscaleKernelNpuOpApi.cpp`; TN `NpuVariables.cpp`
 aclnn_op!(aclnnForeachNonFiniteCheckAndUnscale, aclnnForeachNonFiniteCheckAndUnscaleGetWorkspaceSize,
 "ForeachNonFiniteCheckAndUnscale",
 (scaled_grads: *const TensorList, found_inf: *const Tensor, inv_scale: *const Tensor) |a| {
@@ -124,6 +127,7 @@ aclnn_op!(aclnnForeachNonFiniteCheckAndUnscale, aclnnForeachNonFiniteCheckAndUns
     }))
 });
 
+// Declared from: OM `math/amp_update_scale/docs/aclnnAmpUpdateScale.md`
 aclnn_op!(aclnnAmpUpdateScale, aclnnAmpUpdateScaleGetWorkspaceSize, "AmpUpdateScale",
 (current_scale: *const Tensor, growth_tracker: *const Tensor, found_inf: *const Tensor, growth_factor: f64,
  backoff_factor: f64, growth_interval: i64, updated_scale: *const Tensor, updated_growth_tracker: *const Tensor) |a| {

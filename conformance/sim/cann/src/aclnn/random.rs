@@ -44,6 +44,7 @@ fn kept(seed: u64, offset: u64, i: u64, p: f64) -> bool {
     uniform(seed, offset, i) >= p
 }
 
+// Declared from: OM `random/dsa_random_uniform/op_host/op_api/aclnn_uniform.{h,cpp}`; OP `UniformKernelNpuOpApi.cpp`
 aclnn_op!(aclnnInplaceUniform, aclnnInplaceUniformGetWorkspaceSize, "InplaceUniform",
 (self_ref: *const super::Tensor, from: f64, to: f64, seed: u64, offset: u64) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
@@ -65,6 +66,7 @@ aclnn_op!(aclnnInplaceUniform, aclnnInplaceUniformGetWorkspaceSize, "InplaceUnif
     }))
 });
 
+// Declared from: OM `random/dsa_random_normal/op_host/op_api/aclnn_normal.h`
 aclnn_op!(aclnnInplaceNormal, aclnnInplaceNormalGetWorkspaceSize, "InplaceNormal",
 (self_ref: *const super::Tensor, mean: f32, std: f32, seed: i64, offset: i64) |a| {
     let t = a.tensor(self_ref, "selfRef")?;
@@ -132,6 +134,7 @@ fn apply_mask(x: &Tensor, mask: &Tensor, scale: f64, out: &Tensor) -> Result<(),
     Ok(())
 }
 
+// Declared from: OM `random/dsa_gen_bit_mask/op_host/op_api/aclnn_dropout_gen_mask.h`; OP `DropoutGenMaskKernelNpuOpApi.cpp` (`length = (numel+127)/128*128/8`)
 aclnn_op!(aclnnDropoutGenMaskV2, aclnnDropoutGenMaskV2GetWorkspaceSize, "DropoutGenMaskV2",
 (shape: *const IntArray, prob: f64, seed: i64, offset: i64, prob_data_type: i32, out: *const Tensor) |a| {
     let s = a.ints(shape, "shape")?;
@@ -153,6 +156,7 @@ aclnn_op!(aclnnDropoutGenMaskV2, aclnnDropoutGenMaskV2GetWorkspaceSize, "Dropout
     }))
 });
 
+// Declared from: OM `random/drop_out_do_mask/op_api/aclnn_dropout_do_mask.h`; OP `NativeDropoutKernelNpuOpApi.cpp`
 aclnn_op!(aclnnDropoutDoMask, aclnnDropoutDoMaskGetWorkspaceSize, "DropoutDoMask",
 (self_: *const Tensor, mask: *const Tensor, prob: f64, out: *const Tensor) |a| {
     let (x, m, o) = (a.tensor(self_, "self")?, a.tensor(mask, "mask")?, a.tensor(out, "out")?);
@@ -171,6 +175,7 @@ aclnn_op!(aclnnDropoutDoMask, aclnnDropoutDoMaskGetWorkspaceSize, "DropoutDoMask
     }))
 });
 
+// Declared from: OM `random/drop_out_do_mask/op_api/aclnn_dropout_backward.h`; OP `npu_dropout_backward`
 aclnn_op!(aclnnDropoutBackward, aclnnDropoutBackwardGetWorkspaceSize, "DropoutBackward",
 (grad_output: *const Tensor, mask: *const Tensor, scale: f64, out: *const Tensor) |a| {
     let (g, m, o) = (a.tensor(grad_output, "gradOutput")?, a.tensor(mask, "mask")?, a.tensor(out, "out")?);
@@ -187,6 +192,7 @@ aclnn_op!(aclnnDropoutBackward, aclnnDropoutBackwardGetWorkspaceSize, "DropoutBa
     }))
 });
 
+// Declared from: OM `random/dsa_gen_bit_mask/op_host/op_api/aclnn_dropout.h`, `random/drop_out_v3/op_api/aclnn_dropout_v3.h`
 aclnn_op!(aclnnDropout, aclnnDropoutGetWorkspaceSize, "Dropout",
 (input: *const Tensor, p: f64, train: bool, seed: i64, offset: i64, out: *const Tensor, mask_out: *const Tensor) |a| {
     let (x, o, m) = (a.tensor(input, "input")?, a.tensor(out, "out")?, a.tensor(mask_out, "maskOut")?);

@@ -96,6 +96,7 @@ fn reduce_program(
     Ok(chain(op, x, dims, keep, out))
 }
 
+// Declared from: OM `math/reduce_sum/op_api/aclnn_reduce_sum.h`
 aclnn_op!(aclnnReduceSum, aclnnReduceSumGetWorkspaceSize, "ReduceSum",
 (self_: *const Tensor, dims: *const IntArray, keep_dims: bool, dtype: i32, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -107,6 +108,7 @@ aclnn_op!(aclnnReduceSum, aclnnReduceSumGetWorkspaceSize, "ReduceSum",
     reduce_program(a, x, &d, keep_dims, o, OpId::ReduceSum)
 });
 
+// Declared from: OM `math/reduce_mean/op_api/aclnn_mean.h`; OP `EXEC_NPU_CMD(aclnnMean, self, dimArray, keepdim, dstType, out)`
 aclnn_op!(aclnnMean, aclnnMeanGetWorkspaceSize, "Mean",
 (self_: *const Tensor, dim: *const IntArray, keep_dim: bool, dtype: i32, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -118,6 +120,7 @@ aclnn_op!(aclnnMean, aclnnMeanGetWorkspaceSize, "Mean",
     reduce_program(a, x, &d, keep_dim, o, OpId::ReduceMean)
 });
 
+// Declared from: OM `math/reduce_max/op_api/aclnn_amax.h`, `math/reduce_min/op_api/aclnn_amin.h`
 aclnn_op!(aclnnAmax, aclnnAmaxGetWorkspaceSize, "Amax",
 (self_: *const Tensor, dim: *const IntArray, keep_dim: bool, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -126,6 +129,7 @@ aclnn_op!(aclnnAmax, aclnnAmaxGetWorkspaceSize, "Amax",
     reduce_program(a, x, &d, keep_dim, o, OpId::ReduceMax)
 });
 
+// Declared from: OM `math/reduce_max/op_api/aclnn_amax.h`, `math/reduce_min/op_api/aclnn_amin.h`
 aclnn_op!(aclnnAmin, aclnnAminGetWorkspaceSize, "Amin",
 (self_: *const Tensor, dim: *const IntArray, keep_dim: bool, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -184,6 +188,7 @@ fn arg_program(
     }))
 }
 
+// Declared from: OM `math/arg_max_with_value/op_api/aclnn_max_dim.h`, `math/arg_min_with_value/op_api/aclnn_min_dim.h`
 aclnn_op!(aclnnMaxDim, aclnnMaxDimGetWorkspaceSize, "MaxDim",
 (self_: *const Tensor, dim: i64, keepdim: bool, out: *const Tensor, indices: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -191,6 +196,7 @@ aclnn_op!(aclnnMaxDim, aclnnMaxDimGetWorkspaceSize, "MaxDim",
     arg_program(a, x, dim, keepdim, Some(o), i, OpId::Argmax, OpId::ReduceMax)
 });
 
+// Declared from: OM `math/arg_max_with_value/op_api/aclnn_max_dim.h`, `math/arg_min_with_value/op_api/aclnn_min_dim.h`
 aclnn_op!(aclnnMinDim, aclnnMinDimGetWorkspaceSize, "MinDim",
 (self_: *const Tensor, dim: i64, keepdim: bool, out: *const Tensor, indices: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -198,6 +204,7 @@ aclnn_op!(aclnnMinDim, aclnnMinDimGetWorkspaceSize, "MinDim",
     arg_program(a, x, dim, keepdim, Some(o), i, OpId::Argmin, OpId::ReduceMin)
 });
 
+// Declared from: OM `math/arg_max_v2/op_api/aclnn_argmax.h`, `math/arg_min/op_api/aclnn_argmin.h`; OP `ArgMax` call
 aclnn_op!(aclnnArgMax, aclnnArgMaxGetWorkspaceSize, "ArgMax",
 (self_: *const Tensor, dim: i64, keepdim: bool, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
@@ -205,6 +212,7 @@ aclnn_op!(aclnnArgMax, aclnnArgMaxGetWorkspaceSize, "ArgMax",
     arg_program(a, x, dim, keepdim, None, i, OpId::Argmax, OpId::ReduceMax)
 });
 
+// Declared from: OM `math/arg_max_v2/op_api/aclnn_argmax.h`, `math/arg_min/op_api/aclnn_argmin.h`; OP `ArgMax` call
 aclnn_op!(aclnnArgMin, aclnnArgMinGetWorkspaceSize, "ArgMin",
 (self_: *const Tensor, dim: i64, keepdim: bool, out: *const Tensor) |a| {
     let x = a.tensor(self_, "self")?;
