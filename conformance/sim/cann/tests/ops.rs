@@ -1246,3 +1246,66 @@ fn the_global_norm_clip_composition() {
     close(&host::<f32>(g1, 2), &[3.0 * coef, 4.0 * coef], 1e-6);
     close(&host::<f32>(g2, 1), &[12.0 * coef], 1e-6);
 }
+
+type InplaceP1 = unsafe extern "C" fn(*const Tensor, *mut u64, *mut *mut Executor) -> i32;
+
+#[test]
+fn every_in_place_unary_twin() {
+    init();
+    assert_eq!(unihal_sim_cann::nnopbase::aclnnInit(std::ptr::null()), 0);
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let cases: Vec<(InplaceP1, Phase2, Box<dyn Fn(f64) -> f64>)> = vec![
+        (
+            aclnnInplaceExpGetWorkspaceSize,
+            aclnnInplaceExp,
+            Box::new(f64::exp),
+        ),
+        (
+            aclnnInplaceLogGetWorkspaceSize,
+            aclnnInplaceLog,
+            Box::new(f64::ln),
+        ),
+        (
+            aclnnInplaceSqrtGetWorkspaceSize,
+            aclnnInplaceSqrt,
+            Box::new(f64::sqrt),
+        ),
+        (
+            aclnnInplaceRsqrtGetWorkspaceSize,
+            aclnnInplaceRsqrt,
+            Box::new(|x: f64| 1.0 / x.sqrt()),
+        ),
+        (
+            aclnnInplaceTanhGetWorkspaceSize,
+            aclnnInplaceTanh,
+            Box::new(f64::tanh),
+        ),
+        (
+            aclnnInplaceSigmoidGetWorkspaceSize,
+            aclnnInplaceSigmoid,
+            Box::new(sig),
+        ),
+        (
+            aclnnInplaceReluGetWorkspaceSize,
+            aclnnInplaceRelu,
+            Box::new(|x: f64| x.max(0.0)),
+        ),
+    ];
+    for (p1, p2, f) in cases {
+        // Positive values through a stride-3 view; the elements between stay as they were.
+        let store: Vec<f32> = (0..12).map(|i| 0.25 + i as f32 * 0.5).collect();
+        let d = dev(&store);
+        let t = tensor(d, ACL_FLOAT, &[4], &[3], 0, 12);
+        // SAFETY: live descriptors and out-pointers.
+        op(|w, e| unsafe { p1(t, w, e) }, p2);
+        let got = host::<f32>(d, 12);
+        for (i, (&g, &s)) in got.iter().zip(&store).enumerate() {
+            let want = if i % 3 == 0 { f(s as f64) } else { s as f64 };
+            assert!(
+                (g as f64 - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                "element {i}: {g} vs {want}"
+            );
+        }
+    }
+    assert_eq!(unihal_sim_cann::nnopbase::aclnnFinalize(), 0);
+}
