@@ -206,7 +206,7 @@ fn events_query_time_and_wait_as_their_flags_say() {
 }
 
 unsafe extern "C" fn bump(data: *mut c_void) {
-    // SAFETY: the test's AtomicU32, alive until the stream synchronised.
+    // SAFETY: the test's static AtomicU32.
     unsafe { &*(data as *const std::sync::atomic::AtomicU32) }
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
@@ -221,7 +221,8 @@ fn callbacks_run_only_on_the_subscribed_thread() {
     let mut s = null_mut();
     // SAFETY: a live out-pointer.
     unsafe { ok(aclrtCreateStream(&mut s)) };
-    let count = Box::leak(Box::new(std::sync::atomic::AtomicU32::new(0)));
+    static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let count = &COUNT;
     let data = count as *const _ as *mut c_void;
     assert_eq!(
         aclrtLaunchCallback(Some(bump), data, 1, s),
