@@ -900,6 +900,53 @@ fn form(members: &[Option<Arc<Device>>]) -> SimResult<Arc<Clique>> {
     }))
 }
 
+/// The operations a communicator queued on its device's streams, so that a destroy can wait
+/// for them (as NCCL's and HCCL's destroys do) without synchronising the whole device.
+/// Thread-safe.
+#[derive(Default)]
+pub struct Queued {
+    events: Mutex<Vec<crate::EventId>>,
+}
+
+impl Queued {
+    /// Records that an operation was queued on `stream` of `dev` (an event after it); forgets
+    /// the completed ones.
+    pub fn track(&self, dev: &Device, stream: StreamId) {
+        let mut queued = self.events.lock();
+        queued.retain(|&ev| {
+            let done = dev.query(ev).is_ok();
+            if done {
+                let _ = dev.destroy_event(ev);
+            }
+            !done
+        });
+        if let Ok(ev) = dev.create_event() {
+            if dev.record(ev, stream).is_ok() {
+                queued.push(ev);
+            } else {
+                let _ = dev.destroy_event(ev);
+            }
+        }
+    }
+
+    /// Waits until every queued operation completed or failed (a wait for a peer that never
+    /// comes ends after the device's watchdog, with the device failed). Their failures are the
+    /// communicator's asynchronous errors, not the caller's.
+    pub fn drain(&self, dev: &Device) {
+        for ev in std::mem::take(&mut *self.events.lock()) {
+            let _ = dev.event_synchronize(ev);
+            let _ = dev.destroy_event(ev);
+        }
+    }
+
+    /// Forgets the queued operations (after an abort, which ends them).
+    pub fn forget(&self, dev: &Device) {
+        for ev in std::mem::take(&mut *self.events.lock()) {
+            let _ = dev.destroy_event(ev);
+        }
+    }
+}
+
 /// A fresh communicator id (unique within this process and very likely across processes).
 pub fn fresh_id() -> [u8; 16] {
     use std::sync::atomic::{AtomicU64, Ordering};

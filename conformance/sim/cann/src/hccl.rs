@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, OnceLock};
-use unihal_sim::ccl::{fresh_id, Collective, Comm, CommError, Kind, P2p, Registry};
+use unihal_sim::ccl::{fresh_id, Collective, Comm, CommError, Kind, P2p, Queued, Registry};
 use unihal_sim::{SimError, StreamId};
 
 /// `HCCL_ROOT_INFO_BYTES`.
@@ -44,9 +44,22 @@ pub struct HcclSendRecvItem {
 /// Marks root infos made by this simulator.
 const MAGIC: &[u8; 16] = b"unihal-sim-hccl\0";
 
+/// A communicator handle's target: the rank and its queued operations.
+struct HcclComm {
+    comm: Comm,
+    queued: Queued,
+}
+
+impl std::ops::Deref for HcclComm {
+    type Target = Comm;
+    fn deref(&self) -> &Comm {
+        &self.comm
+    }
+}
+
 struct Globals {
     registry: Registry,
-    comms: Mutex<HashMap<usize, Arc<Comm>>>,
+    comms: Mutex<HashMap<usize, Arc<HcclComm>>>,
     next: Mutex<usize>,
 }
 
@@ -77,7 +90,7 @@ fn err(e: SimError) -> Err {
     Err::new(code_of(&e), e.to_string())
 }
 
-fn comm(h: *mut c_void) -> Result<Arc<Comm>, Err> {
+fn comm(h: *mut c_void) -> Result<Arc<HcclComm>, Err> {
     globals()
         .comms
         .lock()
@@ -175,7 +188,13 @@ pub unsafe extern "C" fn HcclCommInitRootInfo(
             *n += 16;
             *n
         };
-        g.comms.lock().insert(h, Arc::new(c));
+        g.comms.lock().insert(
+            h,
+            Arc::new(HcclComm {
+                comm: c,
+                queued: Queued::default(),
+            }),
+        );
         // SAFETY: checked non-null; the caller's out-pointer.
         unsafe { out.write(h as *mut c_void) };
         Ok(())
@@ -190,9 +209,9 @@ pub extern "C" fn HcclCommDestroy(h: *mut c_void) -> i32 {
             .lock()
             .remove(&(h as usize))
             .ok_or_else(|| Err::new(HCCL_E_PTR, format!("communicator {h:p}")))?;
-        // Queued operations finish first (bounded by the watchdog), as a destroy must not free
-        // what the device still uses.
-        let _ = c.device().synchronize();
+        // This communicator's queued operations finish first (bounded by the watchdog), as a
+        // destroy must not free what the device still uses; other work is not waited for.
+        c.queued.drain(c.device());
         Ok(())
     })
 }
@@ -253,7 +272,9 @@ fn collective(
         send: send as u64,
         recv: recv as u64,
     };
-    c.collective(id, call).map_err(err)
+    c.collective(id, call).map_err(err)?;
+    c.queued.track(c.device(), id);
+    Ok(())
 }
 
 #[no_mangle]
@@ -384,7 +405,9 @@ pub extern "C" fn HcclAlltoAll(
 fn group(h: *mut c_void, stream: *mut c_void, calls: Vec<P2p>) -> Result<(), Err> {
     let c = comm(h)?;
     let id = stream_of(&c, stream)?;
-    c.group(id, &calls).map_err(err)
+    c.group(id, &calls).map_err(err)?;
+    c.queued.track(c.device(), id);
+    Ok(())
 }
 
 #[no_mangle]
@@ -547,6 +570,8 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             )
             .map_err(|f| Err::new(HCCL_E_PARA, format!("{f:?}")))?;
         }
-        c.group(id, &calls).map_err(err)
+        c.group(id, &calls).map_err(err)?;
+        c.queued.track(c.device(), id);
+        Ok(())
     })
 }

@@ -19,10 +19,10 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Registry};
+use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Queued, Registry};
 use unihal_sim::fault;
 use unihal_sim::gpu::GpuFace as Sim;
-use unihal_sim::{EventId, SimError, StreamId};
+use unihal_sim::{SimError, StreamId};
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
 #[repr(C)]
@@ -41,50 +41,21 @@ struct NcclComm {
     /// Calls inside this communicator now (more than one at a time is a violation: NCCL
     /// communicators are not thread-safe).
     users: AtomicUsize,
-    /// Events recorded after this communicator's queued operations (`ncclCommDestroy` waits
-    /// for them, as NCCL does).
-    queued: Mutex<Vec<EventId>>,
+    /// This communicator's queued operations (`ncclCommDestroy` waits for them, as NCCL does).
+    queued: Queued,
 }
 
 impl NcclComm {
-    /// Records that an operation was queued on `stream` (its completion is what destroy waits
-    /// for); forgets completed ones.
     fn track(&self, s: &Sim, stream: StreamId) {
-        let dev = &s.devices[self.ordinal];
-        let mut queued = self.queued.lock();
-        queued.retain(|&ev| {
-            let done = dev.query(ev).is_ok();
-            if done {
-                let _ = dev.destroy_event(ev);
-            }
-            !done
-        });
-        if let Ok(ev) = dev.create_event() {
-            if dev.record(ev, stream).is_ok() {
-                queued.push(ev);
-            } else {
-                let _ = dev.destroy_event(ev);
-            }
-        }
+        self.queued.track(&s.devices[self.ordinal], stream);
     }
 
-    /// Waits until every queued operation completed or failed (a wait for a peer that never
-    /// comes ends after the simulator's watchdog, with the device failed). Their failures are
-    /// the communicator's asynchronous errors, not this call's.
     fn drain(&self, s: &Sim) {
-        let dev = &s.devices[self.ordinal];
-        for ev in std::mem::take(&mut *self.queued.lock()) {
-            let _ = dev.event_synchronize(ev);
-            let _ = dev.destroy_event(ev);
-        }
+        self.queued.drain(&s.devices[self.ordinal]);
     }
 
-    /// Forgets the queued operations (after an abort, which ends them).
     fn forget(&self, s: &Sim) {
-        let dev = &s.devices[self.ordinal];
-        for ev in std::mem::take(&mut *self.queued.lock()) {
-            let _ = dev.destroy_event(ev);
-        }
+        self.queued.forget(&s.devices[self.ordinal]);
     }
 }
 
@@ -302,7 +273,7 @@ fn register(comm: Comm, ordinal: usize) -> usize {
             comm,
             ordinal,
             users: AtomicUsize::new(0),
-            queued: Mutex::new(Vec::new()),
+            queued: Queued::default(),
         }),
     );
     h
