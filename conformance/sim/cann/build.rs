@@ -95,12 +95,13 @@ __attribute__((constructor)) static void uh_forward_init(void) {{
 fn forwarders() {
     let out = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("forwarders");
     std::fs::create_dir_all(&out).expect("the forwarders' directory");
+    // The compiler only, with none of cc's flags: a sanitized build must not give the forwarders
+    // (which only jump) a second ASan runtime, which the process would refuse.
     let compiler = cc::Build::new().get_compiler();
     for (lib, symbols) in libraries(symbols::SYMBOLS_TXT) {
         let c_file = out.join(format!("{lib}.c"));
         std::fs::write(&c_file, source(&lib, &symbols)).expect("writing a forwarder's source");
-        let status = compiler
-            .to_command()
+        let status = std::process::Command::new(compiler.path())
             .args(["-shared", "-fPIC", "-fvisibility=hidden", "-O1", "-o"])
             .arg(out.join(&lib))
             .arg(&c_file)
