@@ -35,7 +35,7 @@ use crate::conv::*;
 use crate::{api, out};
 use parking_lot::Mutex;
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, OnceLock};
 use unihal_sim::gpu::{ops, GpuFace};
@@ -1189,13 +1189,4 @@ pub unsafe extern "C" fn unihal_sim_cann_device_name(d: i32, name: *mut c_char, 
         }
         Ok(())
     })
-}
-
-/// Devices whose default context is set, for tests.
-#[doc(hidden)]
-pub fn devices_set() -> HashSet<usize> {
-    SIM.get()
-        .and_then(|s| s.as_ref().ok())
-        .map(|s| s.tables.lock().devices.keys().copied().collect())
-        .unwrap_or_default()
 }
