@@ -533,6 +533,10 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             arr(rdispls),
         );
         let esize = dt.size() as u64;
+        // Saturating: an absurd count or displacement gives an address or size outside every
+        // allocation, which the core refuses (never an overflow).
+        let at =
+            |base: *const c_void, d: u64| (base as u64).saturating_add(d.saturating_mul(esize));
         let me = c.rank();
         let mut calls = Vec::new();
         for j in 0..n {
@@ -541,13 +545,13 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             }
             calls.push(P2p::Send {
                 peer: j,
-                addr: send as u64 + sd[j] * esize,
+                addr: at(send, sd[j]),
                 count: sc[j],
                 dtype: dt,
             });
             calls.push(P2p::Recv {
                 peer: j,
-                addr: recv as u64 + rd[j] * esize,
+                addr: at(recv, rd[j]),
                 count: rc[j],
                 dtype: dt,
             });
@@ -563,9 +567,9 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             let s = sim().map_err(|e| Err::new(HCCL_E_RUNTIME, e.msg))?;
             unihal_sim::gpu::ops::copy_d2d(
                 s.face,
-                recv as u64 + rd[me] * esize,
-                send as u64 + sd[me] * esize,
-                (sc[me] * esize) as usize,
+                at(recv, rd[me]),
+                at(send, sd[me]),
+                sc[me].saturating_mul(esize) as usize,
                 id.0 as *mut c_void,
             )
             .map_err(|f| Err::new(HCCL_E_PARA, format!("{f:?}")))?;

@@ -36,14 +36,15 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Elements of the storage shape.
+    /// Elements of the storage shape (saturating: `aclCreateTensor` refuses shapes that
+    /// overflow, so a live descriptor never saturates).
     pub fn storage_numel(&self) -> i64 {
-        self.storage.iter().product()
+        self.storage.iter().fold(1i64, |n, &d| n.saturating_mul(d))
     }
 
-    /// Elements of the view.
+    /// Elements of the view (saturating, as [`Tensor::storage_numel`]).
     pub fn numel(&self) -> i64 {
-        self.view.iter().product()
+        self.view.iter().fold(1i64, |n, &d| n.saturating_mul(d))
     }
 
     /// The unihal dtype.
@@ -236,6 +237,16 @@ pub unsafe extern "C" fn aclCreateTensor(
     }
     if offset < 0 {
         return null_with(format!("negative offset {offset}"));
+    }
+    // Element counts and byte sizes must fit (a hostile shape is refused, never an overflow).
+    let fits = |dims: &[i64]| {
+        dims.iter()
+            .try_fold(1i64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(16))
+            .is_some()
+    };
+    if !fits(&view) || !fits(&storage) || offset.checked_mul(16).is_none() {
+        return null_with(format!("dims {view:?} / {storage:?} overflow"));
     }
     let t = Tensor {
         view,

@@ -235,6 +235,42 @@ fn what_an_acl_tensor_cannot_express_is_refused() {
         "{}",
         msg()
     );
+    // Dims whose product overflows, or strides that reach past every storage: refused, no panic.
+    let huge = [1i64 << 40, 1 << 40];
+    // SAFETY: as above.
+    let t = unsafe {
+        aclCreateTensor(
+            huge.as_ptr(),
+            2,
+            ACL_FLOAT,
+            [1i64, 1].as_ptr(),
+            0,
+            ACL_FORMAT_ND,
+            huge.as_ptr(),
+            2,
+            d,
+        )
+    };
+    assert!(t.is_null() && msg().contains("overflow"), "{}", msg());
+    // SAFETY: as above.
+    let t = unsafe {
+        aclCreateTensor(
+            [2i64].as_ptr(),
+            1,
+            ACL_FLOAT,
+            [i64::MAX].as_ptr(),
+            0,
+            ACL_FORMAT_ND,
+            [8i64].as_ptr(),
+            1,
+            d,
+        )
+    };
+    assert!(
+        t.is_null() && msg().contains("past the storage"),
+        "{}",
+        msg()
+    );
     // A byte offset that is not a whole element: data not aligned to the dtype.
     let odd = tensor((d as u64 + 2) as *mut c_void, ACL_FLOAT, &[2], &[1], 0, 2);
     let (mut ws, mut ex) = (0u64, null_mut::<Executor>());
