@@ -389,31 +389,10 @@ impl Device {
             let mut owned = owned;
             let params: Vec<*mut std::ffi::c_void> =
                 owned.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
-            let mut shared = vec![0u8; shared_bytes as usize];
-            for z in 0..grid[2] {
-                for y in 0..grid[1] {
-                    for x in 0..grid[0] {
-                        shared.fill(0);
-                        let ctx = unihal_hal::HostLaunchCtx {
-                            grid,
-                            block,
-                            block_idx: [x, y, z],
-                            shared: shared.as_mut_ptr(),
-                            shared_bytes: shared_bytes as u64,
-                        };
-                        // SAFETY: `f` follows the host-kernel ABI; `params` holds one pointer per
-                        // parameter to a copy of the right size; ctx and shared outlive the call.
-                        // The kernel's own memory accesses are its caller's contract, as on a GPU.
-                        let status = unsafe { f(&ctx, params.as_ptr()) };
-                        if status != 0 {
-                            return Err(SimError::LaunchFailed(format!(
-                                "kernel {name} block ({x}, {y}, {z}) returned {status}"
-                            )));
-                        }
-                    }
-                }
-            }
-            Ok(())
+            // SAFETY: `f` follows the host-kernel ABI (a registered library or test kernel);
+            // `params` holds one pointer per parameter to a 16-byte-aligned copy of the size the
+            // entry declares (checked above), alive for the call.
+            unsafe { module::run_blocks(f, &name, grid, block, shared_bytes, &params) }
         });
         let mut s = self.live()?;
         s.push(stream, Op::Kernel(run))?;

@@ -8,6 +8,48 @@ use crate::error::{SimError, SimResult};
 use std::collections::HashMap;
 use unihal_hal::HostKernelFn;
 
+/// Runs every block of a launch of host kernel `name` in order on the calling thread, each with
+/// a fresh zeroed shared-memory area of `shared_bytes`; the first block that returns non-zero is
+/// [`SimError::LaunchFailed`].
+///
+/// # Safety
+/// `f` follows the host-kernel ABI; `params` holds one pointer per parameter, each to a value of
+/// that parameter's size, alive for the call. The kernel's own memory accesses are the
+/// launcher's contract, as on a GPU.
+pub unsafe fn run_blocks(
+    f: HostKernelFn,
+    name: &str,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: u32,
+    params: &[*mut std::ffi::c_void],
+) -> SimResult<()> {
+    let mut shared = vec![0u8; shared_bytes as usize];
+    for z in 0..grid[2] {
+        for y in 0..grid[1] {
+            for x in 0..grid[0] {
+                shared.fill(0);
+                let ctx = unihal_hal::HostLaunchCtx {
+                    grid,
+                    block,
+                    block_idx: [x, y, z],
+                    shared: shared.as_mut_ptr(),
+                    shared_bytes: shared_bytes as u64,
+                };
+                // SAFETY: the caller's contract on `f` and `params`; ctx and shared outlive the
+                // call.
+                let status = unsafe { f(&ctx, params.as_ptr()) };
+                if status != 0 {
+                    return Err(SimError::LaunchFailed(format!(
+                        "kernel {name} block ({x}, {y}, {z}) returned {status}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One `.entry` of a PTX module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

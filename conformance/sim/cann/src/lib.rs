@@ -41,8 +41,9 @@
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 // every entry point follows its vendor API's contract
-// Handles (executors, descriptors) are dereferenced only after they were found live in the
-// simulator's registries, which is what makes those entry points sound for any pointer.
+// Descriptor handles are dereferenced only under the registry's lock after being found live
+// there (executors are never dereferenced: the registry owns them), which is what makes those
+// entry points sound for any pointer.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 // Operator helpers take the operator's arguments as the C API lists them.
 #![allow(clippy::too_many_arguments)]

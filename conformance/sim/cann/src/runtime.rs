@@ -1177,16 +1177,12 @@ pub unsafe extern "C" fn unihal_sim_cann_device_name(d: i32, name: *mut c_char, 
     api("unihal_sim_cann_device_name", || {
         let s = sim()?;
         let d = device_index(s, d)?;
-        if name.is_null() || len == 0 {
-            return Err(Err::param("NULL or empty name buffer"));
-        }
         let full = device_name(s.soc.name, d, s.face.devices[d].mode());
-        let n = full.len().min(len - 1);
-        // SAFETY: the caller provides `len` bytes; `n + 1 <= len`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(full.as_ptr() as *const c_char, name, n);
-            *name.add(n) = 0;
+        // SAFETY: the caller provides `len` bytes.
+        if unsafe { ops::copy_c_str(&full, name, len) } {
+            Ok(())
+        } else {
+            Err(Err::param("NULL or empty name buffer"))
         }
-        Ok(())
     })
 }

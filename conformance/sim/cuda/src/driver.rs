@@ -86,17 +86,12 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, d: c_int
     api("cuDeviceGetName", || {
         let mode = sim()?.device(d)?.mode();
         let full = device_name(d as usize, mode);
-        let bytes = full.as_bytes();
-        if name.is_null() || len <= 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
+        // SAFETY: the caller provides `len` bytes.
+        if unsafe { ops::copy_c_str(&full, name, len.max(0) as usize) } {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
         }
-        let n = bytes.len().min(len as usize);
-        // SAFETY: the caller provides `len` bytes; the copy is at most that and ends with NUL.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, name, n);
-            *name.add(n - 1) = 0;
-        }
-        Ok(())
     })
 }
 

@@ -100,31 +100,17 @@ pub unsafe extern "C" fn hipGetDevice(d: *mut c_int) -> c_int {
     })
 }
 
-/// Copies `text` (NUL-terminated) into the caller's `len`-byte buffer, truncating.
-///
-/// # Safety
-/// `buf` is valid for `len` bytes.
-unsafe fn copy_name(text: &str, buf: *mut c_char, len: usize) -> Result<(), i32> {
-    if buf.is_null() || len == 0 {
-        return Err(HIP_ERROR_INVALID_VALUE);
-    }
-    let bytes = text.as_bytes();
-    let n = bytes.len().min(len - 1);
-    // SAFETY: the caller provides `len` bytes; `n + 1 <= len`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, buf, n);
-        *buf.add(n) = 0;
-    }
-    Ok(())
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, d: c_int) -> c_int {
     api("hipDeviceGetName", || {
         let mode = sim()?.face.dev(d as i64).map_err(f)?.mode();
         let full = device_name(d as usize, mode);
         // SAFETY: the caller provides `len` bytes.
-        unsafe { copy_name(full.trim_end_matches('\0'), name, len.max(0) as usize) }
+        if unsafe { ops::copy_c_str(&full, name, len.max(0) as usize) } {
+            Ok(())
+        } else {
+            Err(HIP_ERROR_INVALID_VALUE)
+        }
     })
 }
 

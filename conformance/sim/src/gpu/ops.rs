@@ -582,6 +582,26 @@ pub fn host_free(f: &GpuFace, p: *mut c_void) -> OpResult<()> {
     Ok(())
 }
 
+/// Copies `text` into the caller's `len`-byte buffer, NUL-terminated and truncated to fit (how
+/// every face answers a device-name query). False for a null or empty buffer (the face's
+/// invalid-value code).
+///
+/// # Safety
+/// `buf` is null or valid for `len` bytes.
+pub unsafe fn copy_c_str(text: &str, buf: *mut std::ffi::c_char, len: usize) -> bool {
+    if buf.is_null() || len == 0 {
+        return false;
+    }
+    let bytes = text.trim_end_matches('\0').as_bytes();
+    let n = bytes.len().min(len - 1);
+    // SAFETY: the caller provides `len` bytes; `n + 1 <= len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const std::ffi::c_char, buf, n);
+        *buf.add(n) = 0;
+    }
+    true
+}
+
 /// Waits for all work of the current device.
 ///
 /// # Errors

@@ -29,8 +29,9 @@ pub mod reduce;
 use crate::conv::*;
 use crate::nnopbase::{self, Dep, Kind, Tensor};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use unihal_hal::{Buffer, DType, DeviceAllocation, DeviceId, MandatoryCaps, OpCall, TensorView};
 use unihal_kernels::plan::Plan;
@@ -47,12 +48,21 @@ pub struct Executor {
     touches: Vec<(u64, u64)>,
     workspace: u64,
     program: Program,
-    repeatable: bool,
+    /// Set by `aclSetAclOpExecutorRepeatable`: phase 2 keeps it for another run.
+    repeatable: AtomicBool,
 }
 
-fn executors() -> &'static Mutex<HashSet<usize>> {
-    static E: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
-    E.get_or_init(|| Mutex::new(HashSet::new()))
+/// The live executors, by handle (the address of the `Executor` in its `Arc`). The registry
+/// owns them: a handle is only ever looked up here, never dereferenced, so a spent, destroyed
+/// or foreign handle (or two threads running one executor) is an error, never a use after free.
+fn executors() -> &'static Mutex<HashMap<usize, Arc<Executor>>> {
+    static E: OnceLock<Mutex<HashMap<usize, Arc<Executor>>>> = OnceLock::new();
+    E.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The live executor behind a handle.
+fn executor_of(h: *mut Executor) -> Option<Arc<Executor>> {
+    executors().lock().get(&(h as usize)).cloned()
 }
 
 /// The device memory a descriptor names, as a HAL buffer for planning (never dereferenced by
@@ -197,34 +207,21 @@ pub(crate) fn run_plan(plan: &mut Plan) -> Result<(), SimError> {
             .ok_or_else(|| SimError::Unsupported(format!("kernel {}", l.kernel)))?;
         let grid = [l.config.grid.x, l.config.grid.y, l.config.grid.z];
         let block = [l.config.block.x, l.config.block.y, l.config.block.z];
-        let mut shared = vec![0u8; l.config.shared_mem_bytes as usize];
         let mut args = l.args;
         let params = [&mut args as *mut _ as *mut c_void];
-        for z in 0..grid[2] {
-            for y in 0..grid[1] {
-                for x in 0..grid[0] {
-                    shared.fill(0);
-                    let ctx = unihal_hal::HostLaunchCtx {
-                        grid,
-                        block,
-                        block_idx: [x, y, z],
-                        shared: shared.as_mut_ptr(),
-                        shared_bytes: shared.len() as u64,
-                    };
-                    // SAFETY: a library kernel (host-kernel ABI) with its one `uh_args`
-                    // parameter; the addresses in it were checked against live device
-                    // allocations when the work was enqueued (its touches) and the queued work
-                    // keeps them (a free is refused while it is queued).
-                    let status = unsafe { f(&ctx, params.as_ptr()) };
-                    if status != 0 {
-                        return Err(SimError::LaunchFailed(format!(
-                            "aclnn kernel {} returned {status}",
-                            l.kernel
-                        )));
-                    }
-                }
-            }
-        }
+        // SAFETY: a library kernel (host-kernel ABI) with its one `uh_args` parameter, alive for
+        // the call; the addresses in it were checked against live device allocations when the
+        // work was enqueued (its touches), and a free is refused while the work is queued.
+        unsafe {
+            unihal_sim::module::run_blocks(
+                f,
+                &l.kernel,
+                grid,
+                block,
+                l.config.shared_mem_bytes,
+                &params,
+            )
+        }?;
     }
     Ok(())
 }
@@ -397,15 +394,16 @@ pub unsafe fn phase1(
         } else {
             dry.used.next_multiple_of(512)
         };
-        let e = Box::into_raw(Box::new(Executor {
+        let executor = Arc::new(Executor {
             op,
             deps: args.deps,
             touches: args.touches,
             workspace: size,
             program,
-            repeatable: false,
-        }));
-        executors().lock().insert(e as usize);
+            repeatable: AtomicBool::new(false),
+        });
+        let e = Arc::as_ptr(&executor) as *mut Executor;
+        executors().lock().insert(e as usize, executor);
         // SAFETY: both checked non-null above; the caller's out-pointers.
         unsafe {
             ws.write(size);
@@ -429,16 +427,14 @@ pub fn phase2(
         if executor.is_null() {
             return Err(Err::new(ACLNN_ERR_PARAM_NULLPTR, "NULL executor"));
         }
-        if !executors().lock().contains(&(executor as usize)) {
+        let spent = || {
             let msg = format!(
                 "executor {executor:p} was already run (an executor runs once unless made repeatable) or never made by a phase 1"
             );
             unihal_sim::fault::violation(msg.clone());
-            return Err(invalid(msg));
-        }
-        // SAFETY: registered, so a live Box made by phase 1 (removed from the set before it is
-        // freed).
-        let e = unsafe { &*executor };
+            invalid(msg)
+        };
+        let e = executor_of(executor).ok_or_else(spent)?;
         if e.op != op {
             return Err(invalid(format!(
                 "the executor was made by aclnn{}GetWorkspaceSize, not aclnn{op}GetWorkspaceSize",
@@ -482,6 +478,13 @@ pub fn phase2(
             touches.push((ws, e.workspace));
         }
         let steps = std::mem::take(&mut build.steps);
+        // Spent from here on (unless repeatable): claimed under the registry's lock, so of two
+        // threads running one executor, one runs it and the other is refused.
+        if !e.repeatable.load(Ordering::Acquire)
+            && executors().lock().remove(&(executor as usize)).is_none()
+        {
+            return Err(spent());
+        }
         let work = Work {
             touches,
             run: Box::new(move |_| {
@@ -494,13 +497,8 @@ pub fn phase2(
                 Ok(())
             }),
         };
-        let r = dev.enqueue(id, work);
-        if !e.repeatable {
-            executors().lock().remove(&(executor as usize));
-            // SAFETY: made by Box::into_raw in phase 1 and removed from the set just now.
-            drop(unsafe { Box::from_raw(executor) });
-        }
-        r.map_err(|err| Err::new(ACLNN_ERR_RUNTIME_ERROR, err.to_string()))
+        dev.enqueue(id, work)
+            .map_err(|err| Err::new(ACLNN_ERR_RUNTIME_ERROR, err.to_string()))
     })
 }
 
@@ -509,11 +507,8 @@ pub fn phase2(
 #[no_mangle]
 pub extern "C" fn aclSetAclOpExecutorRepeatable(executor: *mut Executor) -> i32 {
     crate::entry("aclSetAclOpExecutorRepeatable", ACLNN_ERR_INNER, || {
-        if !executors().lock().contains(&(executor as usize)) {
-            return Err(invalid("not a live executor"));
-        }
-        // SAFETY: registered, so a live Box made by phase 1.
-        unsafe { (*executor).repeatable = true };
+        let e = executor_of(executor).ok_or_else(|| invalid("not a live executor"))?;
+        e.repeatable.store(true, Ordering::Release);
         Ok(())
     })
 }
@@ -523,13 +518,11 @@ pub extern "C" fn aclSetAclOpExecutorRepeatable(executor: *mut Executor) -> i32 
 #[no_mangle]
 pub extern "C" fn aclDestroyAclOpExecutor(executor: *mut Executor) -> i32 {
     crate::entry("aclDestroyAclOpExecutor", ACLNN_ERR_INNER, || {
-        if !executors().lock().remove(&(executor as usize)) {
+        if executors().lock().remove(&(executor as usize)).is_none() {
             let msg = format!("executor {executor:p} is not live (already run or destroyed)");
             unihal_sim::fault::violation(msg.clone());
             return Err(invalid(msg));
         }
-        // SAFETY: made by Box::into_raw in phase 1 and removed from the set just now.
-        drop(unsafe { Box::from_raw(executor) });
         Ok(())
     })
 }

@@ -153,3 +153,35 @@ pub fn run(
         ok(aclrtFree(w));
     }
 }
+
+pub const HCCL_FP32: i32 = 4;
+pub const HCCL_SUM: i32 = 0;
+
+/// A fresh HCCL root info.
+pub fn root() -> unihal_sim_cann::hccl::HcclRootInfo {
+    use unihal_sim_cann::hccl::*;
+    let mut r = HcclRootInfo {
+        internal: [0; ROOT_INFO_BYTES],
+    };
+    // SAFETY: a live out-pointer.
+    assert_eq!(unsafe { HcclGetRootInfo(&mut r) }, 0);
+    r
+}
+
+/// Runs `f(rank)` on `n` threads, each with device `rank` current; returns their results.
+pub fn ranks<T: Send + 'static>(
+    n: u32,
+    f: impl Fn(u32) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                init();
+                ok(aclrtSetDevice(r as i32));
+                f(r)
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
