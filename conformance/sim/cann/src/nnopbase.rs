@@ -450,51 +450,55 @@ pub extern "C" fn aclDestroyBoolArray(p: *const BoolArray) -> i32 {
     destroy(p, Kind::BoolArray, "aclDestroyBoolArray")
 }
 
-/// Frees the members of a list being destroyed (they are owned by it).
-fn release_members(members: &[usize]) {
-    let mut r = registry().lock();
-    for p in members {
-        r.remove(p);
-    }
+/// Destroys a list and the members it owns (`M`, each made by `Box::into_raw`), all removed
+/// from the registry under one lock before anything is freed: a list destroyed twice, or a
+/// member destroyed on its own, is refused, never freed twice.
+fn destroy_list<L, M>(p: *const L, kind: Kind, name: &str, members: fn(&L) -> Vec<usize>) -> i32 {
+    crate::entry(name, ACLNN_ERR_INNER, || {
+        if p.is_null() {
+            return Ok(());
+        }
+        let owned = {
+            let mut r = registry().lock();
+            match r.get(&(p as usize)).copied() {
+                Some(l) if l.kind == kind && l.owner.is_none() => {}
+                _ => {
+                    let msg = format!("{name}: {p:p} is not a live {kind:?} (double destroy?)");
+                    unihal_sim::fault::violation(msg.clone());
+                    return Err(Err::new(ACLNN_ERR_PARAM_INVALID, msg));
+                }
+            }
+            r.remove(&(p as usize));
+            // SAFETY: registered as a live `L` (made by Box::into_raw) and removed just now
+            // under the lock, so nothing else frees it; read once, then freed below.
+            let list = unsafe { Box::from_raw(p as *mut L) };
+            let owned = members(&list);
+            for m in &owned {
+                r.remove(m);
+            }
+            owned
+        };
+        for m in owned {
+            // SAFETY: each member was made by Box::into_raw of an `M`, owned by this list (its
+            // own destroy is refused) and removed from the registry above with the list.
+            drop(unsafe { Box::from_raw(m as *mut M) });
+        }
+        Ok(())
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn aclDestroyTensorList(p: *const TensorList) -> i32 {
-    if p.is_null() {
-        return 0;
-    }
-    let members: Option<Vec<usize>> = get(p, Kind::TensorList, "tensor list")
-        .ok()
-        .map(|(l, _)| l.0.iter().map(|t| *t as usize).collect());
-    let r = destroy(p, Kind::TensorList, "aclDestroyTensorList");
-    if let (0, Some(members)) = (r, members) {
-        release_members(&members);
-        for m in members {
-            // SAFETY: each member was made by Box::into_raw in aclCreateTensor, owned by this
-            // list (its own destroy was refused), and removed from the registry just now.
-            drop(unsafe { Box::from_raw(m as *mut Tensor) });
-        }
-    }
-    r
+    destroy_list::<TensorList, Tensor>(p, Kind::TensorList, "aclDestroyTensorList", |l| {
+        l.0.iter().map(|t| *t as usize).collect()
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn aclDestroyScalarList(p: *const ScalarList) -> i32 {
-    if p.is_null() {
-        return 0;
-    }
-    let members: Option<Vec<usize>> = get(p, Kind::ScalarList, "scalar list")
-        .ok()
-        .map(|(l, _)| l.0.iter().map(|t| *t as usize).collect());
-    let r = destroy(p, Kind::ScalarList, "aclDestroyScalarList");
-    if let (0, Some(members)) = (r, members) {
-        release_members(&members);
-        for m in members {
-            // SAFETY: as for tensor lists: owned by the list, removed from the registry.
-            drop(unsafe { Box::from_raw(m as *mut Scalar) });
-        }
-    }
-    r
+    destroy_list::<ScalarList, Scalar>(p, Kind::ScalarList, "aclDestroyScalarList", |l| {
+        l.0.iter().map(|s| *s as usize).collect()
+    })
 }
 
 /// `aclnnStatus aclnnInit(const char *configPath)`: nothing to configure here.

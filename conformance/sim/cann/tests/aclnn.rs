@@ -355,3 +355,27 @@ fn nll_loss_mean_and_its_backward_and_scatter_add() {
     run(ws, ex, aclnnScatterAdd);
     assert_eq!(host::<f32>(ds, 6), vec![2.0, 0.0, 1.0, 0.0, 4.0, 3.0]);
 }
+
+#[test]
+fn a_list_owns_its_members() {
+    init();
+    let d = dev(&[0f32; 4]);
+    let (a, b) = (
+        contiguous(d, ACL_FLOAT, &[2]),
+        contiguous(d, ACL_FLOAT, &[4]),
+    );
+    let ts = [a as *const Tensor, b];
+    // SAFETY: an array of two live tensors.
+    let l = unsafe { aclCreateTensorList(ts.as_ptr(), 2) };
+    assert!(!l.is_null());
+    // SAFETY: as above: `a` already belongs to a list.
+    assert!(unsafe { aclCreateTensorList(ts.as_ptr(), 1) }.is_null());
+    assert_eq!(
+        aclDestroyTensor(a),
+        161_002,
+        "a member is destroyed by its list"
+    );
+    ok(aclDestroyTensorList(l));
+    assert_eq!(aclDestroyTensorList(l), 161_002, "a list destroyed twice");
+    assert_eq!(aclDestroyTensor(b), 161_002, "members went with their list");
+}
