@@ -322,6 +322,14 @@ fn nll_loss_mean_and_its_backward_and_scatter_add() {
         unsafe { aclnnNLLLossGetWorkspaceSize(xt, tt, wt, 1, -100, lt, twt, &mut ws, &mut ex) },
     );
     run(ws, ex, aclnnNLLLoss);
+    // A target shorter than the rows is refused in phase 1 (never read past its storage).
+    let short = contiguous(dt, ACL_INT64, &[2]);
+    let x4 = contiguous(dx, ACL_FLOAT, &[4, 3]);
+    assert_eq!(
+        // SAFETY: as above.
+        unsafe { aclnnNLLLossGetWorkspaceSize(x4, short, wt, 1, -100, lt, twt, &mut ws, &mut ex) },
+        161_002
+    );
     let want = -(3.0 * x[2] + 2.0 * x[9]) / 5.0;
     assert!((host::<f32>(dl, 1)[0] - want).abs() < 1e-6);
     assert_eq!(host::<f32>(dtw, 1)[0], 5.0);

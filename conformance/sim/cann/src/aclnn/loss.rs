@@ -77,8 +77,11 @@ aclnn_op!(aclnnNLLLoss, aclnnNLLLossGetWorkspaceSize, "NLLLoss",
     if w.numel() != c || !(0..=2).contains(&reduction) {
         return Err(invalid("weight must have C elements; reduction 0, 1 or 2"));
     }
-    if reduction == 0 && o.numel() != n {
-        return Err(invalid("out must have N elements with reduction none"));
+    let per_row = if reduction == 0 { n } else { 1 };
+    if o.numel() != per_row || tw.numel() != 1 || t.numel() != n {
+        return Err(invalid(format!(
+            "out must have {per_row} elements, totalWeightOut one and target {n}"
+        )));
     }
     Ok(Arc::new(move |b: &mut Build| {
         let (x, t, w, o, tw) = (x.clone(), t.clone(), w.clone(), o.clone(), tw.clone());
@@ -137,6 +140,12 @@ aclnn_op!(aclnnNLLLossBackward, aclnnNLLLossBackwardGetWorkspaceSize, "NLLLossBa
     let (n, c) = rows_classes(&x)?;
     if o.view != x.view || w.numel() != c || !(0..=2).contains(&reduction) {
         return Err(invalid("out must have self's shape, weight C elements; reduction 0, 1 or 2"));
+    }
+    let per_row = if reduction == 0 { n } else { 1 };
+    if g.numel() != per_row || tw.numel() != 1 || t.numel() != n {
+        return Err(invalid(format!(
+            "gradOutput must have {per_row} elements, totalWeight one and target {n}"
+        )));
     }
     Ok(Arc::new(move |b: &mut Build| {
         let (g, t, w, tw, o) = (g.clone(), t.clone(), w.clone(), tw.clone(), o.clone());
@@ -299,6 +308,12 @@ aclnn_op!(aclnnCrossEntropyLossGrad, aclnnCrossEntropyLossGradGetWorkspaceSize, 
         return Err(invalid("target must be INT64"));
     }
     let (n, c) = rows_classes(&lp)?;
+    let per_row = if red == CeReduction::None { n } else { 1 };
+    if g.numel() != per_row || t.numel() != n {
+        return Err(invalid(format!(
+            "gradLoss must have {per_row} elements and target {n}"
+        )));
+    }
     Ok(Arc::new(move |b: &mut Build| {
         let (g, lp, t, o) = (g.clone(), lp.clone(), t.clone(), o.clone());
         b.host(move || {
