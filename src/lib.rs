@@ -58,6 +58,10 @@ pub fn registry() -> &'static Registry {
             std::sync::Arc::new(unihal_hip::HipBackend::new())
         })
         .expect("built-in backend names are unique");
+        r.register(unihal_ascend::NAME, || {
+            std::sync::Arc::new(unihal_ascend::AscendBackend::new())
+        })
+        .expect("built-in backend names are unique");
         r.register(unihal_cpu::NAME, || {
             std::sync::Arc::new(unihal_cpu::CpuBackend::new())
         })

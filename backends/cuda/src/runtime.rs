@@ -365,7 +365,10 @@ impl Runtime for Cuda {
         crate::library::load(device)
     }
 
-    fn matmul(&self, stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
+    fn vendor_op(&self, stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
+        if call.op != unihal_hal::OpId::Matmul {
+            return None;
+        }
         crate::cublas::matmul(stream, call)
     }
 

@@ -428,7 +428,10 @@ impl Runtime for Hip {
         crate::library::load(device)
     }
 
-    fn matmul(&self, stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
+    fn vendor_op(&self, stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
+        if call.op != unihal_hal::OpId::Matmul {
+            return None;
+        }
         crate::blas::matmul(stream, call)
     }
 

@@ -203,9 +203,11 @@ pub trait Runtime: Send + Sync + Sized + 'static {
 
     /// Compiles (or reads from the cache) and loads the portable kernel library on `device`.
     fn load_library(&self, device: &Arc<GpuDevice<Self>>) -> Result<Library>;
-    /// A matmul through the vendor's BLAS, or `None` when it does not take this call (no BLAS,
-    /// a layout it cannot express): the portable GEMM runs it then.
-    fn matmul(&self, stream: &GpuStream<Self>, call: &OpCall) -> Option<Result<()>>;
+    /// A library op through a vendor library (a BLAS for matmul; an operator library such as
+    /// Ascend's aclnn for any op), or `None` when it does not take this call (no BLAS, a layout
+    /// it cannot express): the portable kernel library runs it then. Called after the shared
+    /// checks (buffers of this device, the op × dtype in the capabilities).
+    fn vendor_op(&self, stream: &GpuStream<Self>, call: &OpCall) -> Option<Result<()>>;
     /// A new BLAS handle of the current device.
     fn blas_create(&self) -> Result<Self::Blas>;
     /// Makes the handle's later calls run on `stream`.

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
     check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, StreamId,
+    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream, StreamId,
     UseHolder,
 };
 
@@ -101,6 +101,12 @@ impl<R: Runtime> GpuStream<R> {
                     },
                 )
             })
+    }
+
+    /// This stream as a HAL stream handle (`None` only while it is being dropped): what an
+    /// op implementation hands the caching allocator for memory in this stream's order.
+    pub fn handle(&self) -> Option<Arc<dyn Stream>> {
+        self.me.upgrade().map(|s| s as Arc<dyn Stream>)
     }
 
     /// The device this stream belongs to.
@@ -526,10 +532,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
                 return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
             }
         }
-        if call.op == OpId::Matmul {
-            if let Some(r) = self.rt().matmul(self, call) {
-                return r;
-            }
+        if let Some(r) = self.rt().vendor_op(self, call) {
+            return r;
         }
         let mut plan = unihal_kernels::plan::plan(call, &caps.mandatory)?;
         if plan.launches.is_empty() {
