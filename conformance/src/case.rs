@@ -90,9 +90,13 @@ pub enum Need {
     WholeWorld(usize),
     /// The conformance test kernels exist in a module format the device loads.
     TestKernels,
-    /// A kernel runs while the host and the device's other streams go on (a [`crate::blocker::Blocker`]
-    /// holds a stream with a spinning kernel): `BackendInfo::concurrent` (hardware, the CPU
-    /// backend, a simulated runtime in its concurrent mode).
+    /// A [`crate::blocker::Blocker`] can hold a stream: the backend has the test kernels for the
+    /// device (the spinning kernel) or the device has host callbacks (a blocking callback).
+    StreamHold,
+    /// Device work runs while the host and the device's other streams go on (a
+    /// [`crate::blocker::Blocker`] holds a stream with a spinning kernel or a blocking host
+    /// callback): `BackendInfo::concurrent` (hardware, the CPU backend, a simulated runtime in its
+    /// concurrent mode).
     ConcurrentKernels,
     /// `Stream::run_op` runs this op in this dtype.
     Op(unihal_hal::OpId, unihal_hal::DType),
@@ -125,6 +129,7 @@ impl Need {
             Need::InProcess => !spmd,
             Need::WholeWorld(n) => !spmd || ranks == *n,
             Need::TestKernels => backend.test_kernels(device).is_some(),
+            Need::StreamHold => crate::blocker::HoldMode::of(backend, device).is_some(),
             Need::ConcurrentKernels => backend.info().concurrent,
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
@@ -155,6 +160,12 @@ impl Need {
                 .into(),
             Need::TestKernels => format!(
                 "backend {} has no conformance test kernels for this device (module formats {:?})",
+                backend.name(),
+                caps.mandatory.module_formats
+            ),
+            Need::StreamHold => format!(
+                "cannot hold a stream: backend {} has no conformance test kernels for this device \
+                 (module formats {:?}) and the device has no host callbacks",
                 backend.name(),
                 caps.mandatory.module_formats
             ),

@@ -14,7 +14,8 @@
 //!   process (for fault and hang cases, and for bring-up of chips whose errors poison the context).
 //! * **One case at a time per device**, unless a case asks for concurrency.
 //! * **Ordering is observed, not hoped for**: [`blocker::Blocker`] holds a stream back with a kernel
-//!   waiting on a device flag, so cases inspect queued state deterministically. A test with the CPU
+//!   waiting on a device flag (or, on a backend without the test kernels, a host callback waiting
+//!   on a host flag), so cases inspect queued state deterministically. A test with the CPU
 //!   backend's fault switch proves that named cases fail under each injected ordering bug.
 //! * **Reports** ([`report`]): human summary, JSON and JUnit XML, each with the unihal version, the
 //!   backend and vendor library versions, the device and its capability snapshot.

@@ -65,6 +65,11 @@ pub struct OptionalCaps {
     pub fault_poisons_device: bool,
     /// Resolution of event timestamps in nanoseconds, when events can time.
     pub timer_resolution_ns: Option<u64>,
+    /// Random ops (`random_uniform`, `random_normal`, `dropout_forward`) produce the kernel
+    /// library's Philox4x32-10 stream bit for bit, so results equal every other such backend's for
+    /// the same seed and offset; false: the device's own generator (e.g. Ascend's aclnn), checked
+    /// statistically.
+    pub bitwise_rng: bool,
     /// Library ops `Stream::run_op` runs, each with the dtypes it runs in (the dtype of the op's
     /// first output; for `cast`, every listed dtype converts to every other).
     pub ops: BTreeMap<OpId, Vec<DType>>,

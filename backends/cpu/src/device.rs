@@ -96,6 +96,7 @@ impl CpuDevice {
                 peer_devices: (0..devices).filter(|&d| d != ordinal).collect(),
                 fault_poisons_device: false,
                 timer_resolution_ns: Some(1),
+                bitwise_rng: true,
                 ops: unihal_kernels::support(),
             },
         };

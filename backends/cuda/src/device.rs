@@ -62,6 +62,8 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                 peer_devices: CUDA.peers(&ctx)?,
                 fault_poisons_device: true,
                 timer_resolution_ns: Some(500),
+                // The portable library's Philox generator, as on every backend that runs it.
+                bitwise_rng: true,
                 // The portable library, when NVRTC is there to compile it.
                 ops: match crate::library::nvrtc() {
                     Ok(_) => unihal_kernels::support(),

@@ -158,6 +158,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 peer_devices: rt.peers(&ctx)?,
                 fault_poisons_device: true,
                 timer_resolution_ns: Some(1000),
+                bitwise_rng: true,
                 ops,
             },
         };

@@ -15,7 +15,8 @@ use unihal_hal::{DType, FillValue, HalError, OpCall, OpId, Stream, TensorView};
 const MIB: u64 = 1 << 20;
 
 pub fn cases() -> Vec<Case> {
-    let blocking = [Need::TestKernels, Need::ConcurrentKernels];
+    // Cases that hold a stream (a Blocker: a spinning kernel or a blocking host callback).
+    let blocking = [Need::StreamHold, Need::ConcurrentKernels];
     vec![
         Case::new("alloc.stats.split_and_coalesce", split_and_coalesce),
         Case::new("alloc.stats.large_pool", large_pool),

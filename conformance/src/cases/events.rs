@@ -8,27 +8,27 @@ use std::time::{Duration, Instant};
 use unihal_hal::{Event, EventFlags, FillValue, Invalid, Stream};
 
 pub fn cases() -> Vec<Case> {
-    // Cases that hold a stream with a running kernel (a Blocker).
-    const KB: &[Need] = &[Need::TestKernels, Need::ConcurrentKernels];
+    // Cases that hold a stream (a Blocker: a spinning kernel or a blocking host callback).
+    const B: &[Need] = &[Need::StreamHold, Need::ConcurrentKernels];
     vec![
         Case::new("events.query.never_recorded", never_recorded),
-        Case::new("events.query.pending_then_complete", pending_then_complete).needs(KB),
-        Case::new("events.synchronize.waits_for_work", synchronize).needs(KB),
+        Case::new("events.query.pending_then_complete", pending_then_complete).needs(B),
+        Case::new("events.synchronize.waits_for_work", synchronize).needs(B),
         Case::new("events.elapsed.measures_work", elapsed).needs(&[
-            Need::TestKernels,
+            Need::StreamHold,
             Need::EventTiming,
             Need::ConcurrentKernels,
         ]),
         Case::new("events.elapsed.timing_disabled", timing_disabled).needs(&[Need::EventTiming]),
         Case::new("events.elapsed.not_recorded", elapsed_unrecorded).needs(&[Need::EventTiming]),
-        Case::new("events.wait.cross_stream", cross_stream).needs(KB),
+        Case::new("events.wait.cross_stream", cross_stream).needs(B),
         Case::new("events.wait.cross_device", cross_device).needs(&[
-            Need::TestKernels,
+            Need::StreamHold,
             Need::Devices(2),
             Need::ConcurrentKernels,
         ]),
         Case::new("events.wait.never_recorded", wait_unrecorded),
-        Case::new("events.record.latest_wins", rerecord).needs(KB),
+        Case::new("events.record.latest_wins", rerecord).needs(B),
     ]
 }
 

@@ -10,7 +10,7 @@ use unihal_kernels::testing::{names, Pair};
 
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
-    // Cases that hold a stream with a running kernel (a Blocker).
+    // Cases that hold a stream (a Blocker) and run test kernels behind it.
     const KB: &[Need] = &[Need::TestKernels, Need::ConcurrentKernels];
     vec![
         Case::new("kernels.launch.iota_1d", iota).needs(K),

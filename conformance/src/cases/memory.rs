@@ -22,7 +22,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.host.pinned", pinned),
         Case::new("memory.host.zeroed", host_zeroed),
         Case::new("memory.host.busy_while_queued", host_busy)
-            .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
+            .needs(&[Need::StreamHold, Need::ConcurrentKernels]),
         Case::new("memory.host.map_after.stream_sync", |c| {
             map_after(c, Route::StreamSync)
         }),
@@ -48,13 +48,13 @@ pub fn cases() -> Vec<Case> {
         Case::new("memory.copy.peer", peer).needs(&[Need::PeerDevice]),
         Case::new("memory.alloc_async.free_async", alloc_async).needs(&[Need::StreamOrderedAlloc]),
         Case::new("memory.buffer.drop_with_queued_work", drop_queued)
-            .needs(&[Need::TestKernels, Need::ConcurrentKernels]),
+            .needs(&[Need::StreamHold, Need::ConcurrentKernels]),
         Case::new(
             "memory.free_async.deferred_until_work_done",
             free_async_deferred,
         )
         .needs(&[
-            Need::TestKernels,
+            Need::StreamHold,
             Need::StreamOrderedAlloc,
             Need::ConcurrentKernels,
         ]),

@@ -12,21 +12,23 @@ use unihal_kernels::testing::names;
 
 pub fn cases() -> Vec<Case> {
     const K: &[Need] = &[Need::TestKernels];
-    // Cases that hold a stream with a running kernel (a Blocker).
+    // Cases that hold a stream (a Blocker) and run test kernels behind it.
     const KB: &[Need] = &[Need::TestKernels, Need::ConcurrentKernels];
+    // Cases that hold a stream (a Blocker: a spinning kernel or a blocking host callback).
+    const B: &[Need] = &[Need::StreamHold, Need::ConcurrentKernels];
     vec![
         Case::new(
             "streams.async.enqueue_returns_before_completion",
             enqueue_is_async,
         )
-        .needs(KB),
+        .needs(B),
         Case::new("streams.order.blocked_queue", blocked_queue).needs(KB),
         Case::new("streams.order.mixed_operations", mixed_ops),
         Case::new("streams.order.under_load", under_load).needs(K),
         Case::new("streams.many.independent", many_streams),
         Case::new("streams.threads.concurrent_enqueue", concurrent_enqueue),
         Case::new("streams.threads.fresh_thread", fresh_thread),
-        Case::new("streams.query.pending_then_done", query).needs(KB),
+        Case::new("streams.query.pending_then_done", query).needs(B),
         Case::new("streams.synchronize.empty", sync_empty),
         Case::new("streams.host_callback.order", host_callback).needs(&[Need::HostCallbacks]),
         Case::new(
@@ -34,11 +36,11 @@ pub fn cases() -> Vec<Case> {
             callback_self_wait,
         )
         .needs(&[Need::HostCallbacks]),
-        Case::new("streams.synchronize.device", device_sync).needs(KB),
+        Case::new("streams.synchronize.device", device_sync).needs(B),
         Case::new("streams.error.sticky", sticky_error)
             .needs(K)
             .faulting(),
-        Case::new("streams.drop.pending_work_completes", drop_pending).needs(KB),
+        Case::new("streams.drop.pending_work_completes", drop_pending).needs(B),
     ]
 }
 
@@ -72,8 +74,8 @@ fn enqueue_is_async(ctx: &Ctx) -> CaseResult {
     s.synchronize()?;
     ensure_eq!(
         bytes_u32(&ctx.download(&dst)?),
-        vec![0xB10C],
-        "value written after the flag"
+        vec![crate::blocker::RELEASED_WORD],
+        "value written after the release"
     );
     Ok(())
 }

@@ -78,7 +78,7 @@ pub enum OpId {
     Where,
     /// `[out]`, scalars `[low, high]`, rng: uniform in [low, high).
     RandomUniform,
-    /// `[out]`, scalars `[mean, std]`, rng: normal (Box-Muller on Philox).
+    /// `[out]`, scalars `[mean, std]`, rng: normal (Box-Muller on Philox with `bitwise_rng`).
     RandomNormal,
     /// `[x, out, mask (bool or u8)]`, scalars `[p]`, rng: keep with probability 1-p, scale 1/(1-p).
     DropoutForward,
@@ -427,8 +427,10 @@ impl Scalar {
     }
 }
 
-/// State of the counter-based generator: the same `(seed, offset)` gives the same bits on every
-/// backend. Element `i` of a call uses Philox4x32-10 counter block `offset + i`, key `seed`.
+/// State of the random ops' generator. On devices with `OptionalCaps::bitwise_rng`, element `i` of
+/// a call uses Philox4x32-10 counter block `offset + i`, key `seed`, so the same `(seed, offset)`
+/// gives the same bits on every such backend; elsewhere the device's own generator gives the same
+/// bits for the same `(seed, offset)` on the same device, and other bits for another seed or offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RngState {
     pub seed: u64,
