@@ -180,7 +180,7 @@ fn fill_with(s: &Arc<dyn Stream>, b: &Buffer, d: DType, v: f64) -> Result<()> {
 
 /// One element of `d` holding `v`.
 fn element(d: DType, v: f64) -> Vec<u8> {
-    unihal_kernels::plan::fill_bits(unihal_hal::Scalar::F64(v), d).to_le_bytes()[..d.size()]
+    unihal_hal::Scalar::F64(v).bits(d).to_le_bytes()[..d.size()]
         .to_vec()
 }
 

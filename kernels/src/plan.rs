@@ -5,7 +5,6 @@
 use crate::args::{UhArgs, MAX_DIMS, MAX_OPERANDS};
 use unihal_hal::{
     Buffer, DType, HalError, Invalid, LaunchConfig, MandatoryCaps, OpCall, OpClass, OpId, Result,
-    Scalar,
 };
 
 /// A planned kernel launch.
@@ -127,7 +126,7 @@ pub fn plan(call: &OpCall, caps: &MandatoryCaps) -> Result<Plan> {
     // Scalars.
     let key = call.key_dtype().expect("validated");
     match call.op.class() {
-        OpClass::Fill => args.u[0] = fill_bits(call.scalars[0], key),
+        OpClass::Fill => args.u[0] = call.scalars[0].bits(key),
         _ => {
             for (k, s) in call.scalars.iter().enumerate() {
                 args.s[k] = s.as_f64();
@@ -189,40 +188,6 @@ pub(crate) fn iterate(args: &mut UhArgs, shape: &[u64], strides: &[Vec<i64>]) ->
     args.contiguous =
         (dims.len() <= 1 && dims.iter().all(|(_, col)| col.iter().all(|&s| s == 1))) as i64;
     Ok(())
-}
-
-/// The bit pattern of `value` as one element of `dtype` (float → f16/bf16 rounds to nearest even,
-/// float → integer truncates and saturates).
-pub fn fill_bits(value: Scalar, dtype: DType) -> u64 {
-    let f = value.as_f64();
-    let i = value.as_i64();
-    match dtype {
-        DType::F64 => f.to_bits(),
-        DType::F32 => (f as f32).to_bits() as u64,
-        DType::F16 => half::f16::from_f64(f).to_bits() as u64,
-        DType::Bf16 => half::bf16::from_f64(f).to_bits() as u64,
-        DType::Bool => {
-            (if matches!(value, Scalar::F64(_)) {
-                f != 0.0
-            } else {
-                i != 0
-            }) as u64
-        }
-        DType::I8 => int_of(value, i8::MIN as i64, i8::MAX as i64) as u8 as u64,
-        DType::U8 => int_of(value, 0, u8::MAX as i64) as u8 as u64,
-        DType::I16 => int_of(value, i16::MIN as i64, i16::MAX as i64) as u16 as u64,
-        DType::I32 => int_of(value, i32::MIN as i64, i32::MAX as i64) as u32 as u64,
-        DType::U32 => int_of(value, 0, u32::MAX as i64) as u32 as u64,
-        DType::I64 => i as u64,
-        DType::U64 => match value {
-            Scalar::F64(v) => v as u64,
-            Scalar::I64(v) => v as u64,
-        },
-    }
-}
-
-fn int_of(v: Scalar, lo: i64, hi: i64) -> i64 {
-    v.as_i64().clamp(lo, hi)
 }
 
 /// Grid and block for `n` elements: one chunk per pool thread (a few per thread for balance) on

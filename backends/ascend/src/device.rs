@@ -83,11 +83,18 @@ pub(crate) fn open(cann: &'static Cann, id: DeviceId) -> Result<Arc<AscendDevice
     // on a device of the table's capabilities, then the device is made with the result.
     let probing = GpuDevice::<Cann>::new(
         cann,
-        DeviceSetup { ctx: AscendContext { id, raw }, info: info.clone(), caps: caps.clone() },
+        DeviceSetup {
+            ctx: AscendContext { id, raw },
+            info: info.clone(),
+            caps: caps.clone(),
+        },
     );
     let ops = crate::ops::probe::supported(cann, &probing)?;
     drop(probing);
     let mut caps = caps;
     caps.optional.ops = ops;
-    Ok(GpuDevice::<Cann>::new(cann, DeviceSetup { ctx, info, caps }))
+    Ok(GpuDevice::<Cann>::new(
+        cann,
+        DeviceSetup { ctx, info, caps },
+    ))
 }

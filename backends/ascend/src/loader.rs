@@ -179,11 +179,7 @@ fn open_opapi(dir: Option<&Path>) -> Result<Vec<Library>> {
         .ok()
         .filter(|s| !s.trim().is_empty())
     {
-        return list
-            .split(':')
-            .filter(|s| !s.is_empty())
-            .map(one)
-            .collect();
+        return list.split(':').filter(|s| !s.is_empty()).map(one).collect();
     }
     let mut libs = Vec::new();
     let mut tried: Vec<Attempt> = Vec::new();
@@ -257,7 +253,9 @@ fn open() -> Result<Cann> {
     // SAFETY: an out-pointer to a local.
     let rc = unsafe { (acl.get_device_count)(&mut count) };
     if rc == codes::RT_NO_DEVICE || (rc == 0 && count == 0) {
-        return Err(unavailable(format!("no device: the runtime counts none ({at})")));
+        return Err(unavailable(format!(
+            "no device: the runtime counts none ({at})"
+        )));
     }
     if rc != 0 {
         return Err(unavailable(format!(

@@ -118,7 +118,12 @@ fn serve(cann: &Cann, stream: Handle, retire: &AtomicBool) {
 ///
 /// # Safety
 /// `f` must accept `data` once; it is never called when this fails.
-pub unsafe fn launch(cann: &'static Cann, stream: Handle, f: Callback, data: *mut std::ffi::c_void) -> Result<()> {
+pub unsafe fn launch(
+    cann: &'static Cann,
+    stream: Handle,
+    f: Callback,
+    data: *mut std::ffi::c_void,
+) -> Result<()> {
     let known = reporters().lock().contains_key(&(stream as usize));
     if !known {
         let mut ctx: Handle = std::ptr::null_mut();
@@ -147,6 +152,8 @@ pub unsafe fn destroy(cann: &Cann, stream: Handle) -> Result<()> {
             Ok(())
         }
         // SAFETY: the caller's contract.
-        None => cann.check("aclrtDestroyStream", unsafe { (cann.acl.destroy_stream)(stream) }),
+        None => cann.check("aclrtDestroyStream", unsafe {
+            (cann.acl.destroy_stream)(stream)
+        }),
     }
 }

@@ -76,7 +76,14 @@ impl Cann {
     ///
     /// # Safety
     /// Both ranges are valid for `len` bytes until the copy ran.
-    unsafe fn memcpy(&self, dst: *mut c_void, src: *const c_void, len: usize, kind: i32, s: Raw) -> Result<()> {
+    unsafe fn memcpy(
+        &self,
+        dst: *mut c_void,
+        src: *const c_void,
+        len: usize,
+        kind: i32,
+        s: Raw,
+    ) -> Result<()> {
         // SAFETY: the caller's contract; destMax = len.
         self.check("aclrtMemcpyAsync", unsafe {
             (self.acl.memcpy_async)(dst, len, src, len, kind, s.0)
@@ -89,7 +96,12 @@ impl Runtime for Cann {
     type Blas = ();
     const VENDOR: &'static str = "Ascend";
 
-    fn enter<T>(&self, ctx: &AscendContext, _what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    fn enter<T>(
+        &self,
+        ctx: &AscendContext,
+        _what: &str,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         // SAFETY: a context created by aclrtSetDevice for this device, never destroyed.
         self.check("aclrtSetCurrentContext", unsafe {
             (self.acl.set_current_context)(ctx.raw)
@@ -107,7 +119,9 @@ impl Runtime for Cann {
 
     fn device_synchronize(&self) -> Result<()> {
         // SAFETY: no arguments.
-        self.check("aclrtSynchronizeDevice", unsafe { (self.acl.synchronize_device)() })
+        self.check("aclrtSynchronizeDevice", unsafe {
+            (self.acl.synchronize_device)()
+        })
     }
 
     fn mem_info(&self) -> Result<(u64, u64)> {
@@ -140,12 +154,15 @@ impl Runtime for Cann {
         let mut p = std::ptr::null_mut();
         // SAFETY: an out-pointer to a local and a non-zero size.
         let rc = unsafe { (self.acl.malloc_host)(&mut p, len) };
-        self.alloc_result("aclrtMallocHost", len, rc, p).map(|p| p as *mut u8)
+        self.alloc_result("aclrtMallocHost", len, rc, p)
+            .map(|p| p as *mut u8)
     }
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("aclrtFreeHost", unsafe { (self.acl.free_host)(ptr as *mut c_void) })
+        self.check("aclrtFreeHost", unsafe {
+            (self.acl.free_host)(ptr as *mut c_void)
+        })
     }
 
     fn peers(&self, ctx: &AscendContext) -> Result<Vec<u32>> {
@@ -160,7 +177,9 @@ impl Runtime for Cann {
             }
             let mut can = 0;
             // SAFETY: an out-pointer to a local and two valid, distinct device ids.
-            self.check("aclrtDeviceCanAccessPeer", unsafe { can_access(&mut can, me, d) })?;
+            self.check("aclrtDeviceCanAccessPeer", unsafe {
+                can_access(&mut can, me, d)
+            })?;
             if can != 0 {
                 peers.push(d as u32);
             }
@@ -181,7 +200,9 @@ impl Runtime for Cann {
     fn stream_create(&self) -> Result<Raw> {
         let mut s = std::ptr::null_mut();
         // SAFETY: an out-pointer to a local.
-        self.check("aclrtCreateStream", unsafe { (self.acl.create_stream)(&mut s) })?;
+        self.check("aclrtCreateStream", unsafe {
+            (self.acl.create_stream)(&mut s)
+        })?;
         Ok(Raw(s))
     }
 
@@ -222,17 +243,41 @@ impl Runtime for Cann {
 
     unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract (pinned host memory of aclrtMallocHost: stream-ordered).
-        unsafe { self.memcpy(dst as *mut c_void, src as *const c_void, len, memcpy::HOST_TO_DEVICE, stream) }
+        unsafe {
+            self.memcpy(
+                dst as *mut c_void,
+                src as *const c_void,
+                len,
+                memcpy::HOST_TO_DEVICE,
+                stream,
+            )
+        }
     }
 
     unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.memcpy(dst as *mut c_void, src as *const c_void, len, memcpy::DEVICE_TO_HOST, stream) }
+        unsafe {
+            self.memcpy(
+                dst as *mut c_void,
+                src as *const c_void,
+                len,
+                memcpy::DEVICE_TO_HOST,
+                stream,
+            )
+        }
     }
 
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.memcpy(dst as *mut c_void, src as *const c_void, len, memcpy::DEVICE_TO_DEVICE, stream) }
+        unsafe {
+            self.memcpy(
+                dst as *mut c_void,
+                src as *const c_void,
+                len,
+                memcpy::DEVICE_TO_DEVICE,
+                stream,
+            )
+        }
     }
 
     unsafe fn copy_peer(
@@ -245,7 +290,13 @@ impl Runtime for Cann {
         // Device to device across devices (peer access enabled by the shared layer first).
         // SAFETY: the caller's contract.
         unsafe {
-            self.memcpy(dst.1 as *mut c_void, src.1 as *const c_void, len, memcpy::DEVICE_TO_DEVICE, stream)
+            self.memcpy(
+                dst.1 as *mut c_void,
+                src.1 as *const c_void,
+                len,
+                memcpy::DEVICE_TO_DEVICE,
+                stream,
+            )
         }
     }
 
@@ -289,7 +340,9 @@ impl Runtime for Cann {
 
     unsafe fn event_destroy(&self, event: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        self.check("aclrtDestroyEvent", unsafe { (self.acl.destroy_event)(event.0) })
+        self.check("aclrtDestroyEvent", unsafe {
+            (self.acl.destroy_event)(event.0)
+        })
     }
 
     fn event_record(&self, event: Raw, stream: Raw) -> Result<()> {

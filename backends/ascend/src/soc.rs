@@ -91,7 +91,23 @@ pub fn table(class: Class) -> BTreeMap<OpId, Vec<DType>> {
                 continue;
             }
             // BF16 is documented for few 910 operators; none the catalogue relies on.
-            if !matches!(op, Fill | Copy | Where | Neg | Abs | Rsqrt | RandomUniform | RandomNormal | ReduceMax | ReduceMin | Argmax | Argmin | Softmax | LogSoftmax | IndexSelect) {
+            if !matches!(
+                op,
+                Fill | Copy
+                    | Where
+                    | Neg
+                    | Abs
+                    | Rsqrt
+                    | RandomUniform
+                    | RandomNormal
+                    | ReduceMax
+                    | ReduceMin
+                    | Argmax
+                    | Argmin
+                    | Softmax
+                    | LogSoftmax
+                    | IndexSelect
+            ) {
                 d.retain(|&t| t != DType::Bf16);
             }
             match op {

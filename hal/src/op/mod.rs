@@ -425,6 +425,38 @@ impl Scalar {
             Scalar::I64(v) => v,
         }
     }
+
+    /// The bit pattern of this value as one element of `dtype`, as `fill` writes it (float →
+    /// f16/bf16 rounds to nearest even; into a narrower integer the value truncates toward zero
+    /// and saturates; u64 takes the value as Rust's `as` does).
+    pub fn bits(self, dtype: DType) -> u64 {
+        let f = self.as_f64();
+        let i = self.as_i64();
+        let int = |lo: i64, hi: i64| i.clamp(lo, hi);
+        match dtype {
+            DType::F64 => f.to_bits(),
+            DType::F32 => (f as f32).to_bits() as u64,
+            DType::F16 => half::f16::from_f64(f).to_bits() as u64,
+            DType::Bf16 => half::bf16::from_f64(f).to_bits() as u64,
+            DType::Bool => {
+                (if matches!(self, Scalar::F64(_)) {
+                    f != 0.0
+                } else {
+                    i != 0
+                }) as u64
+            }
+            DType::I8 => int(i8::MIN as i64, i8::MAX as i64) as u8 as u64,
+            DType::U8 => int(0, u8::MAX as i64) as u8 as u64,
+            DType::I16 => int(i16::MIN as i64, i16::MAX as i64) as u16 as u64,
+            DType::I32 => int(i32::MIN as i64, i32::MAX as i64) as u32 as u64,
+            DType::U32 => int(0, u32::MAX as i64) as u32 as u64,
+            DType::I64 => i as u64,
+            DType::U64 => match self {
+                Scalar::F64(v) => v as u64,
+                Scalar::I64(v) => v as u64,
+            },
+        }
+    }
 }
 
 /// State of the random ops' generator. On devices with `OptionalCaps::bitwise_rng`, element `i` of

@@ -10,7 +10,11 @@ pub struct Engine;
 impl Engine {
     /// The report line of HCCL.
     pub fn info(&self) -> LibraryInfo {
-        LibraryInfo::missing("collectives", "HCCL", "the HCCL engine is not built yet".into())
+        LibraryInfo::missing(
+            "collectives",
+            "HCCL",
+            "the HCCL engine is not built yet".into(),
+        )
     }
 
     /// The engine as the backend's collectives, when HCCL opened.

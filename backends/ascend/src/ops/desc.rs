@@ -119,29 +119,15 @@ impl<'c> Descs<'c> {
 
     /// A scalar descriptor of `v` in `dtype` (the value is copied by `aclCreateScalar`).
     pub fn scalar(&mut self, v: Scalar, dtype: DType) -> Desc {
-        let mut bytes = [0u8; 8];
-        match dtype {
-            DType::F64 => bytes.copy_from_slice(&v.as_f64().to_le_bytes()),
-            DType::F32 => bytes[..4].copy_from_slice(&(v.as_f64() as f32).to_le_bytes()),
-            DType::F16 => {
-                bytes[..2].copy_from_slice(&half::f16::from_f64(v.as_f64()).to_le_bytes())
-            }
-            DType::Bf16 => {
-                bytes[..2].copy_from_slice(&half::bf16::from_f64(v.as_f64()).to_le_bytes())
-            }
-            DType::Bool => bytes[0] = (v.as_f64() != 0.0) as u8,
-            _ => {
-                let i = match v {
-                    Scalar::I64(i) => i,
-                    Scalar::F64(f) => f as i64,
-                };
-                bytes.copy_from_slice(&i.to_le_bytes());
-            }
-        }
+        // The value in the dtype's encoding, as `fill` writes it on every backend.
+        let mut bytes = v.bits(dtype).to_le_bytes();
         // SAFETY: 8 readable bytes holding the value in the dtype's little-endian encoding
         // (narrower types in the first bytes); copied during the call.
         let d = unsafe {
-            (self.cann.nnop.create_scalar)(bytes.as_mut_ptr() as *mut std::ffi::c_void, acl_dtype(dtype))
+            (self.cann.nnop.create_scalar)(
+                bytes.as_mut_ptr() as *mut std::ffi::c_void,
+                acl_dtype(dtype),
+            )
         };
         self.keep(Kind::Scalar, d, "aclCreateScalar")
     }
@@ -171,7 +157,8 @@ impl<'c> Descs<'c> {
             return std::ptr::null_mut();
         }
         // SAFETY: an array of live tensor descriptors of the length passed.
-        let d = unsafe { (self.cann.nnop.create_tensor_list)(members.as_ptr(), members.len() as u64) };
+        let d =
+            unsafe { (self.cann.nnop.create_tensor_list)(members.as_ptr(), members.len() as u64) };
         if d.is_null() {
             self.owned.extend(taken);
         }

@@ -89,7 +89,13 @@ impl Exec<'_> {
         self.call(op, name, d, |f, w, e| unsafe { f(x, y, w, e) })
     }
 
-    fn binary(&mut self, which: OpId, x: &TensorView, o: &TensorView, out: &TensorView) -> Result<()> {
+    fn binary(
+        &mut self,
+        which: OpId,
+        x: &TensorView,
+        o: &TensorView,
+        out: &TensorView,
+    ) -> Result<()> {
         let a = &self.cann.aclnn;
         let (op, name) = match which {
             OpId::Mul => (a.mul, "Mul"),
@@ -105,11 +111,23 @@ impl Exec<'_> {
     }
 
     /// `out = x + alpha * o` (or minus for `sub`).
-    fn add(&mut self, x: &TensorView, o: &TensorView, alpha: f64, out: &TensorView, sub: bool) -> Result<()> {
+    fn add(
+        &mut self,
+        x: &TensorView,
+        o: &TensorView,
+        alpha: f64,
+        out: &TensorView,
+        sub: bool,
+    ) -> Result<()> {
         let a = &self.cann.aclnn;
         let (op, name) = if sub { (a.sub, "Sub") } else { (a.add, "Add") };
         let mut d = Descs::new(self.cann);
-        let (xd, od, al, yd) = (d.tensor(x), d.tensor(o), d.scalar(f(alpha), out.dtype), d.tensor(out));
+        let (xd, od, al, yd) = (
+            d.tensor(x),
+            d.tensor(o),
+            d.scalar(f(alpha), out.dtype),
+            d.tensor(out),
+        );
         // SAFETY: see `unary`.
         self.call(op, name, d, |f, w, e| unsafe { f(xd, od, al, yd, w, e) })
     }
@@ -120,12 +138,20 @@ impl Exec<'_> {
         let (yd, xd, al) = (d.tensor(y), d.tensor(x), d.scalar(f(alpha), y.dtype));
         let op = self.cann.aclnn.inplace_add;
         // SAFETY: see `unary`.
-        self.call(op, "InplaceAdd", d, |f, w, e| unsafe { f(yd, xd, al, w, e) })
+        self.call(op, "InplaceAdd", d, |f, w, e| unsafe {
+            f(yd, xd, al, w, e)
+        })
     }
 
     /// A tensor-scalar op: `Adds`/`Subs` (with alpha 1), `Muls`, `Divs`, `ClampMin`, `ClampMax`,
     /// `PowTensorScalar`.
-    fn scalar_op(&mut self, which: OpId, x: &TensorView, v: Scalar, out: &TensorView) -> Result<()> {
+    fn scalar_op(
+        &mut self,
+        which: OpId,
+        x: &TensorView,
+        v: Scalar,
+        out: &TensorView,
+    ) -> Result<()> {
         let a = &self.cann.aclnn;
         let mut d = Descs::new(self.cann);
         let (xd, yd) = (d.tensor(x), d.tensor(out));
@@ -133,7 +159,11 @@ impl Exec<'_> {
         match which {
             OpId::AddScalar | OpId::SubScalar => {
                 let one = d.scalar(f(1.0), out.dtype);
-                let (op, name) = if which == OpId::AddScalar { (a.adds, "Adds") } else { (a.subs, "Subs") };
+                let (op, name) = if which == OpId::AddScalar {
+                    (a.adds, "Adds")
+                } else {
+                    (a.subs, "Subs")
+                };
                 // SAFETY: see `unary`.
                 self.call(op, name, d, |f, w, e| unsafe { f(xd, vd, one, yd, w, e) })
             }
@@ -160,7 +190,9 @@ impl Exec<'_> {
         let (td, vd) = (d.tensor(t), d.scalar(v, t.dtype));
         let op = self.cann.aclnn.inplace_fill_scalar;
         // SAFETY: see `unary`.
-        self.call(op, "InplaceFillScalar", d, |f, w, e| unsafe { f(td, vd, w, e) })
+        self.call(op, "InplaceFillScalar", d, |f, w, e| unsafe {
+            f(td, vd, w, e)
+        })
     }
 
     fn copy(&mut self, src: &TensorView, dst: &TensorView) -> Result<()> {
@@ -191,18 +223,30 @@ impl Exec<'_> {
     }
 
     /// `out = sum over dims` (keep-dims as given), in `out`'s dtype.
-    fn reduce_sum(&mut self, x: &TensorView, dims: &[i64], keep: bool, out: &TensorView) -> Result<()> {
+    fn reduce_sum(
+        &mut self,
+        x: &TensorView,
+        dims: &[i64],
+        keep: bool,
+        out: &TensorView,
+    ) -> Result<()> {
         let mut d = Descs::new(self.cann);
         let (xd, dd, od) = (d.tensor(x), d.ints(dims), d.tensor(out));
         let dt = acl_dtype(out.dtype);
         let op = self.cann.aclnn.reduce_sum;
         // SAFETY: see `unary`.
-        self.call(op, "ReduceSum", d, |f, w, e| unsafe { f(xd, dd, keep, dt, od, w, e) })
+        self.call(op, "ReduceSum", d, |f, w, e| unsafe {
+            f(xd, dd, keep, dt, od, w, e)
+        })
     }
 
     fn softmax(&mut self, log: bool, x: &TensorView, dim: i64, y: &TensorView) -> Result<()> {
         let a = &self.cann.aclnn;
-        let (op, name) = if log { (a.log_softmax, "LogSoftmax") } else { (a.softmax, "Softmax") };
+        let (op, name) = if log {
+            (a.log_softmax, "LogSoftmax")
+        } else {
+            (a.softmax, "Softmax")
+        };
         let mut d = Descs::new(self.cann);
         let (xd, yd) = (d.tensor(x), d.tensor(y));
         // SAFETY: see `unary`.
@@ -210,16 +254,31 @@ impl Exec<'_> {
     }
 
     /// NLL loss of f32 log-probabilities with unit weights; `reduction` 0 none, 1 mean, 2 sum.
-    fn nll(&mut self, logp: &TensorView, target: &TensorView, reduction: i64, ignore: i64, out: &TensorView) -> Result<()> {
+    fn nll(
+        &mut self,
+        logp: &TensorView,
+        target: &TensorView,
+        reduction: i64,
+        ignore: i64,
+        out: &TensorView,
+    ) -> Result<()> {
         let c = logp.shape[1];
         let w = self.temp(DType::F32, &[c])?;
         self.fill(&w, f(1.0))?;
         let tw = self.temp(DType::F32, &[1])?;
         let mut d = Descs::new(self.cann);
-        let (xd, td, wd, od, twd) = (d.tensor(logp), d.tensor(target), d.tensor(&w), d.tensor(out), d.tensor(&tw));
+        let (xd, td, wd, od, twd) = (
+            d.tensor(logp),
+            d.tensor(target),
+            d.tensor(&w),
+            d.tensor(out),
+            d.tensor(&tw),
+        );
         let op = self.cann.aclnn.nll_loss;
         // SAFETY: see `unary`.
-        self.call(op, "NLLLoss", d, |f, ws, e| unsafe { f(xd, td, wd, reduction, ignore, od, twd, ws, e) })
+        self.call(op, "NLLLoss", d, |f, ws, e| unsafe {
+            f(xd, td, wd, reduction, ignore, od, twd, ws, e)
+        })
     }
 
     /// Per-row indicator (f32, `[N]`) of the rows whose target is not `ignore`: the NLL of a
@@ -299,7 +358,14 @@ impl Exec<'_> {
             self.reduce_sum(&valid, &[0], true, &tw)?;
             let g = self.as_f32(dloss)?;
             let mut d = Descs::new(self.cann);
-            let (gd, xd, td, wd, twd, od) = (d.tensor(&g), d.tensor(&logp), d.tensor(target), d.tensor(&w), d.tensor(&tw), d.tensor(&a_t));
+            let (gd, xd, td, wd, twd, od) = (
+                d.tensor(&g),
+                d.tensor(&logp),
+                d.tensor(target),
+                d.tensor(&w),
+                d.tensor(&tw),
+                d.tensor(&a_t),
+            );
             let op = self.cann.aclnn.nll_loss_backward;
             // SAFETY: see `unary`.
             self.call(op, "NLLLossBackward", d, |f, ws, e| unsafe {
@@ -316,7 +382,11 @@ impl Exec<'_> {
             self.scalar_op(OpId::AddScalar, &sm.clone(), f(-s / c as f64), &sm)?;
         }
         self.binary(OpId::Mul, &sm.clone(), &r, &sm)?;
-        let out = if dlogits.dtype == DType::F32 { dlogits.clone() } else { self.temp(DType::F32, &[n, c])? };
+        let out = if dlogits.dtype == DType::F32 {
+            dlogits.clone()
+        } else {
+            self.temp(DType::F32, &[n, c])?
+        };
         self.add(&sm, &a_t, 1.0 - s, &out, false)?;
         if dlogits.dtype != DType::F32 {
             self.cast(&out, dlogits)?;
@@ -338,7 +408,9 @@ impl Exec<'_> {
             let op = self.cann.aclnn.dropout_gen_mask_v2;
             let (seed, off) = (rng.seed as i64, rng.offset as i64);
             // SAFETY: see `unary`.
-            self.call(op, "DropoutGenMaskV2", d, |f, w, e| unsafe { f(sd, p, seed, off, pdt, bd, w, e) })?;
+            self.call(op, "DropoutGenMaskV2", d, |f, w, e| unsafe {
+                f(sd, p, seed, off, pdt, bd, w, e)
+            })?;
         }
         self.do_mask(x, &bits, p, out)?;
         // The byte mask: the same bits applied to ones, as bool.
@@ -355,12 +427,20 @@ impl Exec<'_> {
         }
     }
 
-    fn do_mask(&mut self, x: &TensorView, bits: &TensorView, p: f64, out: &TensorView) -> Result<()> {
+    fn do_mask(
+        &mut self,
+        x: &TensorView,
+        bits: &TensorView,
+        p: f64,
+        out: &TensorView,
+    ) -> Result<()> {
         let mut d = Descs::new(self.cann);
         let (xd, bd, od) = (d.tensor(x), d.tensor(bits), d.tensor(out));
         let op = self.cann.aclnn.dropout_do_mask;
         // SAFETY: see `unary`.
-        self.call(op, "DropoutDoMask", d, |f, w, e| unsafe { f(xd, bd, p, od, w, e) })
+        self.call(op, "DropoutDoMask", d, |f, w, e| unsafe {
+            f(xd, bd, p, od, w, e)
+        })
     }
 
     fn dropout_backward(&mut self, call: &OpCall) -> Result<()> {
@@ -382,7 +462,20 @@ impl Exec<'_> {
         let (a, b, c) = (&t[0], &t[1], &t[2]);
         let (alpha, beta) = (sc(call, 0), sc(call, 1));
         let direct = alpha == 1.0 && beta == 0.0;
-        let prod = if direct { c.clone() } else { self.temp(c.dtype, &c.shape)? };
+        // With alpha/beta, f16/bf16 products are made in f32 where the chip runs f32 matmul
+        // (one rounding into c, as the HAL says); the 910 rounds the product to f16 first.
+        let half = matches!(c.dtype, DType::F16 | DType::Bf16);
+        let wide = !direct && half && !self.force_composed();
+        let (a, b) = if wide {
+            (&self.as_f32(a)?, &self.as_f32(b)?)
+        } else {
+            (a, b)
+        };
+        let prod = if direct {
+            c.clone()
+        } else {
+            self.temp(if wide { DType::F32 } else { c.dtype }, &c.shape)?
+        };
         let nd = c.shape.len();
         let batch: Vec<u64> = c.shape[..nd - 2].to_vec();
         let bview = |v: &TensorView| -> (Vec<i64>, [u64; 2], [i64; 2]) {
@@ -442,7 +535,9 @@ impl Exec<'_> {
             let (ad, bd, cd) = (d.tensor(&av), d.tensor(&bv), d.tensor(&cv));
             let op = ex.cann.aclnn.batch_mat_mul;
             // SAFETY: see `unary`.
-            ex.call(op, "BatchMatMul", d, |f, w, e| unsafe { f(ad, bd, cd, cube, w, e) })
+            ex.call(op, "BatchMatMul", d, |f, w, e| unsafe {
+                f(ad, bd, cd, cube, w, e)
+            })
         };
         match (merged(&ab), merged(&bb), merged(&cb)) {
             (Some(sa), Some(sb), Some(scb)) => run3(self, [0, 0, 0], nb.max(1), [sa, sb, scb])?,
@@ -464,18 +559,40 @@ impl Exec<'_> {
         if direct {
             return Ok(());
         }
+        // alpha·prod + beta·c, in f32 for f16/bf16 (one rounding into c, as the HAL says).
+        let half = matches!(c.dtype, DType::F16 | DType::Bf16);
+        let (p, acc) = if half {
+            let p = self.as_f32(&prod)?;
+            let acc = self.temp(DType::F32, &c.shape)?;
+            (p, acc)
+        } else {
+            (prod.clone(), c.clone())
+        };
         if beta == 0.0 {
-            return self.muls(&prod, alpha, c);
+            self.muls(&p, alpha, &acc)?;
+        } else {
+            if half {
+                self.cast(c, &acc)?;
+            }
+            self.muls(&acc.clone(), beta, &acc)?;
+            self.inplace_add(&acc, &p, alpha)?;
         }
-        self.muls(&c.clone(), beta, c)?;
-        self.inplace_add(c, &prod, alpha)
+        if half {
+            self.cast(&acc, c)?;
+        }
+        Ok(())
     }
 
     fn sgd(&mut self, call: &OpCall) -> Result<()> {
         let (lr, mom, damp, wd) = (sc(call, 0), sc(call, 1), sc(call, 2), sc(call, 3));
         let (nesterov, first, copy) = (sc(call, 4) != 0.0, sc(call, 5) != 0.0, sc(call, 6) != 0.0);
         let width = 3 + copy as usize;
-        let groups: Vec<&[TensorView]> = call.tensors.chunks(width).collect();
+        // Empty tensors have nothing to update (and aclnn's lists need none).
+        let groups: Vec<&[TensorView]> = call
+            .tensors
+            .chunks(width)
+            .filter(|g| g[0].numel() > 0)
+            .collect();
         let mut grads = Vec::new();
         for g in &groups {
             grads.push(self.as_f32(&g[1])?);
@@ -489,7 +606,21 @@ impl Exec<'_> {
             let null: D = std::ptr::null_mut();
             // SAFETY: see `unary` (gradScale NULL: none).
             self.call(op, "FusedSgd", d, |f, w, e| unsafe {
-                f(pl, gl, bl, null, wd as f32, mom as f32, lr as f32, damp as f32, nesterov, false, first, w, e)
+                f(
+                    pl,
+                    gl,
+                    bl,
+                    null,
+                    wd as f32,
+                    mom as f32,
+                    lr as f32,
+                    damp as f32,
+                    nesterov,
+                    false,
+                    first,
+                    w,
+                    e,
+                )
             })?;
         } else {
             for (g, grad) in groups.iter().zip(&grads) {
@@ -524,49 +655,44 @@ impl Exec<'_> {
     }
 
     fn adamw(&mut self, call: &OpCall) -> Result<()> {
-        let (lr, b1, b2, eps, wd) = (sc(call, 0), sc(call, 1), sc(call, 2), sc(call, 3), sc(call, 4));
+        let (lr, b1, b2, eps, wd) = (
+            sc(call, 0),
+            sc(call, 1),
+            sc(call, 2),
+            sc(call, 3),
+            sc(call, 4),
+        );
         let step = sc(call, 5);
         let copy = sc(call, 6) != 0.0;
         let width = 4 + copy as usize;
-        let groups: Vec<Vec<TensorView>> = call.tensors.chunks(width).map(|c| c.to_vec()).collect();
-        let fused = self.cann.aclnn.apply_adam_w_v2.is_some() && !self.force_composed();
-        let step_t = if fused {
-            let s = self.temp(DType::F32, &[1])?;
-            self.fill(&s, f(step))?;
-            Some(s)
-        } else {
-            None
-        };
+        let groups: Vec<Vec<TensorView>> = call
+            .tensors
+            .chunks(width)
+            .filter(|g| g[0].numel() > 0)
+            .map(|c| c.to_vec())
+            .collect();
+        // Composed on every chip: aclnnApplyAdamWV2 takes beta2 as a float, and 1 - beta2 of
+        // 0.999f is 1.3e-5 away (relative) from 1 - 0.999, beyond the HAL's AdamW; here each
+        // coefficient is computed in f64 and rounded once.
         for g in &groups {
             let (p, m, v) = (&g[0], &g[2], &g[3]);
             let grad = self.as_f32(&g[1])?;
-            if let Some(st) = &step_t {
-                let mut d = Descs::new(self.cann);
-                let (pd, md, vd, gd, sd) = (d.tensor(p), d.tensor(m), d.tensor(v), d.tensor(&grad), d.tensor(st));
-                let null: D = std::ptr::null_mut();
-                let op = self.cann.aclnn.apply_adam_w_v2;
-                // SAFETY: see `unary` (maxGradNorm NULL: no amsgrad).
-                self.call(op, "ApplyAdamWV2", d, |f, w, e| unsafe {
-                    f(pd, md, vd, null, gd, sd, lr as f32, b1 as f32, b2 as f32, wd as f32, eps as f32, false, false, w, e)
-                })?;
-            } else {
-                // p *= 1 - lr·wd; m = b1·m + (1-b1)·g; v = b2·v + (1-b2)·g²;
-                // p -= lr/(1-b1^t) · m / (sqrt(v/(1-b2^t)) + eps).
-                self.muls(&p.clone(), 1.0 - lr * wd, p)?;
-                self.muls(&m.clone(), b1, m)?;
-                self.inplace_add(m, &grad, 1.0 - b1)?;
-                let g2 = self.temp(DType::F32, &p.shape)?;
-                self.binary(OpId::Mul, &grad, &grad, &g2)?;
-                self.muls(&v.clone(), b2, v)?;
-                self.inplace_add(v, &g2, 1.0 - b2)?;
-                let den = self.temp(DType::F32, &p.shape)?;
-                self.muls(v, 1.0 / (1.0 - b2.powf(step)), &den)?;
-                self.unary(OpId::Sqrt, &den.clone(), &den)?;
-                self.scalar_op(OpId::AddScalar, &den.clone(), f(eps), &den)?;
-                let upd = self.temp(DType::F32, &p.shape)?;
-                self.binary(OpId::Div, m, &den, &upd)?;
-                self.inplace_add(p, &upd, -lr / (1.0 - b1.powf(step)))?;
-            }
+            // p *= 1 - lr·wd; m = b1·m + (1-b1)·g; v = b2·v + (1-b2)·g²;
+            // p -= lr/(1-b1^t) · m / (sqrt(v/(1-b2^t)) + eps).
+            self.muls(&p.clone(), 1.0 - lr * wd, p)?;
+            self.muls(&m.clone(), b1, m)?;
+            self.inplace_add(m, &grad, 1.0 - b1)?;
+            let g2 = self.temp(DType::F32, &p.shape)?;
+            self.binary(OpId::Mul, &grad, &grad, &g2)?;
+            self.muls(&v.clone(), b2, v)?;
+            self.inplace_add(v, &g2, 1.0 - b2)?;
+            let den = self.temp(DType::F32, &p.shape)?;
+            self.muls(v, 1.0 / (1.0 - b2.powf(step)), &den)?;
+            self.unary(OpId::Sqrt, &den.clone(), &den)?;
+            self.scalar_op(OpId::AddScalar, &den.clone(), f(eps), &den)?;
+            let upd = self.temp(DType::F32, &p.shape)?;
+            self.binary(OpId::Div, m, &den, &upd)?;
+            self.inplace_add(p, &upd, -lr / (1.0 - b1.powf(step)))?;
             if copy {
                 self.cast(p, &g[4])?;
             }
@@ -576,8 +702,16 @@ impl Exec<'_> {
 
     fn clip_grad_norm(&mut self, call: &OpCall) -> Result<()> {
         let total = &call.tensors[0];
-        let grads = &call.tensors[1..];
+        let grads: Vec<TensorView> = call.tensors[1..]
+            .iter()
+            .filter(|g| g.numel() > 0)
+            .cloned()
+            .collect();
+        let grads = &grads[..];
         let max_norm = sc(call, 0);
+        if grads.is_empty() {
+            return self.fill(total, f(0.0));
+        }
         let k = grads.len() as u64;
         let norms: Vec<TensorView> = (0..k)
             .map(|_| self.temp(DType::F32, &[1]))
@@ -587,7 +721,9 @@ impl Exec<'_> {
             let (gl, p, nl) = (d.list(grads), d.scalar(f(2.0), DType::F32), d.list(&norms));
             let op = self.cann.aclnn.foreach_norm;
             // SAFETY: see `unary`.
-            self.call(op, "ForeachNorm", d, |f, w, e| unsafe { f(gl, p, nl, w, e) })?;
+            self.call(op, "ForeachNorm", d, |f, w, e| unsafe {
+                f(gl, p, nl, w, e)
+            })?;
         }
         let stacked = self.temp(DType::F32, &[k, 1])?;
         {
@@ -600,11 +736,18 @@ impl Exec<'_> {
         let tot = reshaped(total, &[]);
         {
             let mut d = Descs::new(self.cann);
-            let (sd, ord, dims, td) = (d.tensor(&stacked), d.scalar(f(2.0), DType::F32), d.ints(&[0, 1]), d.tensor(&tot));
+            let (sd, ord, dims, td) = (
+                d.tensor(&stacked),
+                d.scalar(f(2.0), DType::F32),
+                d.ints(&[0, 1]),
+                d.tensor(&tot),
+            );
             let dt = acl_dtype(DType::F32);
             let op = self.cann.aclnn.linalg_vector_norm;
             // SAFETY: see `unary`.
-            self.call(op, "LinalgVectorNorm", d, |f, w, e| unsafe { f(sd, ord, dims, false, dt, td, w, e) })?;
+            self.call(op, "LinalgVectorNorm", d, |f, w, e| unsafe {
+                f(sd, ord, dims, false, dt, td, w, e)
+            })?;
         }
         // coef = min(1, max_norm / (total + 1e-6)), then every gradient times coef.
         let t1 = self.temp(DType::F32, &[1])?;
@@ -618,7 +761,23 @@ impl Exec<'_> {
         let (gl, cd, ol) = (d.list(grads), d.tensor(&coef), d.list(grads));
         let op = self.cann.aclnn.foreach_mul_scalar;
         // SAFETY: see `unary` (out = x: in place, as torch_npu calls it).
-        self.call(op, "ForeachMulScalar", d, |f, w, e| unsafe { f(gl, cd, ol, w, e) })
+        self.call(op, "ForeachMulScalar", d, |f, w, e| unsafe {
+            f(gl, cd, ol, w, e)
+        })
+    }
+}
+
+/// A call whose output has no elements: nothing to compute, except the weight gradients of
+/// the norms' backward over no rows, which are zeros.
+pub fn empty(ex: &mut Exec, call: &OpCall) -> Result<()> {
+    let t = &call.tensors;
+    match call.op {
+        OpId::LayerNormBackward => {
+            ex.fill(&t[6], f(0.0))?;
+            ex.fill(&t[7], f(0.0))
+        }
+        OpId::RmsNormBackward => ex.fill(&t[5], f(0.0)),
+        _ => Ok(()),
     }
 }
 
@@ -654,22 +813,32 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             let th = d.scalar(f(0.0), t[0].dtype);
             let f_ = ex.cann.aclnn.threshold_backward;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "ThresholdBackward", d, |f, w, e| unsafe { f(dy, x, th, dx, w, e) })
+            ex.call(f_, "ThresholdBackward", d, |f, w, e| unsafe {
+                f(dy, x, th, dx, w, e)
+            })
         }
         OpId::GeluTanhBackward | OpId::GeluErfBackward => {
             let mut d = Descs::new(ex.cann);
             let (x, dy, dx) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]));
-            let mode = d.string(if op == OpId::GeluTanhBackward { "tanh" } else { "none" });
+            let mode = d.string(if op == OpId::GeluTanhBackward {
+                "tanh"
+            } else {
+                "none"
+            });
             let f_ = ex.cann.aclnn.gelu_backward_v2;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "GeluBackwardV2", d, |f, w, e| unsafe { f(dy, x, mode, dx, w, e) })
+            ex.call(f_, "GeluBackwardV2", d, |f, w, e| unsafe {
+                f(dy, x, mode, dx, w, e)
+            })
         }
         OpId::SiluBackward => {
             let mut d = Descs::new(ex.cann);
             let (x, dy, dx) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]));
             let f_ = ex.cann.aclnn.silu_backward;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "SiluBackward", d, |f, w, e| unsafe { f(dy, x, dx, w, e) })
+            ex.call(f_, "SiluBackward", d, |f, w, e| unsafe {
+                f(dy, x, dx, w, e)
+            })
         }
         OpId::Add => ex.add(&t[0], &t[1], 1.0, &t[2], false),
         OpId::Sub => ex.add(&t[0], &t[1], 1.0, &t[2], true),
@@ -686,7 +855,12 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         OpId::Axpy => ex.inplace_add(&t[1], &t[0], sc(call, 0)),
         OpId::Where => {
             let mut d = Descs::new(ex.cann);
-            let (c, a, b, o) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]), d.tensor(&t[3]));
+            let (c, a, b, o) = (
+                d.tensor(&t[0]),
+                d.tensor(&t[1]),
+                d.tensor(&t[2]),
+                d.tensor(&t[3]),
+            );
             let f_ = ex.cann.aclnn.s_where;
             // SAFETY: see `Exec::unary`.
             ex.call(f_, "SWhere", d, |f, w, e| unsafe { f(c, a, b, o, w, e) })
@@ -698,7 +872,9 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             let o = d.tensor(&t[0]);
             let f_ = ex.cann.aclnn.inplace_uniform;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "InplaceUniform", d, |f, w, e| unsafe { f(o, lo, hi, rng.seed, rng.offset, w, e) })
+            ex.call(f_, "InplaceUniform", d, |f, w, e| unsafe {
+                f(o, lo, hi, rng.seed, rng.offset, w, e)
+            })
         }
         OpId::RandomNormal => {
             let rng = call.rng.unwrap_or(RngState { seed: 0, offset: 0 });
@@ -722,19 +898,27 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             match op {
                 OpId::ReduceSum => {
                     // SAFETY: see `Exec::unary`.
-                    ex.call(a.reduce_sum, "ReduceSum", d, |f, w, e| unsafe { f(x, dims, true, dt, o, w, e) })
+                    ex.call(a.reduce_sum, "ReduceSum", d, |f, w, e| unsafe {
+                        f(x, dims, true, dt, o, w, e)
+                    })
                 }
                 OpId::ReduceMean => {
                     // SAFETY: see `Exec::unary`.
-                    ex.call(a.mean, "Mean", d, |f, w, e| unsafe { f(x, dims, true, dt, o, w, e) })
+                    ex.call(a.mean, "Mean", d, |f, w, e| unsafe {
+                        f(x, dims, true, dt, o, w, e)
+                    })
                 }
                 OpId::ReduceMax => {
                     // SAFETY: see `Exec::unary`.
-                    ex.call(a.amax, "Amax", d, |f, w, e| unsafe { f(x, dims, true, o, w, e) })
+                    ex.call(a.amax, "Amax", d, |f, w, e| unsafe {
+                        f(x, dims, true, o, w, e)
+                    })
                 }
                 _ => {
                     // SAFETY: see `Exec::unary`.
-                    ex.call(a.amin, "Amin", d, |f, w, e| unsafe { f(x, dims, true, o, w, e) })
+                    ex.call(a.amin, "Amin", d, |f, w, e| unsafe {
+                        f(x, dims, true, o, w, e)
+                    })
                 }
             }
         }
@@ -755,10 +939,22 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             ex.softmax(op == OpId::LogSoftmax, &t[0], dim, &t[1])
         }
         OpId::SoftmaxMasked | OpId::LogSoftmaxMasked => {
+            // x + mask, then the softmax; f16 and bf16 in f32 (the HAL's accumulation type),
+            // so the sum is not rounded before the softmax reads it.
             let dim = t[0].shape.len() as i64 - 1;
-            let tmp = ex.temp(t[0].dtype, &t[0].shape)?;
-            ex.add(&t[0], &t[1], 1.0, &tmp, false)?;
-            ex.softmax(op == OpId::LogSoftmaxMasked, &tmp, dim, &t[2])
+            let log = op == OpId::LogSoftmaxMasked;
+            if matches!(t[0].dtype, DType::F16 | DType::Bf16) {
+                let (x, m) = (ex.as_f32(&t[0])?, ex.as_f32(&t[1])?);
+                let sum = ex.temp(DType::F32, &t[0].shape)?;
+                ex.add(&x, &m, 1.0, &sum, false)?;
+                let y = ex.temp(DType::F32, &t[0].shape)?;
+                ex.softmax(log, &sum, dim, &y)?;
+                ex.cast(&y, &t[2])
+            } else {
+                let sum = ex.temp(t[0].dtype, &t[0].shape)?;
+                ex.add(&t[0], &t[1], 1.0, &sum, false)?;
+                ex.softmax(log, &sum, dim, &t[2])
+            }
         }
         OpId::SoftmaxBackward | OpId::LogSoftmaxBackward => {
             let dim = t[0].shape.len() as i64 - 1;
@@ -778,11 +974,19 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             let eps = sc(call, 0);
             let dlast = *t[0].shape.last().unwrap_or(&1) as i64;
             let mut d = Descs::new(ex.cann);
-            let (x, ns, w, b, y) = (d.tensor(&t[0]), d.ints(&[dlast]), d.tensor(&t[1]), d.tensor(&t[2]), d.tensor(&t[3]));
+            let (x, ns, w, b, y) = (
+                d.tensor(&t[0]),
+                d.ints(&[dlast]),
+                d.tensor(&t[1]),
+                d.tensor(&t[2]),
+                d.tensor(&t[3]),
+            );
             let (m, r) = (d.tensor(&keepdim(&t[4])), d.tensor(&keepdim(&t[5])));
             let f_ = ex.cann.aclnn.layer_norm;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "LayerNorm", d, |f, ws, e| unsafe { f(x, ns, w, b, eps, y, m, r, ws, e) })
+            ex.call(f_, "LayerNorm", d, |f, ws, e| unsafe {
+                f(x, ns, w, b, eps, y, m, r, ws, e)
+            })
         }
         OpId::LayerNormBackward => {
             let dlast = *t[0].shape.last().unwrap_or(&1) as i64;
@@ -801,21 +1005,39 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         OpId::RmsNorm => {
             let eps = sc(call, 0);
             let mut d = Descs::new(ex.cann);
-            let (x, w, y, r) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]), d.tensor(&keepdim(&t[3])));
+            let (x, w, y, r) = (
+                d.tensor(&t[0]),
+                d.tensor(&t[1]),
+                d.tensor(&t[2]),
+                d.tensor(&keepdim(&t[3])),
+            );
             let f_ = ex.cann.aclnn.rms_norm;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "RmsNorm", d, |f, ws, e| unsafe { f(x, w, eps, y, r, ws, e) })
+            ex.call(f_, "RmsNorm", d, |f, ws, e| unsafe {
+                f(x, w, eps, y, r, ws, e)
+            })
         }
         OpId::RmsNormBackward => {
             // dgamma is f32 in aclnn: through a temporary when the weight is not.
-            let dw32 = if t[5].dtype == DType::F32 { t[5].clone() } else { ex.temp(DType::F32, &t[5].shape)? };
+            let dw32 = if t[5].dtype == DType::F32 {
+                t[5].clone()
+            } else {
+                ex.temp(DType::F32, &t[5].shape)?
+            };
             {
                 let mut d = Descs::new(ex.cann);
-                let (x, dy, w, r) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]), d.tensor(&keepdim(&t[3])));
+                let (x, dy, w, r) = (
+                    d.tensor(&t[0]),
+                    d.tensor(&t[1]),
+                    d.tensor(&t[2]),
+                    d.tensor(&keepdim(&t[3])),
+                );
                 let (dx, dw) = (d.tensor(&t[4]), d.tensor(&dw32));
                 let f_ = ex.cann.aclnn.rms_norm_grad;
                 // SAFETY: see `Exec::unary`.
-                ex.call(f_, "RmsNormGrad", d, |f, ws, e| unsafe { f(dy, x, r, w, dx, dw, ws, e) })?;
+                ex.call(f_, "RmsNormGrad", d, |f, ws, e| unsafe {
+                    f(dy, x, r, w, dx, dw, ws, e)
+                })?;
             }
             if t[5].dtype != DType::F32 {
                 ex.cast(&dw32, &t[5])?;
@@ -828,16 +1050,26 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             let (tb, ix, o) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]));
             let f_ = ex.cann.aclnn.index_select;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "IndexSelect", d, |f, w, e| unsafe { f(tb, 0, ix, o, w, e) })
+            ex.call(f_, "IndexSelect", d, |f, w, e| unsafe {
+                f(tb, 0, ix, o, w, e)
+            })
         }
         OpId::IndexAdd => {
             let (src, index, out) = (&t[0], &t[1], &t[2]);
             if ex.cann.aclnn.index_add.is_some() && !ex.force_composed() {
                 let mut d = Descs::new(ex.cann);
-                let (o, ix, s, al, o2) = (d.tensor(out), d.tensor(index), d.tensor(src), d.scalar(f(1.0), out.dtype), d.tensor(out));
+                let (o, ix, s, al, o2) = (
+                    d.tensor(out),
+                    d.tensor(index),
+                    d.tensor(src),
+                    d.scalar(f(1.0), out.dtype),
+                    d.tensor(out),
+                );
                 let f_ = ex.cann.aclnn.index_add;
                 // SAFETY: see `Exec::unary` (out = self: in place, as torch_npu calls it).
-                ex.call(f_, "IndexAdd", d, |f, w, e| unsafe { f(o, 0, ix, s, al, o2, w, e) })
+                ex.call(f_, "IndexAdd", d, |f, w, e| unsafe {
+                    f(o, 0, ix, s, al, o2, w, e)
+                })
             } else {
                 let rows = ex.temp(out.dtype, &out.shape)?;
                 {
@@ -856,11 +1088,17 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         OpId::SgdMomentum => ex.sgd(call),
         OpId::AdamW => ex.adamw(call),
         OpId::AmpUnscale => {
+            let grads: Vec<TensorView> = t[2..].iter().filter(|g| g.numel() > 0).cloned().collect();
+            if grads.is_empty() {
+                return Ok(());
+            }
             let mut d = Descs::new(ex.cann);
-            let (gl, fi, inv) = (d.list(&t[2..]), d.tensor(&t[0]), d.tensor(&t[1]));
+            let (gl, fi, inv) = (d.list(&grads), d.tensor(&t[0]), d.tensor(&t[1]));
             let f_ = ex.cann.aclnn.foreach_non_finite_check_and_unscale;
             // SAFETY: see `Exec::unary`.
-            ex.call(f_, "ForeachNonFiniteCheckAndUnscale", d, |f, w, e| unsafe { f(gl, fi, inv, w, e) })
+            ex.call(f_, "ForeachNonFiniteCheckAndUnscale", d, |f, w, e| unsafe {
+                f(gl, fi, inv, w, e)
+            })
         }
         OpId::AmpUpdateScale => {
             let (g, b, n) = (sc(call, 0), sc(call, 1), sc(call, 2) as i64);
@@ -869,9 +1107,13 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             let (s2, tr2) = (d.tensor(&t[0]), d.tensor(&t[1]));
             let f_ = ex.cann.aclnn.amp_update_scale;
             // SAFETY: see `Exec::unary` (outputs = inputs: in place).
-            ex.call(f_, "AmpUpdateScale", d, |f, w, e| unsafe { f(s, tr, fi, g, b, n, s2, tr2, w, e) })
+            ex.call(f_, "AmpUpdateScale", d, |f, w, e| unsafe {
+                f(s, tr, fi, g, b, n, s2, tr2, w, e)
+            })
         }
         OpId::ClipGradNorm => ex.clip_grad_norm(call),
-        other => Err(HalError::unsupported(format!("op {other} has no aclnn mapping"))),
+        other => Err(HalError::unsupported(format!(
+            "op {other} has no aclnn mapping"
+        ))),
     }
 }

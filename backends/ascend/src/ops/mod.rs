@@ -94,6 +94,103 @@ impl<'a> Exec<'a> {
         Ok(TensorView::contiguous(&b, dtype, shape))
     }
 
+    /// A dense copy of `t`, which has negative strides: its memory seen with positive strides,
+    /// flipped back along those dims (`aclnnIndexSelect` with a reversed index per dim).
+    fn unflip(&mut self, t: &TensorView) -> Result<TensorView> {
+        let (pos, dims) = positive(t);
+        let mut cur = pos;
+        for d in dims {
+            let next = self.temp(t.dtype, &t.shape)?;
+            self.reverse(&cur, d, &next)?;
+            cur = next;
+        }
+        if cur.strides.iter().any(|&s| s < 0) {
+            return Err(HalError::Internal("unflip left a negative stride".into()));
+        }
+        Ok(cur)
+    }
+
+    /// Writes the dense `tmp` into `t` (negative strides): the inverse of [`Exec::unflip`].
+    fn flip_into(&mut self, tmp: &TensorView, t: &TensorView) -> Result<()> {
+        let (pos, dims) = positive(t);
+        let mut cur = tmp.clone();
+        for (k, &d) in dims.iter().enumerate() {
+            let next = if k + 1 == dims.len() {
+                pos.clone()
+            } else {
+                self.temp(t.dtype, &t.shape)?
+            };
+            self.reverse(&cur, d, &next)?;
+            cur = next;
+        }
+        Ok(())
+    }
+
+    /// `out = x` reversed along dim `d`. `aclnnIndexSelect` gathers float tables: other dtypes
+    /// are moved as the float type of their width (a gather copies bits); one-byte types,
+    /// which have no float of their width, element by element with device copies (slow, and
+    /// only for views with negative strides, which PyTorch never makes).
+    fn reverse(&mut self, x: &TensorView, d: usize, out: &TensorView) -> Result<()> {
+        let as_dtype = |t: &TensorView, dt: DType| TensorView {
+            dtype: dt,
+            ..t.clone()
+        };
+        match x.dtype.size() {
+            _ if matches!(x.dtype, DType::F32 | DType::F64 | DType::F16 | DType::Bf16) => {}
+            8 => return self.reverse(&as_dtype(x, DType::F64), d, &as_dtype(out, DType::F64)),
+            4 => return self.reverse(&as_dtype(x, DType::F32), d, &as_dtype(out, DType::F32)),
+            2 => return self.reverse(&as_dtype(x, DType::F16), d, &as_dtype(out, DType::F16)),
+            _ => return self.reverse_bytes(x, d, out),
+        }
+        let n = x.shape[d];
+        let idx = self.temp(DType::I64, &[n])?;
+        if self.probe.is_none() {
+            let bytes: Vec<u8> = (0..n as i64).rev().flat_map(|i| i.to_le_bytes()).collect();
+            self.stream
+                .copy_h2d_staged(&bytes, &idx.buffer, idx.offset)?;
+        }
+        let mut ds = Descs::new(self.cann);
+        let (xd, id, od) = (ds.tensor(x), ds.tensor(&idx), ds.tensor(out));
+        let op = self.cann.aclnn.index_select;
+        // SAFETY: live descriptors of `ds`, the out-pointers of `call`, the operator's row.
+        self.call(op, "IndexSelect", ds, |f, w, e| unsafe {
+            f(xd, d as i64, id, od, w, e)
+        })
+    }
+
+    /// [`Exec::reverse`] of one-byte elements: one device copy per element.
+    fn reverse_bytes(&mut self, x: &TensorView, d: usize, out: &TensorView) -> Result<()> {
+        if self.probe.is_some() {
+            return Ok(());
+        }
+        let n: u64 = x.shape.iter().product();
+        let mut idx = vec![0u64; x.shape.len()];
+        for _ in 0..n {
+            let at = |v: &TensorView, flip: bool| -> u64 {
+                let mut off = v.offset as i64;
+                for (k, &i) in idx.iter().enumerate() {
+                    let i = if flip && k == d {
+                        v.shape[k] - 1 - i
+                    } else {
+                        i
+                    };
+                    off += i as i64 * v.strides[k];
+                }
+                off as u64
+            };
+            self.stream
+                .copy_d2d(&x.buffer, at(x, true), &out.buffer, at(out, false), 1)?;
+            for k in (0..idx.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < x.shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        Ok(())
+    }
+
     /// `len` bytes from the caching allocator on this stream, used by the op's operators.
     fn block(&mut self, len: usize) -> Result<Buffer> {
         if let Some((scratch, next)) = &mut self.probe {
@@ -159,9 +256,9 @@ impl<'a> Exec<'a> {
         };
         let sid = self.stream.stream_id();
         let keep: Vec<Keep> = self.uses.iter().map(|b| b.use_on(sid)).collect();
-        let ws_ptr = workspace
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |b| b.device_addr() as *mut std::ffi::c_void);
+        let ws_ptr = workspace.as_ref().map_or(std::ptr::null_mut(), |b| {
+            b.device_addr() as *mut std::ffi::c_void
+        });
         let mut ran = false;
         let cann = self.cann;
         let what = format!("aclnn{name}");
@@ -197,13 +294,82 @@ pub fn run(cann: &Cann, stream: &AscendStream, call: &OpCall) -> Result<()> {
     execute(Exec::new(cann, stream), call)
 }
 
-/// Runs (or probes) `call`.
+/// `t` seen with positive strides over the same memory, and the dims (of size above 1) that
+/// were negative, along which it is reversed.
+fn positive(t: &TensorView) -> (TensorView, Vec<usize>) {
+    let mut v = t.clone();
+    let mut dims = Vec::new();
+    let es = t.dtype.size() as i64;
+    for (d, s) in v.strides.iter_mut().enumerate() {
+        if *s < 0 {
+            let n = t.shape[d] as i64;
+            v.offset = (v.offset as i64 + (n - 1) * *s * es) as u64;
+            *s = -*s;
+            if n > 1 {
+                dims.push(d);
+            }
+        }
+    }
+    (v, dims)
+}
+
+/// The index of the first operand `call` writes (operands from there on are outputs, or
+/// updated in place).
+fn first_output(call: &OpCall) -> usize {
+    use unihal_hal::OpClass as C;
+    let class = call.op.class();
+    if class.is_elementwise() {
+        return class.arity().3;
+    }
+    match class {
+        C::Reduce | C::Softmax => 1,
+        C::SoftmaxMasked | C::SoftmaxBackward | C::CrossEntropy | C::RmsNorm | C::Matmul => 2,
+        C::IndexSelect | C::IndexAdd => 2,
+        C::CrossEntropyBackward | C::LayerNorm => 3,
+        C::RmsNormBackward => 4,
+        C::LayerNormBackward => 5,
+        _ => 0,
+    }
+}
+
+/// Runs (or probes) `call`. aclnn takes no negative stride: an operand with one is copied into
+/// a contiguous temporary first (flipped along those dims by `aclnnIndexSelect`), and written
+/// back the same way when the op writes it. Every other view goes to aclnn as it is.
 pub(crate) fn execute(mut ex: Exec<'_>, call: &OpCall) -> Result<()> {
     let out_shape = call.validate()?;
-    if ex.probe.is_none() && out_shape.contains(&0) {
-        return Ok(()); // no elements
+    ex.uses
+        .extend(call.tensors.iter().map(|t| t.buffer.clone()));
+    // Multi-tensor ops skip their empty tensors themselves; any other op whose output has no
+    // elements has nothing to compute.
+    let multi = matches!(
+        call.op.class(),
+        unihal_hal::OpClass::Optimizer
+            | unihal_hal::OpClass::AmpUnscale
+            | unihal_hal::OpClass::ClipGradNorm
+    );
+    if ex.probe.is_none() && !multi && out_shape.contains(&0) {
+        return map::empty(&mut ex, call);
     }
-    ex.uses.extend(call.tensors.iter().map(|t| t.buffer.clone()));
     let dev = ex.stream.gpu_device().clone();
-    dev.call("aclnn", || map::run(&mut ex, call, &out_shape))
+    dev.call("aclnn", || {
+        let first_out = first_output(call);
+        let mut run = call.clone();
+        let mut back = Vec::new();
+        for (k, t) in call.tensors.iter().enumerate() {
+            if t.numel() == 0 {
+                run.tensors[k] = positive(t).0; // no element to move
+            } else if t.strides.iter().any(|&s| s < 0) {
+                let tmp = ex.unflip(t)?;
+                if k >= first_out {
+                    back.push((tmp.clone(), t.clone()));
+                }
+                run.tensors[k] = tmp;
+            }
+        }
+        map::run(&mut ex, &run, &out_shape)?;
+        for (tmp, t) in back {
+            ex.flip_into(&tmp, &t)?;
+        }
+        Ok(())
+    })
 }

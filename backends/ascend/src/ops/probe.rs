@@ -24,7 +24,8 @@ impl Carve {
         let n: u64 = shape.iter().product::<u64>().max(1);
         let off = self.next;
         self.next += (n * d.size() as u64).div_ceil(256) * 256;
-        TensorView::contiguous(&self.buf, d, shape).strided(off, &unihal_hal::op::contiguous_strides(shape))
+        TensorView::contiguous(&self.buf, d, shape)
+            .strided(off, &unihal_hal::op::contiguous_strides(shape))
     }
 }
 
@@ -37,7 +38,11 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
         OpClass::Fill => OpCall::fill(x(c, d), Scalar::I64(1)),
         OpClass::Copy => OpCall::copy(x(c, d), x(c, d)),
         OpClass::Cast => {
-            let to = if d == DType::F32 { DType::F16 } else { DType::F32 };
+            let to = if d == DType::F32 {
+                DType::F16
+            } else {
+                DType::F32
+            };
             OpCall::cast(x(c, d), x(c, to))
         }
         OpClass::Unary => OpCall::unary(op, x(c, d), x(c, d)),
@@ -49,9 +54,15 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
         OpClass::Random if op == OpId::RandomNormal => OpCall::normal(x(c, d), 0.0, 1.0, rng),
         OpClass::Random => OpCall::uniform(x(c, d), 0.0, 1.0, rng),
         OpClass::DropoutForward => OpCall::dropout(x(c, d), x(c, d), x(c, DType::U8), 0.5, rng),
-        OpClass::DropoutBackward => OpCall::dropout_backward(x(c, d), x(c, DType::U8), x(c, d), 0.5),
+        OpClass::DropoutBackward => {
+            OpCall::dropout_backward(x(c, d), x(c, DType::U8), x(c, d), 0.5)
+        }
         OpClass::Reduce => {
-            let out = if matches!(op, OpId::Argmax | OpId::Argmin) { DType::I64 } else { d };
+            let out = if matches!(op, OpId::Argmax | OpId::Argmin) {
+                DType::I64
+            } else {
+                d
+            };
             OpCall::reduce(op, x(c, d), c.view(out, &[4, 1]), -1)
         }
         OpClass::Softmax => OpCall::softmax(op, x(c, d), x(c, d)),
@@ -72,21 +83,45 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
         ),
         OpClass::LayerNorm => {
             let (w, b) = (c.view(d, &[8]), c.view(d, &[8]));
-            OpCall::layer_norm(x(c, d), w, b, x(c, d), c.view(acc, &[4]), c.view(acc, &[4]), 1e-5)
+            OpCall::layer_norm(
+                x(c, d),
+                w,
+                b,
+                x(c, d),
+                c.view(acc, &[4]),
+                c.view(acc, &[4]),
+                1e-5,
+            )
         }
         OpClass::LayerNormBackward => {
             let (xv, dy, w) = (x(c, d), x(c, d), c.view(d, &[8]));
             let (m, r) = (c.view(acc, &[4]), c.view(acc, &[4]));
             OpCall::layer_norm_backward(xv, dy, w, m, r, x(c, d), c.view(d, &[8]), c.view(d, &[8]))
         }
-        OpClass::RmsNorm => OpCall::rms_norm(x(c, d), c.view(d, &[8]), x(c, d), c.view(acc, &[4]), 1e-5),
+        OpClass::RmsNorm => {
+            OpCall::rms_norm(x(c, d), c.view(d, &[8]), x(c, d), c.view(acc, &[4]), 1e-5)
+        }
         OpClass::RmsNormBackward => {
             let (xv, dy, w, r) = (x(c, d), x(c, d), c.view(d, &[8]), c.view(acc, &[4]));
             OpCall::rms_norm_backward(xv, dy, w, r, x(c, d), c.view(d, &[8]))
         }
-        OpClass::Matmul => OpCall::matmul(c.view(d, &[4, 8]), c.view(d, &[8, 4]), c.view(d, &[4, 4]), 1.0, 0.0),
-        OpClass::IndexSelect => OpCall::index_select(c.view(d, &[8, 4]), c.view(DType::I64, &[4]), c.view(d, &[4, 4])),
-        OpClass::IndexAdd => OpCall::index_add(c.view(d, &[4, 4]), c.view(DType::I64, &[4]), c.view(d, &[8, 4])),
+        OpClass::Matmul => OpCall::matmul(
+            c.view(d, &[4, 8]),
+            c.view(d, &[8, 4]),
+            c.view(d, &[4, 4]),
+            1.0,
+            0.0,
+        ),
+        OpClass::IndexSelect => OpCall::index_select(
+            c.view(d, &[8, 4]),
+            c.view(DType::I64, &[4]),
+            c.view(d, &[4, 4]),
+        ),
+        OpClass::IndexAdd => OpCall::index_add(
+            c.view(d, &[4, 4]),
+            c.view(DType::I64, &[4]),
+            c.view(d, &[8, 4]),
+        ),
         OpClass::Optimizer => {
             let width = if op == OpId::AdamW { 2 } else { 1 };
             let g = ParamGroup {
@@ -98,16 +133,34 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
             if op == OpId::AdamW {
                 OpCall::adamw(
                     &[g],
-                    AdamWOptions { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, step: 1 },
+                    AdamWOptions {
+                        lr: 1e-3,
+                        beta1: 0.9,
+                        beta2: 0.999,
+                        eps: 1e-8,
+                        weight_decay: 0.01,
+                        step: 1,
+                    },
                 )
             } else {
                 OpCall::sgd_momentum(
                     &[g],
-                    SgdOptions { lr: 0.1, momentum: 0.9, dampening: 0.0, weight_decay: 0.0, nesterov: false, first_step: true },
+                    SgdOptions {
+                        lr: 0.1,
+                        momentum: 0.9,
+                        dampening: 0.0,
+                        weight_decay: 0.0,
+                        nesterov: false,
+                        first_step: true,
+                    },
                 )
             }
         }
-        OpClass::AmpUnscale => OpCall::amp_unscale(c.view(DType::F32, &[1]), c.view(DType::F32, &[1]), &[c.view(d, &[8])]),
+        OpClass::AmpUnscale => OpCall::amp_unscale(
+            c.view(DType::F32, &[1]),
+            c.view(DType::F32, &[1]),
+            &[c.view(d, &[8])],
+        ),
         OpClass::AmpUpdateScale => OpCall::amp_update_scale(
             c.view(DType::F32, &[1]),
             c.view(DType::I32, &[1]),
@@ -116,7 +169,9 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
             0.5,
             10,
         ),
-        OpClass::ClipGradNorm => OpCall::clip_grad_norm(c.view(DType::F32, &[1]), &[c.view(d, &[8])], 1.0),
+        OpClass::ClipGradNorm => {
+            OpCall::clip_grad_norm(c.view(DType::F32, &[1]), &[c.view(d, &[8])], 1.0)
+        }
     }
 }
 
@@ -134,12 +189,17 @@ pub fn supported(cann: &Cann, dev: &AscendDevice) -> Result<BTreeMap<OpId, Vec<D
     for (op, dtypes) in &dev.capabilities().optional.ops {
         let mut ok = Vec::new();
         for &d in dtypes {
-            let mut c = Carve { buf: operands.clone(), next: 0 };
+            let mut c = Carve {
+                buf: operands.clone(),
+                next: 0,
+            };
             let call = sample(*op, d, &mut c);
             let probe = Exec::probe(cann, s, scratch.clone());
             match execute(probe, &call) {
                 Ok(()) => ok.push(d),
-                Err(e) => tracing::info!(target: "unihal::ascend", "{} {op} in {d}: left out by the probe: {e}", dev.id()),
+                Err(e) => {
+                    tracing::info!(target: "unihal::ascend", "{} {op} in {d}: left out by the probe: {e}", dev.id())
+                }
             }
         }
         if !ok.is_empty() {
