@@ -180,9 +180,6 @@ operators! {
     index_select = "IndexSelect"(T, i64, T, T);
     /// `(self, int64_t dim, index, source, const aclScalar *alpha, out)`.
     index_add = "IndexAdd"(T, i64, T, T, T, T);
-    /// `(grad, indices, uint64_t numWeights, uint64_t paddingIdx, bool scaleGradByFreq, out)`:
-    /// rows of `grad` summed by index (the 910's index_add, with paddingIdx = -1 as "none").
-    embedding_dense_backward = "EmbeddingDenseBackward"(T, T, u64, u64, bool, T);
     /// `(self, int64_t dim, index, src, out)`.
     scatter_add = "ScatterAdd"(T, i64, T, T, T);
     /// `(paramsRef, gradsRef, momentumBufferListOptionalRef, gradScaleOptional, float

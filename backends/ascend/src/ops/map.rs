@@ -15,7 +15,6 @@
 //!   bits applied to ones and cast to bool; backward: cast mask, multiply, scale.
 //! * matmul with `alpha`/`beta`: the product into a temporary, then `aclnnMuls` and
 //!   `aclnnInplaceAdd`; batch dims that do not merge into one are run batch by batch.
-//! * index_add without `aclnnIndexAdd` (910): `aclnnEmbeddingDenseBackward` then an add.
 //! * SGD and AdamW without the fused operators (910): their update rules from elementwise
 //!   operators; gradients in f16/bf16 are cast to f32 first (the fused operators take one dtype).
 //! * clip by global norm: `ForeachNorm` → `Stack` → `LinalgVectorNorm` → `Adds` →
@@ -462,10 +461,11 @@ impl Exec<'_> {
         let (a, b, c) = (&t[0], &t[1], &t[2]);
         let (alpha, beta) = (sc(call, 0), sc(call, 1));
         let direct = alpha == 1.0 && beta == 0.0;
-        // With alpha/beta, f16/bf16 products are made in f32 where the chip runs f32 matmul
-        // (one rounding into c, as the HAL says); the 910 rounds the product to f16 first.
+        // With alpha/beta, f16/bf16 products are made in f32 (one rounding into c, as the HAL
+        // says). The 910 takes f32 only as ALLOW_FP32_DOWN_PRECISION, which rounds the inputs
+        // to f16 and accumulates in f32: exact here, the inputs being f16 values already.
         let half = matches!(c.dtype, DType::F16 | DType::Bf16);
-        let wide = !direct && half && !self.force_composed();
+        let wide = !direct && half;
         let (a, b) = if wide {
             (&self.as_f32(a)?, &self.as_f32(b)?)
         } else {
@@ -518,7 +518,9 @@ impl Exec<'_> {
             Some(stride.unwrap_or(0))
         };
         let nb: u64 = batch.iter().product();
-        let cube: i8 = 0; // KEEP_DTYPE: f32 stays f32 (the 910 refuses it: its table says so)
+        // KEEP_DTYPE (f32 stays f32; the 910 refuses it for f32, so its table has no f32
+        // matmul), except for the widened half inputs above.
+        let cube: i8 = if wide && self.force_composed() { 1 } else { 0 };
         let run3 = |ex: &mut Exec, off: [u64; 3], nbat: u64, bst: [i64; 3]| -> Result<()> {
             let view = |v: &TensorView, o: u64, m: [u64; 2], ms: [i64; 2], s: i64| TensorView {
                 offset: v.offset + o * v.dtype.size() as u64,
@@ -627,6 +629,11 @@ impl Exec<'_> {
                 let (p, buf) = (&g[0], &g[2]);
                 let gg = self.temp(DType::F32, &p.shape)?;
                 self.add(grad, p, wd, &gg, false)?;
+                if mom == 0.0 {
+                    // No momentum: d = g, the buffer untouched.
+                    self.inplace_add(p, &gg, -lr)?;
+                    continue;
+                }
                 if first {
                     self.copy(&gg, buf)?;
                 } else {
@@ -1056,34 +1063,11 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         }
         OpId::IndexAdd => {
             let (src, index, out) = (&t[0], &t[1], &t[2]);
-            if ex.cann.aclnn.index_add.is_some() && !ex.force_composed() {
-                let mut d = Descs::new(ex.cann);
-                let (o, ix, s, al, o2) = (
-                    d.tensor(out),
-                    d.tensor(index),
-                    d.tensor(src),
-                    d.scalar(f(1.0), out.dtype),
-                    d.tensor(out),
-                );
-                let f_ = ex.cann.aclnn.index_add;
-                // SAFETY: see `Exec::unary` (out = self: in place, as torch_npu calls it).
-                ex.call(f_, "IndexAdd", d, |f, w, e| unsafe {
-                    f(o, 0, ix, s, al, o2, w, e)
-                })
-            } else {
-                let rows = ex.temp(out.dtype, &out.shape)?;
-                {
-                    let mut d = Descs::new(ex.cann);
-                    let (s, ix, r) = (d.tensor(src), d.tensor(index), d.tensor(&rows));
-                    let v = out.shape[0];
-                    let f_ = ex.cann.aclnn.embedding_dense_backward;
-                    // SAFETY: see `Exec::unary` (paddingIdx -1 as u64: no padding row).
-                    ex.call(f_, "EmbeddingDenseBackward", d, |f, w, e| unsafe {
-                        f(s, ix, v, u64::MAX, false, r, w, e)
-                    })?;
-                }
-                ex.inplace_add(out, &rows, 1.0)
-            }
+            let mut d = Descs::new(ex.cann);
+            let (o, ix, s, al, o2) = (d.tensor(out), d.tensor(index), d.tensor(src), d.scalar(f(1.0), out.dtype), d.tensor(out));
+            let f_ = ex.cann.aclnn.index_add;
+            // SAFETY: see `Exec::unary` (out = self: in place, as torch_npu calls it).
+            ex.call(f_, "IndexAdd", d, |f, w, e| unsafe { f(o, 0, ix, s, al, o2, w, e) })
         }
         OpId::SgdMomentum => ex.sgd(call),
         OpId::AdamW => ex.adamw(call),

@@ -29,7 +29,10 @@ fn r32(v: f64) -> f64 {
 }
 
 /// The copy dtypes of the optimizer variants.
-const COPIES: [Option<DType>; 3] = [None, Some(DType::F16), Some(DType::Bf16)];
+/// The parameter copies the optimizer cases write: none and f16 in the main cases; bf16 in cases
+/// of their own, which also need a cast into bf16 (the Atlas 910 has none).
+const COPIES: [Option<DType>; 2] = [None, Some(DType::F16)];
+const COPY_BF16: [Option<DType>; 1] = [Some(DType::Bf16)];
 
 /// The group shapes of one optimizer call: empty, tiny, 2-D, large, then 30 small ones (more than
 /// `MT_MAX_GROUPS` in all).
@@ -268,10 +271,10 @@ impl Groups {
     }
 }
 
-fn sgd(ctx: &Ctx, gd: DType) -> CaseResult {
+fn sgd(ctx: &Ctx, gd: DType, copies: &[Option<DType>]) -> CaseResult {
     let s = ctx.stream()?;
     let mut seed = 1000;
-    for copy in COPIES {
+    for &copy in copies {
         for (momentum, nesterov) in [(0.9, false), (0.9, true), (0.0, false)] {
             seed += 10_000;
             let mut groups = Groups::new(ctx, &s, 1, copy, seed, |_, n, sd| gen(n, sd, -0.5, 0.5))?;
@@ -303,10 +306,10 @@ fn sgd(ctx: &Ctx, gd: DType) -> CaseResult {
     Ok(())
 }
 
-fn adamw(ctx: &Ctx, gd: DType) -> CaseResult {
+fn adamw(ctx: &Ctx, gd: DType, copies: &[Option<DType>]) -> CaseResult {
     let s = ctx.stream()?;
     let mut seed = 2000;
-    for copy in COPIES {
+    for &copy in copies {
         seed += 10_000;
         let mut groups = Groups::new(ctx, &s, 2, copy, seed, |k, n, sd| {
             if k == 0 {
@@ -885,12 +888,24 @@ pub fn cases() -> Vec<Case> {
     for d in HALVES {
         let n = d.name();
         v.push(
-            Case::new(format!("ops.sgd_momentum.{n}"), move |c| sgd(c, d))
+            Case::new(format!("ops.sgd_momentum.{n}"), move |c| sgd(c, d, &COPIES))
                 .needs(&[Need::Op(OpId::SgdMomentum, d)]),
         );
         v.push(
-            Case::new(format!("ops.adamw.{n}"), move |c| adamw(c, d))
+            Case::new(format!("ops.sgd_momentum.{n}.copy_bf16"), move |c| {
+                sgd(c, d, &COPY_BF16)
+            })
+            .needs(&[Need::Op(OpId::SgdMomentum, d), Need::Op(OpId::Cast, DType::Bf16)]),
+        );
+        v.push(
+            Case::new(format!("ops.adamw.{n}"), move |c| adamw(c, d, &COPIES))
                 .needs(&[Need::Op(OpId::AdamW, d)]),
+        );
+        v.push(
+            Case::new(format!("ops.adamw.{n}.copy_bf16"), move |c| {
+                adamw(c, d, &COPY_BF16)
+            })
+            .needs(&[Need::Op(OpId::AdamW, d), Need::Op(OpId::Cast, DType::Bf16)]),
         );
         v.push(
             Case::new(format!("ops.amp_unscale.{n}"), move |c| unscale(c, d))
