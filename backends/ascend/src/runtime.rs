@@ -301,10 +301,11 @@ impl Runtime for Cann {
     }
 
     unsafe fn fill(&self, dst: u64, value: FillValue, count: usize, stream: Raw) -> Result<()> {
-        let FillValue::U8(v) = value else {
-            return Err(HalError::unsupported(
-                "ACL fills bytes only (aclrtMemsetAsync); wide_fill is false",
-            ));
+        let v = match value {
+            FillValue::U8(v) => v,
+            // ACL's memset fills bytes: wider patterns through aclnn.
+            // SAFETY: the caller's contract.
+            wide => return unsafe { crate::ops::fill_raw(self, dst, wide, count, stream) },
         };
         // SAFETY: the caller's contract (a valid range of `count` bytes).
         self.check("aclrtMemsetAsync", unsafe {
@@ -405,6 +406,14 @@ impl Runtime for Cann {
 
     fn vendor_op(&self, stream: &AscendStream, call: &OpCall) -> Option<Result<()>> {
         Some(crate::ops::run(self, stream, call))
+    }
+
+    fn stream_alloc(
+        &self,
+        stream: &AscendStream,
+        len: usize,
+    ) -> Option<Result<unihal_hal::Buffer>> {
+        Some(crate::ops::stream_alloc(stream, len))
     }
 
     fn blas_create(&self) -> Result<()> {

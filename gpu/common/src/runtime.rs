@@ -208,6 +208,17 @@ pub trait Runtime: Send + Sync + Sized + 'static {
     /// it cannot express): the portable kernel library runs it then. Called after the shared
     /// checks (buffers of this device, the op × dtype in the capabilities).
     fn vendor_op(&self, stream: &GpuStream<Self>, call: &OpCall) -> Option<Result<()>>;
+    /// Stream-ordered memory from the backend's own allocator, for runtimes without
+    /// stream-ordered pools (ACL: the caching allocator's blocks, reused in stream order), or
+    /// `None` to use [`Runtime::malloc_async`]. Called only when the device reports
+    /// `stream_ordered_alloc`.
+    fn stream_alloc(
+        &self,
+        _stream: &GpuStream<Self>,
+        _len: usize,
+    ) -> Option<Result<unihal_hal::Buffer>> {
+        None
+    }
     /// A new BLAS handle of the current device.
     fn blas_create(&self) -> Result<Self::Blas>;
     /// Makes the handle's later calls run on `stream`.

@@ -648,6 +648,9 @@ impl<R: Runtime> Stream for GpuStream<R> {
         // plain free once no queued work holds it, which the runtimes document as not
         // synchronising for pool memory.
         let rt = self.rt();
+        if let Some(r) = rt.stream_alloc(self, len) {
+            return r;
+        }
         self.dev
             .alloc_with("alloc async", len, true, || rt.malloc_async(len, self.raw))
     }

@@ -11,6 +11,8 @@ pub const LIBRARY: &str = "HCCL";
 
 /// `HCCL_SUCCESS`.
 pub const SUCCESS: i32 = 0;
+/// `HCCL_E_NOT_SUPPORT`.
+pub const E_NOT_SUPPORT: i32 = 5;
 /// `HCCL_E_TIMEOUT`.
 pub const E_TIMEOUT: i32 = 9;
 /// `HCCL_E_REMOTE`: the remote side failed (an error completion on the link).

@@ -85,16 +85,8 @@ pub type ReduceScatter =
 /// dataType, srcRank, comm, stream)`.
 pub type P2p = unsafe extern "C" fn(*mut c_void, u64, i32, u32, Comm, Stream) -> i32;
 /// `HcclAlltoAll(sendBuf, sendCount, sendType, recvBuf, recvCount, recvType, comm, stream)`.
-pub type AlltoAll = unsafe extern "C" fn(
-    *const c_void,
-    u64,
-    i32,
-    *const c_void,
-    u64,
-    i32,
-    Comm,
-    Stream,
-) -> i32;
+pub type AlltoAll =
+    unsafe extern "C" fn(*const c_void, u64, i32, *const c_void, u64, i32, Comm, Stream) -> i32;
 /// `HcclAlltoAllV(sendBuf, sendCounts, sdispls, sendType, recvBuf, recvCounts, rdispls,
 /// recvType, comm, stream)`: counts and displacements are `uint64_t[nranks]` in elements.
 pub type AlltoAllV = unsafe extern "C" fn(
@@ -146,10 +138,7 @@ impl Hccl {
     /// required symbol.
     pub fn load() -> Result<Hccl> {
         let near = crate::loader::cann().ok().and_then(|c| c.lib64.as_deref());
-        let lib = Library::open(&crate::loader::candidates(
-            crate::loader::Role::Hccl,
-            near,
-        ))?;
+        let lib = Library::open(&crate::loader::candidates(crate::loader::Role::Hccl, near))?;
         Hccl::resolve(&lib)
     }
 

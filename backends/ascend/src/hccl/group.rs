@@ -127,7 +127,11 @@ impl Log {
         for (&(src, dst), u) in &self.p2p {
             for &(count, dtype, esize) in &u.calls {
                 // Sends ahead: the receiver receives; receives ahead: the sender sends.
-                let (at, peer) = if u.sends_ahead { (dst, src) } else { (src, dst) };
+                let (at, peer) = if u.sends_ahead {
+                    (dst, src)
+                } else {
+                    (src, dst)
+                };
                 out[at].push(Op::P2p {
                     peer,
                     recv: u.sends_ahead,

@@ -1064,10 +1064,18 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         OpId::IndexAdd => {
             let (src, index, out) = (&t[0], &t[1], &t[2]);
             let mut d = Descs::new(ex.cann);
-            let (o, ix, s, al, o2) = (d.tensor(out), d.tensor(index), d.tensor(src), d.scalar(f(1.0), out.dtype), d.tensor(out));
+            let (o, ix, s, al, o2) = (
+                d.tensor(out),
+                d.tensor(index),
+                d.tensor(src),
+                d.scalar(f(1.0), out.dtype),
+                d.tensor(out),
+            );
             let f_ = ex.cann.aclnn.index_add;
             // SAFETY: see `Exec::unary` (out = self: in place, as torch_npu calls it).
-            ex.call(f_, "IndexAdd", d, |f, w, e| unsafe { f(o, 0, ix, s, al, o2, w, e) })
+            ex.call(f_, "IndexAdd", d, |f, w, e| unsafe {
+                f(o, 0, ix, s, al, o2, w, e)
+            })
         }
         OpId::SgdMomentum => ex.sgd(call),
         OpId::AdamW => ex.adamw(call),

@@ -48,6 +48,120 @@ fn allocator(stream: &AscendStream) -> Result<Arc<CachingAllocator>> {
     Ok(a)
 }
 
+/// `len` bytes in `stream`'s order (the HAL's `alloc_async` on ACL, which has no stream-ordered
+/// pools): a block of the device's caching allocator, reusable on this stream as soon as its
+/// handles are gone and on others once the work using it completed (memory rule 11).
+///
+/// # Errors
+/// The allocator's (out of memory after releasing its cache).
+pub fn stream_alloc(stream: &AscendStream, len: usize) -> Result<Buffer> {
+    let handle = stream
+        .handle()
+        .ok_or_else(|| HalError::Internal("stream used while being dropped".into()))?;
+    allocator(stream)?.alloc(&handle, len)
+}
+
+/// Fills `count` elements of `value`'s width at `dst` on `stream` (the 16- and 32-bit fills
+/// ACL's byte memset cannot do): `aclnnInplaceFillScalar` over an INT16 or INT32 tensor at the
+/// address, the pattern as that integer, so every bit pattern is written as it is.
+///
+/// # Errors
+/// The operator's; [`HalError::Internal`] if it asks for a workspace (a fill needs none).
+///
+/// # Safety
+/// `dst` is device memory of the current device, valid and aligned for `count` elements until
+/// the fill ran.
+pub unsafe fn fill_raw(
+    cann: &Cann,
+    dst: u64,
+    value: unihal_hal::FillValue,
+    count: usize,
+    stream: unihal_gpu::runtime::Raw,
+) -> Result<()> {
+    let (dtype, bits) = match value {
+        unihal_hal::FillValue::U16(v) => (DType::I16, v as i16 as i64),
+        unihal_hal::FillValue::U32(v) => (DType::I32, v as i32 as i64),
+        unihal_hal::FillValue::U8(v) => (DType::U8, v as i64),
+    };
+    let op = cann.aclnn.inplace_fill_scalar.ok_or_else(|| {
+        HalError::unsupported("aclnnInplaceFillScalar is not in this CANN's operator libraries")
+    })?;
+    let dims = [count as i64];
+    let strides = [1i64];
+    let n = &cann.nnop;
+    // SAFETY: arrays of the lengths passed; `dst` per the caller's contract (not dereferenced on
+    // the host).
+    let t = unsafe {
+        (n.create_tensor)(
+            dims.as_ptr(),
+            1,
+            conv::acl_dtype(dtype),
+            strides.as_ptr(),
+            0,
+            conv::FORMAT_ND,
+            dims.as_ptr(),
+            1,
+            dst as *mut std::ffi::c_void,
+        )
+    };
+    let mut b = unihal_hal::Scalar::I64(bits).bits(dtype).to_le_bytes();
+    // SAFETY: 8 readable bytes holding the value in the dtype's encoding; copied by the call.
+    let v = unsafe {
+        (n.create_scalar)(
+            b.as_mut_ptr() as *mut std::ffi::c_void,
+            conv::acl_dtype(dtype),
+        )
+    };
+    let r = (|| {
+        if t.is_null() || v.is_null() {
+            return Err(HalError::Internal(
+                "aclCreateTensor/aclCreateScalar returned NULL".into(),
+            ));
+        }
+        let (mut ws, mut exec): (u64, Executor) = (0, std::ptr::null_mut());
+        // SAFETY: live descriptors and out-pointers to locals.
+        let rc = unsafe { (op.ws)(t, v, &mut ws, &mut exec) };
+        if rc != 0 {
+            return Err(conv::vendor_of(
+                ACLNN,
+                "aclnnInplaceFillScalarGetWorkspaceSize",
+                rc,
+                cann.recent_message(),
+            ));
+        }
+        if ws > 0 {
+            if let Some(f) = n.destroy_executor {
+                // SAFETY: an executor phase 2 will not run.
+                unsafe { f(exec) };
+            }
+            return Err(HalError::Internal(format!(
+                "aclnnInplaceFillScalar asked for a {ws}-byte workspace"
+            )));
+        }
+        // SAFETY: the executor of phase 1, run once on a live stream of the current context.
+        let rc = unsafe { (op.run)(std::ptr::null_mut(), 0, exec, stream.0) };
+        if rc != 0 {
+            return Err(conv::vendor_of(
+                ACLNN,
+                "aclnnInplaceFillScalar",
+                rc,
+                cann.recent_message(),
+            ));
+        }
+        Ok(())
+    })();
+    // SAFETY: descriptors made above, destroyed once, after phase 2 returned.
+    unsafe {
+        if !t.is_null() {
+            (n.destroy_tensor)(t);
+        }
+        if !v.is_null() {
+            (n.destroy_scalar)(v);
+        }
+    }
+    r
+}
+
 /// One op's execution: the stream, what its operators use, and, for a probe, the scratch
 /// memory its temporaries are carved from (phase 1 only: executors destroyed, nothing
 /// enqueued).
