@@ -59,6 +59,23 @@ pub mod runtime;
 pub mod soc;
 pub mod symbols;
 
+/// Huawei's ACL and HCCL declarations as bindgen reads them from the torch-npu wheel's headers
+/// (feature `abi-check`; build.rs): what the ABI tests of this simulator and of the Ascend
+/// backend compare their own declarations with. Generated, never edited.
+#[cfg(feature = "abi-check")]
+#[allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    missing_docs,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+pub mod header {
+    include!(concat!(env!("OUT_DIR"), "/cann_abi.rs"));
+}
+
 /// The C test controls (injected failures, violations), exported from this object.
 pub use unihal_sim::fault_c as fault;
 

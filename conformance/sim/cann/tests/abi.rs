@@ -21,11 +21,7 @@
     clippy::all
 )]
 
-// bindgen's output (generated from the header, never edited): its unsafe blocks are its own.
-#[allow(clippy::undocumented_unsafe_blocks)]
-mod header {
-    include!(concat!(env!("OUT_DIR"), "/cann_abi.rs"));
-}
+use unihal_sim_cann::header;
 
 use unihal_dynlib::abi::{declared, ours};
 use unihal_sim_cann::aclGetRecentErrMsg;
