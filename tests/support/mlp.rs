@@ -1,6 +1,6 @@
-//! The MLP of `tests/mlp_training.rs`, shared with `benches/alloc.rs`, which replays its
-//! allocation trace: a two-layer MLP trained on the CPU backend with nothing but the portable
-//! op library, on synthetic data from a fixed random teacher network. Full-batch steps of forward
+//! The MLP of `tests/mlp_training.rs` (and, on the Ascend backend, `tests/mlp_ascend.rs`),
+//! shared with `benches/alloc.rs`, which replays its allocation trace: a two-layer MLP trained
+//! with nothing but the op catalogue (on the CPU backend by default), on synthetic data from a fixed random teacher network. Full-batch steps of forward
 //! (matmul, bias add, relu, cross-entropy), backward (cross-entropy and relu gradients, transposed
 //! matmuls, column sums) and a fused AdamW update.
 //!
@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use unihal::alloc::{AllocatorConfig, CachingAllocator};
 use unihal::{
-    AdamWOptions, Backend, Buffer, CeOptions, DType, OpCall, OpId, ParamGroup, RngState, Stream,
+    AdamWOptions, Backend, Buffer, CeOptions, DType, Device, OpCall, OpId, ParamGroup, RngState, Stream,
     TensorView,
 };
 
@@ -30,9 +30,7 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn new() -> Ctx {
-        let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), Some("2G"), Some("2")).unwrap();
-        let dev = unihal_cpu::CpuBackend::with_config(cfg).open(0).unwrap();
+    fn new(dev: Arc<dyn Device>) -> Ctx {
         let s = dev.create_stream().unwrap();
         let alloc = CachingAllocator::new(dev, AllocatorConfig::default()).unwrap();
         alloc.record_history(true);
@@ -101,8 +99,45 @@ fn flat(t: &TensorView) -> TensorView {
 /// activations, gradients and scratch afresh in every step (dropped at its end, with the step's
 /// work still queued). `on_step(step, allocator)` runs after each step; the allocator records
 /// its history, so `take_history` there gives the step's allocation trace.
-pub fn train(dt: DType, mut on_step: impl FnMut(usize, &CachingAllocator)) -> Vec<f32> {
-    let mut g = Ctx::new();
+pub fn train(dt: DType, on_step: impl FnMut(usize, &CachingAllocator)) -> Vec<f32> {
+    let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), Some("2G"), Some("2")).unwrap();
+    let dev = unihal_cpu::CpuBackend::with_config(cfg).open(0).unwrap();
+    train_on(dev, dt, on_step)
+}
+
+/// Trains on `dev` (the CPU's when `None`) and checks the bars every backend must reach: the
+/// loss falls below 5% of its first value, and after step 2 no step calls `Device::alloc`.
+pub fn check(dt: DType, dev: Option<Arc<dyn Device>>) {
+    let mut device_allocs = Vec::new();
+    let record = |_: usize, a: &CachingAllocator| device_allocs.push(a.stats().num_device_alloc);
+    let losses = match dev {
+        Some(d) => train_on(d, dt, record),
+        None => train(dt, record),
+    };
+    eprintln!("{dt}: Device::alloc calls after each step: {device_allocs:?}");
+    assert!(
+        device_allocs[2..].iter().all(|&n| n == device_allocs[1]),
+        "{dt}: steps after the second called Device::alloc: {device_allocs:?}"
+    );
+    let (first, last) = (losses[0], *losses.last().unwrap());
+    eprintln!(
+        "{dt}: loss {first} -> {last} over {} steps: {losses:?}",
+        losses.len()
+    );
+    assert!(first.is_finite() && first > 0.5, "{dt}: first loss {first}");
+    assert!(
+        last < 0.05 * first,
+        "{dt}: loss fell from {first} to {last}, not below 5%: {losses:?}"
+    );
+}
+
+/// [`train`] on `dev`, any backend's device (the same source on every backend).
+pub fn train_on(
+    dev: Arc<dyn Device>,
+    dt: DType,
+    mut on_step: impl FnMut(usize, &CachingAllocator),
+) -> Vec<f32> {
+    let mut g = Ctx::new(dev);
     let mixed = dt != DType::F32;
     // Teacher and data (f32): labels are the teacher's argmax.
     let x32 = g.normal(DType::F32, &[N, D], 1.0);

@@ -597,7 +597,7 @@ impl Exec<'_> {
             .collect();
         let mut grads = Vec::new();
         for g in &groups {
-            grads.push(self.as_f32(&g[1])?);
+            grads.push(self.as_f32(&reshaped(&g[1], &g[0].shape))?);
         }
         if self.cann.aclnn.fused_sgd.is_some() && !self.force_composed() {
             let params: Vec<TensorView> = groups.iter().map(|g| g[0].clone()).collect();
@@ -626,7 +626,7 @@ impl Exec<'_> {
             })?;
         } else {
             for (g, grad) in groups.iter().zip(&grads) {
-                let (p, buf) = (&g[0], &g[2]);
+                let (p, buf) = (&g[0], &reshaped(&g[2], &g[0].shape));
                 let gg = self.temp(DType::F32, &p.shape)?;
                 self.add(grad, p, wd, &gg, false)?;
                 if mom == 0.0 {
@@ -650,7 +650,7 @@ impl Exec<'_> {
         }
         if copy {
             for g in &groups {
-                self.cast(&g[0], &g[3])?;
+                self.cast(&g[0], &reshaped(&g[3], &g[0].shape))?;
             }
         }
         Ok(())
@@ -682,8 +682,14 @@ impl Exec<'_> {
         // 0.999f is 1.3e-5 away (relative) from 1 - 0.999, beyond the HAL's AdamW; here each
         // coefficient is computed in f64 and rounded once.
         for g in &groups {
-            let (p, m, v) = (&g[0], &g[2], &g[3]);
-            let grad = self.as_f32(&g[1])?;
+            // Every tensor of a group is dense with the parameter's element count: seen with
+            // its shape, so the elementwise operators need no broadcast.
+            let (p, m, v) = (
+                &g[0],
+                &reshaped(&g[2], &g[0].shape),
+                &reshaped(&g[3], &g[0].shape),
+            );
+            let grad = self.as_f32(&reshaped(&g[1], &p.shape))?;
             // p *= 1 - lr·wd; m = b1·m + (1-b1)·g; v = b2·v + (1-b2)·g²;
             // p -= lr/(1-b1^t) · m / (sqrt(v/(1-b2^t)) + eps).
             self.muls(&p.clone(), 1.0 - lr * wd, p)?;
@@ -701,7 +707,7 @@ impl Exec<'_> {
             self.binary(OpId::Div, m, &den, &upd)?;
             self.inplace_add(p, &upd, -lr / (1.0 - b1.powf(step)))?;
             if copy {
-                self.cast(p, &g[4])?;
+                self.cast(p, &reshaped(&g[4], &p.shape))?;
             }
         }
         Ok(())
@@ -709,11 +715,22 @@ impl Exec<'_> {
 
     fn clip_grad_norm(&mut self, call: &OpCall) -> Result<()> {
         let total = &call.tensors[0];
-        let grads: Vec<TensorView> = call.tensors[1..]
+        let given: Vec<TensorView> = call.tensors[1..]
             .iter()
             .filter(|g| g.numel() > 0)
             .cloned()
             .collect();
+        // f16/bf16 gradients through f32 copies (the norm accumulates in f32, and the scaled
+        // value is rounded once, as the HAL says), written back at the end.
+        let half = given.first().is_some_and(|g| g.dtype != DType::F32);
+        let grads: Vec<TensorView> = if half {
+            given
+                .iter()
+                .map(|g| self.as_f32(g))
+                .collect::<Result<_>>()?
+        } else {
+            given.clone()
+        };
         let grads = &grads[..];
         let max_norm = sc(call, 0);
         if grads.is_empty() {
@@ -770,7 +787,13 @@ impl Exec<'_> {
         // SAFETY: see `unary` (out = x: in place, as torch_npu calls it).
         self.call(op, "ForeachMulScalar", d, |f, w, e| unsafe {
             f(gl, cd, ol, w, e)
-        })
+        })?;
+        if half {
+            for (g32, g) in grads.iter().zip(&given) {
+                self.cast(g32, g)?;
+            }
+        }
+        Ok(())
     }
 }
 
