@@ -100,35 +100,80 @@ fn values_match_the_header() {
     assert_eq!(dt::UINT64, h::ACL_UINT64 as i32);
     assert_eq!(dt::BOOL, h::ACL_BOOL as i32);
     assert_eq!(conv::FORMAT_ND, h::ACL_FORMAT_ND as i32);
-    assert_eq!(acl::MEM_MALLOC_HUGE_FIRST, h::ACL_MEM_MALLOC_HUGE_FIRST as i32);
+    assert_eq!(
+        acl::MEM_MALLOC_HUGE_FIRST,
+        h::ACL_MEM_MALLOC_HUGE_FIRST as i32
+    );
     assert_eq!(memcpy::HOST_TO_DEVICE, h::ACL_MEMCPY_HOST_TO_DEVICE as i32);
     assert_eq!(memcpy::DEVICE_TO_HOST, h::ACL_MEMCPY_DEVICE_TO_HOST as i32);
-    assert_eq!(memcpy::DEVICE_TO_DEVICE, h::ACL_MEMCPY_DEVICE_TO_DEVICE as i32);
-    assert_eq!(acl::EVENT_RECORDED_STATUS_COMPLETE, h::ACL_EVENT_RECORDED_STATUS_COMPLETE as i32);
-    assert_eq!(acl::STREAM_STATUS_COMPLETE, h::ACL_STREAM_STATUS_COMPLETE as i32);
+    assert_eq!(
+        memcpy::DEVICE_TO_DEVICE,
+        h::ACL_MEMCPY_DEVICE_TO_DEVICE as i32
+    );
+    assert_eq!(
+        acl::EVENT_RECORDED_STATUS_COMPLETE,
+        h::ACL_EVENT_RECORDED_STATUS_COMPLETE as i32
+    );
+    assert_eq!(
+        acl::STREAM_STATUS_COMPLETE,
+        h::ACL_STREAM_STATUS_COMPLETE as i32
+    );
     assert_eq!(acl::EVENT_SYNC, h::ACL_EVENT_SYNC);
     assert_eq!(acl::EVENT_TIME_LINE, h::ACL_EVENT_TIME_LINE);
     assert_eq!(acl::CALLBACK_BLOCK, h::ACL_CALLBACK_BLOCK as i32);
     assert_eq!(acl::HBM_MEM, h::ACL_HBM_MEM as i32);
-    assert_eq!(dev_attr::AICORE_CORE_NUM, h::ACL_DEV_ATTR_AICORE_CORE_NUM as i32);
-    assert_eq!(dev_attr::VECTOR_CORE_NUM, h::ACL_DEV_ATTR_VECTOR_CORE_NUM as i32);
-    assert_eq!(dev_attr::TOTAL_GLOBAL_MEM_SIZE, h::ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE as i32);
+    assert_eq!(
+        dev_attr::AICORE_CORE_NUM,
+        h::ACL_DEV_ATTR_AICORE_CORE_NUM as i32
+    );
+    assert_eq!(
+        dev_attr::VECTOR_CORE_NUM,
+        h::ACL_DEV_ATTR_VECTOR_CORE_NUM as i32
+    );
+    assert_eq!(
+        dev_attr::TOTAL_GLOBAL_MEM_SIZE,
+        h::ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE as i32
+    );
     // The error codes the backend names and tests for.
     let named = [
         (codes::INVALID_PARAM, h::ACL_ERROR_INVALID_PARAM as i64),
         (codes::UNINITIALIZE, h::ACL_ERROR_UNINITIALIZE as i64),
-        (codes::REPEAT_INITIALIZE, h::ACL_ERROR_REPEAT_INITIALIZE as i64),
+        (
+            codes::REPEAT_INITIALIZE,
+            h::ACL_ERROR_REPEAT_INITIALIZE as i64,
+        ),
         (codes::BAD_ALLOC, h::ACL_ERROR_BAD_ALLOC as i64),
         (codes::RT_CONTEXT_NULL, h::ACL_ERROR_RT_CONTEXT_NULL as i64),
-        (codes::RT_STREAM_CONTEXT, h::ACL_ERROR_RT_STREAM_CONTEXT as i64),
-        (codes::RT_THREAD_SUBSCRIBE, h::ACL_ERROR_RT_THREAD_SUBSCRIBE as i64),
-        (codes::RT_REPORT_TIMEOUT, h::ACL_ERROR_RT_REPORT_TIMEOUT as i64),
-        (codes::RT_MEMORY_ALLOCATION, h::ACL_ERROR_RT_MEMORY_ALLOCATION as i64),
+        (
+            codes::RT_STREAM_CONTEXT,
+            h::ACL_ERROR_RT_STREAM_CONTEXT as i64,
+        ),
+        (
+            codes::RT_THREAD_SUBSCRIBE,
+            h::ACL_ERROR_RT_THREAD_SUBSCRIBE as i64,
+        ),
+        (
+            codes::RT_REPORT_TIMEOUT,
+            h::ACL_ERROR_RT_REPORT_TIMEOUT as i64,
+        ),
+        (
+            codes::RT_MEMORY_ALLOCATION,
+            h::ACL_ERROR_RT_MEMORY_ALLOCATION as i64,
+        ),
         (codes::RT_NO_DEVICE, h::ACL_ERROR_RT_NO_DEVICE as i64),
         (codes::RT_DEVICE_OOM, h::ACL_ERROR_RT_DEVICE_OOM as i64),
-        (codes::RT_AICORE_EXCEPTION, h::ACL_ERROR_RT_AICORE_EXCEPTION as i64),
-        (codes::RT_VECTOR_CORE_EXCEPTION, h::ACL_ERROR_RT_VECTOR_CORE_EXCEPTION as i64),
-        (codes::RT_DEVICE_MEM_ERROR, h::ACL_ERROR_RT_DEVICE_MEM_ERROR as i64),
+        (
+            codes::RT_AICORE_EXCEPTION,
+            h::ACL_ERROR_RT_AICORE_EXCEPTION as i64,
+        ),
+        (
+            codes::RT_VECTOR_CORE_EXCEPTION,
+            h::ACL_ERROR_RT_VECTOR_CORE_EXCEPTION as i64,
+        ),
+        (
+            codes::RT_DEVICE_MEM_ERROR,
+            h::ACL_ERROR_RT_DEVICE_MEM_ERROR as i64,
+        ),
     ];
     for (ours, theirs) in named {
         assert_eq!(ours as i64, theirs as i64, "{}", conv::error_name(ours));
