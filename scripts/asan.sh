@@ -42,6 +42,8 @@ $CARGO test -q --target "$TRIPLE" -p unihal-alloc
 $CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
 step "the simulated CANN stack's tests (descriptors, executors, workspaces, HCCL failure paths)"
 $CARGO test -q --target "$TRIPLE" -p unihal-sim-cann
+step "the Ascend backend's tests on the simulated CANN stack (layouts, ops, HCCL failure paths)"
+$CARGO test -q --target "$TRIPLE" -p unihal-ascend
 
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
@@ -70,4 +72,11 @@ UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL
     "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip
 grep -q '"simulated": true' target/asan-conformance-hip/conformance.json \
     || { echo "the sanitized HIP run did not use the simulated runtime" >&2; exit 1; }
+step "Ascend backend's conformance suite on the simulated CANN stack (HCCL included)"
+$CARGO build -q --target "$TRIPLE" -p unihal-sim-cann --lib --example make_layout
+"$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
+UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_ASCEND_LIB="$PWD/target/asan-cann/classic/lib64" \
+    "$BIN/unihal" conformance --backend ascend --max-devices 1 --report target/asan-conformance-ascend
+grep -q '"simulated": true' target/asan-conformance-ascend/conformance.json \
+    || { echo "the sanitized Ascend run did not use the simulated CANN stack" >&2; exit 1; }
 step "done"
