@@ -3,24 +3,17 @@
 use crate::conv::{self, IN_PROGRESS, REMOTE_ERROR};
 use crate::ffi::{Comm as RawComm, Nccl};
 use crate::platform::{with_current, Platform};
+use crate::track::{operand_addr, retire, start_watchdog, InFlight};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::ccl::{check_call, check_not_in_place, check_rank, check_send_recv};
 use unihal_hal::{
-    Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, Event, EventFlags,
-    GroupCall, HalError, Invalid, Keep, ReduceOp, Result, Stream,
+    Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
+    Invalid, Keep, ReduceOp, Result, Stream,
 };
-
-/// An operation in flight: its completion event and its stream.
-struct InFlight {
-    done: Arc<dyn Event>,
-    stream: Arc<dyn Stream>,
-    deadline: Instant,
-    what: String,
-}
 
 /// The raw `ncclComm_t`, behind the lock that serialises every NCCL call on it (NCCL
 /// communicators are not thread-safe: the watchdog, `async_error`, the collectives and abort all
@@ -191,17 +184,7 @@ impl Shared {
                 return false;
             }
         }
-        let now = Instant::now();
-        let mut expired = None;
-        self.inflight.lock().retain(|op| match op.done.query() {
-            Ok(true) => false,
-            Ok(false) if now >= op.deadline => {
-                expired.get_or_insert(op.what.clone());
-                true
-            }
-            Ok(false) => true,
-            Err(_) => false, // the stream holds the error
-        });
+        let expired = retire(&mut self.inflight.lock(), Instant::now());
         if let Some(what) = expired {
             self.abort_with(HalError::Timeout {
                 what: format!("{what}: peers did not arrive"),
@@ -313,18 +296,14 @@ impl NcclComm {
 
     /// The device address of `elems` elements at the start of `buf`.
     fn addr(&self, buf: &Buffer, arg: &'static str, elems: u64, dtype: DType) -> Result<u64> {
-        let len = elems.checked_mul(dtype.size() as u64).ok_or_else(|| {
-            HalError::invalid(
-                arg,
-                Invalid::Value {
-                    value: format!("{elems} elements"),
-                    accepted: "a size that fits 64 bits".into(),
-                },
-            )
-        })?;
-        self.shared
-            .platform
-            .buffer_addr(buf, arg, self.device.id(), len)
+        operand_addr(
+            &*self.shared.platform,
+            self.device.id(),
+            buf,
+            arg,
+            elems,
+            dtype,
+        )
     }
 
     /// Enqueues `f(communicator, native stream)` (library calls, serialised with every other use
@@ -351,49 +330,24 @@ impl NcclComm {
                 }
                 Ok(())
             })?;
-        let done = self.device.create_event(EventFlags {
-            disable_timing: true,
-        })?;
-        stream.record_event(&done)?;
-        self.shared.inflight.lock().push(InFlight {
-            done,
-            stream: stream.clone(),
-            deadline: Instant::now() + self.timeout,
-            what,
-        });
+        let op = InFlight::record(&self.device, stream, what, Instant::now() + self.timeout)?;
+        self.shared.inflight.lock().push(op);
         self.start_watchdog();
         Ok(())
     }
 
     fn start_watchdog(&self) {
-        if self.shared.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
-        let spawned = std::thread::Builder::new()
-            .name(format!(
+        start_watchdog(
+            &self.shared,
+            |s| &s.watching,
+            format!(
                 "unihal-{}-watch-r{}",
                 self.shared.lib.label.to_lowercase(),
                 self.rank
-            ))
-            .spawn(move || loop {
-                let Some(shared) = weak.upgrade() else { return };
-                if !shared.watch() {
-                    shared.watching.store(false, Ordering::Release);
-                    // An operation queued meanwhile restarts the watch.
-                    if shared.inflight.lock().is_empty()
-                        || shared.watching.swap(true, Ordering::AcqRel)
-                        || shared.aborted()
-                    {
-                        return;
-                    }
-                }
-                drop(shared);
-                std::thread::sleep(Duration::from_millis(1));
-            });
-        if spawned.is_err() {
-            self.shared.watching.store(false, Ordering::Release);
-        }
+            ),
+            Shared::watch,
+            |s| !s.inflight.lock().is_empty() && !s.aborted(),
+        );
     }
 
     /// A collective over a send and a receive buffer: the checks, then `f(send address, receive

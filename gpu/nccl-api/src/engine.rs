@@ -89,11 +89,11 @@ pub const RCCL: Flavor = Flavor {
     all_to_all: ["ncclAllToAll", "ncclAlltoAll"],
 };
 
-/// Runs `call`, a blocking NCCL call that waits for every rank, on a helper thread and waits for
-/// it up to `timeout`. Past it the caller gets `Timeout` naming `what`; when the call completes
-/// later, its result goes to `late` on the helper thread (which destroys a communicator nobody
-/// will use). NCCL gives no way to cancel such a call; the helper thread stays blocked until it
-/// returns.
+/// Runs `call`, a blocking library call that waits for every rank (`ncclCommInitRank`,
+/// `HcclCommInitRootInfo`), on a helper thread and waits for it up to `timeout`. Past it the
+/// caller gets `Timeout` naming `what`; when the call completes later, its result goes to `late`
+/// on the helper thread (which destroys a communicator nobody will use). Neither NCCL nor HCCL gives a way to cancel such a call; the helper thread stays
+/// blocked until it returns.
 ///
 /// # Errors
 /// `call`'s error; [`HalError::Timeout`]; [`HalError::Internal`] when the thread cannot start.
@@ -105,7 +105,7 @@ pub fn bounded<T: Send + 'static>(
 ) -> Result<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name(format!("unihal-nccl {what}"))
+        .name(format!("unihal-ccl {what}"))
         .spawn(move || {
             if let Err(std::sync::mpsc::SendError(Ok(v))) = tx.send(call()) {
                 late(v);

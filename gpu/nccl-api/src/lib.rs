@@ -25,12 +25,16 @@
 //!   `ncclCommSplit` bounded by the timeout on a helper thread (they cannot be cancelled),
 //!   `init_all`, and the capabilities (ten dtypes, five reductions in the element type, groups,
 //!   split when the library has it).
+//! * [`track`]: what any engine that enqueues a library's calls on device streams shares, with
+//!   no library in it (operand addresses after the HAL's checks, operations in flight and the
+//!   watchdog thread); the Ascend backend's HCCL engine uses it and [`engine::bounded`] too.
 
 pub mod comm;
 pub mod conv;
 pub mod engine;
 pub mod ffi;
 pub mod platform;
+pub mod track;
 
 pub use engine::{Engine, Flavor, InstallRoot, NCCL, RCCL};
 pub use platform::Platform;

@@ -395,24 +395,18 @@ impl Shared {
         })
     }
 
-    /// One watchdog pass: retire completed operations, fail on an asynchronous error or a
-    /// timeout. False when nothing is left to watch.
+    /// One watchdog pass: retire completed operations, fail on an asynchronous error (HCCL's
+    /// word first: an operation that failed is retired before its error is read) or a timeout.
+    /// False when nothing is left to watch.
     fn watch(&self) -> bool {
         if self.stopped() {
             return false;
         }
-        match self.query_async(Duration::from_millis(5)) {
-            None | Some(Ok(conv::SUCCESS)) => {}
-            Some(Ok(code)) => {
-                self.fail(conv::async_error(&self.lib, code));
-                return false;
-            }
-            Some(Err(e)) => {
-                self.fail(e);
-                return false;
-            }
-        }
         let expired = retire(&mut self.inflight.lock(), Instant::now());
+        if let Some(e) = self.async_failure(Duration::from_millis(5)) {
+            self.fail(e);
+            return false;
+        }
         if let Some(what) = expired {
             self.fail(HalError::Timeout {
                 what: format!("{what}: peers did not arrive"),
@@ -421,6 +415,16 @@ impl Shared {
             return false;
         }
         !self.inflight.lock().is_empty()
+    }
+
+    /// The communicator's asynchronous error, if HCCL reports one (or the query fails); None
+    /// when healthy, or when another thread held the communicator for `wait`.
+    fn async_failure(&self, wait: Duration) -> Option<HalError> {
+        match self.query_async(wait)? {
+            Ok(conv::SUCCESS) => None,
+            Ok(code) => Some(conv::async_error(&self.lib, code)),
+            Err(e) => Some(e),
+        }
     }
 }
 
@@ -490,6 +494,12 @@ impl HcclComm {
             shared,
             caps: p.caps,
         })
+    }
+
+    /// The `HcclComm` handle as an address (for diagnostics and tests): 0 once the communicator
+    /// was given up after a failure (then destroyed, or leaked, by its reaper).
+    pub fn native(&self) -> usize {
+        *self.shared.raw.lock()
     }
 
     /// The checks of every operation: the sticky error, the HAL's, the platform's stream check.
@@ -1084,11 +1094,10 @@ impl Communicator for HcclComm {
         if s.stopped() {
             return Some(s.stopped_error());
         }
-        match s.query_async(Duration::from_millis(100))? {
-            Ok(conv::SUCCESS) => None,
-            Ok(code) => Some(conv::async_error(&s.lib, code)),
-            Err(e) => Some(e),
-        }
+        // A failure HCCL reports fails the communicator, as the watchdog would.
+        let e = s.async_failure(Duration::from_millis(100))?;
+        s.fail(e);
+        s.sticky.lock().clone()
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -166,7 +166,7 @@ impl Group {
             nranks,
             state: Mutex::new(State {
                 arrived: vec![false; nranks],
-                members: vec![Weak::new(); nranks],
+                members: (0..nranks).map(|_| Weak::new()).collect(),
                 log: Log {
                     issued: vec![0; nranks],
                     ..Log::default()
