@@ -8,7 +8,7 @@ use std::sync::Arc;
 use unihal_ascend::AscendBackend;
 use unihal_conformance::manifest::Manifest;
 use unihal_conformance::runner::{run_non_op_cases, Target};
-use unihal_hal::{Backend, DType, Device, HalError, OpCall, OpId, TensorView};
+use unihal_hal::{Backend, DType, HalError, OpCall, OpId, TensorView};
 use unihal_sim_cann::layout::{self, Layout};
 
 fn backend() -> Arc<AscendBackend> {

@@ -83,8 +83,9 @@ impl Exec<'_> {
         };
         let mut d = Descs::new(self.cann);
         let (x, y) = (d.tensor(x), d.tensor(y));
-        // SAFETY (all phase-1 calls in this file): live descriptors of these descriptors'
-        // set, out-pointers of Exec::call, arguments as the operator's row declares them.
+        // Every phase-1 call in this file passes live descriptors of the call's `Descs`, the
+        // out-pointers `Exec::call` gives, and arguments as the operator's row declares them.
+        // SAFETY: as above.
         self.call(op, name, d, |f, w, e| unsafe { f(x, y, w, e) })
     }
 
