@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use unihal::alloc::{AllocatorConfig, CachingAllocator};
 use unihal::{
-    AdamWOptions, Backend, Buffer, CeOptions, DType, Device, OpCall, OpId, ParamGroup, RngState, Stream,
-    TensorView,
+    AdamWOptions, Backend, Buffer, CeOptions, DType, Device, OpCall, OpId, ParamGroup, RngState,
+    Stream, TensorView,
 };
 
 const N: u64 = 256; // samples

@@ -12,9 +12,15 @@
 //!
 //! Fails (never skips) when the headers or libclang are missing (the build script panics).
 
+// The header's enum types differ between CANN versions (int or unsigned): every value is cast to
+// the type of the backend's constant, whatever the header's is.
+#![allow(clippy::unnecessary_cast)]
+
 use unihal_ascend::conv::{self, codes, dt};
 use unihal_ascend::ffi::acl::{self, dev_attr, memcpy, AclApi};
+use unihal_ascend::hccl::{conv as hconv, ffi as hffi};
 use unihal_dynlib::abi::{declared, ours, ours_opt};
+use unihal_hal::{DType, ReduceOp};
 use unihal_sim_cann::header as h;
 
 fn tables() -> (AclApi, h::CannHeader) {
@@ -178,4 +184,112 @@ fn values_match_the_header() {
     for (ours, theirs) in named {
         assert_eq!(ours as i64, theirs as i64, "{}", conv::error_name(ours));
     }
+}
+
+#[test]
+fn the_hccl_table_and_values_match_the_header() {
+    let path = unihal_sim_cann::built_library();
+    let lib = unihal_dynlib::Library::open(&unihal_dynlib::Candidates::new(
+        "simulated HCCL",
+        "UNIHAL_ABI_TEST_UNUSED",
+        &[path.to_str().expect("a UTF-8 path")],
+    ))
+    .expect("the built simulator loads");
+    let a = hffi::Hccl::resolve(&lib).expect("every HCCL symbol the backend needs");
+    // SAFETY: the simulator's own object; loading runs no initialiser with preconditions.
+    let hd = unsafe { h::CannHeader::new(&path) }.expect("the built simulator loads");
+    macro_rules! same {
+        ($($ours:ident => $theirs:ident),* $(,)?) => {
+            $( assert_eq!(ours(&a.$ours), declared(&hd.$theirs), "{} differs from the header", stringify!($theirs)); )*
+        };
+    }
+    macro_rules! same_opt {
+        ($($ours:ident => $theirs:ident),* $(,)?) => {
+            $( assert_eq!(ours_opt(&a.$ours), declared(&hd.$theirs), "{} differs from the header", stringify!($theirs)); )*
+        };
+    }
+    same!(
+        get_root_info => HcclGetRootInfo,
+        comm_init_root_info => HcclCommInitRootInfo,
+        comm_destroy => HcclCommDestroy,
+        get_rank_size => HcclGetRankSize,
+        get_rank_id => HcclGetRankId,
+        get_comm_async_error => HcclGetCommAsyncError,
+        all_reduce => HcclAllReduce,
+        broadcast => HcclBroadcast,
+        reduce => HcclReduce,
+        all_gather => HcclAllGather,
+        reduce_scatter => HcclReduceScatter,
+        send => HcclSend,
+        recv => HcclRecv,
+    );
+    same_opt!(
+        get_error_string => HcclGetErrorString,
+        all_to_all => HcclAlltoAll,
+        all_to_allv => HcclAlltoAllV,
+        batch_send_recv => HcclBatchSendRecv,
+    );
+    // Structs: the root info passed by pointer, the batch items passed as an array.
+    assert_eq!(
+        std::mem::size_of::<hffi::RootInfo>(),
+        std::mem::size_of::<h::HcclRootInfo>()
+    );
+    assert_eq!(hffi::ROOT_INFO_BYTES, h::HCCL_ROOT_INFO_BYTES as usize);
+    assert_eq!(
+        std::mem::size_of::<hffi::SendRecvItem>(),
+        std::mem::size_of::<h::HcclSendRecvItem>()
+    );
+    assert_eq!(
+        std::mem::align_of::<hffi::SendRecvItem>(),
+        std::mem::align_of::<h::HcclSendRecvItem>()
+    );
+    assert_eq!(
+        std::mem::offset_of!(hffi::SendRecvItem, buf),
+        std::mem::offset_of!(h::HcclSendRecvItem, buf)
+    );
+    assert_eq!(
+        std::mem::offset_of!(hffi::SendRecvItem, count),
+        std::mem::offset_of!(h::HcclSendRecvItem, count)
+    );
+    assert_eq!(
+        std::mem::offset_of!(hffi::SendRecvItem, data_type),
+        std::mem::offset_of!(h::HcclSendRecvItem, dataType)
+    );
+    assert_eq!(
+        std::mem::offset_of!(hffi::SendRecvItem, remote_rank),
+        std::mem::offset_of!(h::HcclSendRecvItem, remoteRank)
+    );
+    assert_eq!(hffi::SEND, h::HCCL_SEND as i32);
+    assert_eq!(hffi::RECV, h::HCCL_RECV as i32);
+    // Values.
+    let dtypes = [
+        (DType::I8, h::HCCL_DATA_TYPE_INT8),
+        (DType::I16, h::HCCL_DATA_TYPE_INT16),
+        (DType::I32, h::HCCL_DATA_TYPE_INT32),
+        (DType::F16, h::HCCL_DATA_TYPE_FP16),
+        (DType::F32, h::HCCL_DATA_TYPE_FP32),
+        (DType::I64, h::HCCL_DATA_TYPE_INT64),
+        (DType::U64, h::HCCL_DATA_TYPE_UINT64),
+        (DType::U8, h::HCCL_DATA_TYPE_UINT8),
+        (DType::U32, h::HCCL_DATA_TYPE_UINT32),
+        (DType::F64, h::HCCL_DATA_TYPE_FP64),
+        (DType::Bf16, h::HCCL_DATA_TYPE_BFP16),
+    ];
+    for (d, theirs) in dtypes {
+        assert_eq!(hconv::dtype(d), Some(theirs as i32), "{d}");
+    }
+    let ops = [
+        (ReduceOp::Sum, h::HCCL_REDUCE_SUM),
+        (ReduceOp::Prod, h::HCCL_REDUCE_PROD),
+        (ReduceOp::Max, h::HCCL_REDUCE_MAX),
+        (ReduceOp::Min, h::HCCL_REDUCE_MIN),
+        (ReduceOp::Avg, h::HCCL_REDUCE_SUM), // emulated: sum, then a scale
+    ];
+    for (r, theirs) in ops {
+        assert_eq!(hconv::reduce_op(r).0, theirs as i32, "{r:?}");
+    }
+    assert_eq!(hconv::SUCCESS, h::HCCL_SUCCESS as i32);
+    assert_eq!(hconv::E_NOT_SUPPORT, h::HCCL_E_NOT_SUPPORT as i32);
+    assert_eq!(hconv::E_TIMEOUT, h::HCCL_E_TIMEOUT as i32);
+    assert_eq!(hconv::E_REMOTE, h::HCCL_E_REMOTE as i32);
 }
