@@ -6,6 +6,8 @@
 //! that the capabilities say why: no f32 matmul (the 910 refuses f32 with KEEP_DTYPE; through
 //! f16 it would not be f32), and none of the AMP operators the bf16 variant uses.
 
+// The allocation-trace replay of the shared MLP is the CPU test's.
+#[allow(dead_code)]
 #[path = "support/mlp.rs"]
 mod mlp;
 
@@ -24,7 +26,9 @@ fn ascend() -> Arc<dyn Device> {
         .expect("the simulated CANN install");
         std::env::set_var("UNIHAL_ASCEND_LIB", lib64);
         std::env::set_var("UNIHAL_SIM_DEVICES", "1");
-        let dev = unihal_ascend::AscendBackend::new().open(0).expect("the simulated NPU");
+        let dev = unihal_ascend::AscendBackend::new()
+            .open(0)
+            .expect("the simulated NPU");
         assert!(dev.info().name.contains("simulated"), "{}", dev.info().name);
         dev
     })
