@@ -2,7 +2,7 @@
 //! (Ascend910B2, the simulator's default SoC: every op it needs is an aclnn operator or a
 //! composition there): the same loss bar and allocator bar as on the CPU.
 //!
-//! On the Atlas 910 (Ascend910A) it cannot run as written, and `tests/mlp_ascend_910a.rs` checks
+//! On the Atlas 910 (Ascend910A) it cannot run as written; `tests/mlp_ascend_910a.rs` checks
 //! that the capabilities say why: no f32 matmul (the 910 refuses f32 with KEEP_DTYPE; through
 //! f16 it would not be f32), and none of the AMP operators the bf16 variant uses.
 
