@@ -8,7 +8,7 @@
 //!   completion event is recorded behind it.
 //! * **Watchdog** (`unihal_nccl_api::track`): polls `HcclGetCommAsyncError` and the completion
 //!   events; an asynchronous error or an operation past its deadline (`CommConfig::timeout`,
-//!   else `UNIHAL_CCL_TIMEOUT`) fails the communicator ([`super::group::Group::fail`]).
+//!   else `UNIHAL_CCL_TIMEOUT`) fails the communicator (`Group::fail` in [`super::group`]).
 //! * **No abort in HCCL**: failing (a timeout, an asynchronous error, [`Communicator::abort`])
 //!   stops issuing (later calls return the sticky error, `Aborted` after an abort), fails the
 //!   streams with pending work, posts stand-ins for in-process peers ([`super::group`]) and
@@ -133,17 +133,17 @@ impl Reaper {
 
 /// The state a rank, its watchdog and its group share.
 pub(crate) struct Shared {
-    lib: Arc<Hccl>,
-    platform: Arc<dyn Platform>,
-    device: Arc<dyn Device>,
-    rank: usize,
-    size: usize,
-    timeout: Duration,
+    pub(super) lib: Arc<Hccl>,
+    pub(super) platform: Arc<dyn Platform>,
+    pub(super) device: Arc<dyn Device>,
+    pub(super) rank: usize,
+    pub(super) size: usize,
+    pub(super) timeout: Duration,
     /// The `HcclComm`; 0 once handed to a reaper. Every HCCL call on it holds this lock.
     raw: Mutex<usize>,
     /// No more operations: the communicator failed or was aborted.
     stopped: AtomicBool,
-    sticky: Mutex<Option<HalError>>,
+    pub(super) sticky: Mutex<Option<HalError>>,
     /// Operations in flight. Held across an issue (from before the HCCL call until its
     /// completion event is recorded), so that stopping waits for an issue in progress and the
     /// reaper sees every posted operation.
@@ -162,12 +162,12 @@ impl Shared {
         )
     }
 
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 
     /// The error of an operation after the communicator stopped.
-    fn stopped_error(&self) -> HalError {
+    pub(super) fn stopped_error(&self) -> HalError {
         self.sticky.lock().clone().unwrap_or(HalError::Aborted {
             what: "the HCCL communicator".into(),
         })
@@ -210,7 +210,7 @@ impl Shared {
     }
 
     /// Fails the communicator: this rank with `e`, its in-process peers with `Aborted`.
-    fn fail(&self, e: HalError) {
+    pub(super) fn fail(&self, e: HalError) {
         let peers = HalError::Aborted {
             what: format!(
                 "rank {} of the HCCL communicator failed ({e}); HCCL cannot abort, so its \
@@ -455,8 +455,8 @@ impl Drop for Shared {
 /// One rank of an HCCL communicator. Thread-safe; operations must be issued in the same order on
 /// every rank (HCCL's rule).
 pub struct HcclComm {
-    shared: Arc<Shared>,
-    caps: CclCaps,
+    pub(super) shared: Arc<Shared>,
+    pub(super) caps: CclCaps,
 }
 
 /// What a new rank is made of.
@@ -1063,13 +1063,12 @@ impl Communicator for HcclComm {
 
     fn split(
         &self,
-        _color: Option<u32>,
-        _key: i32,
-        _config: &CommConfig,
+        color: Option<u32>,
+        key: i32,
+        config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
-        Err(HalError::unsupported(
-            "split: the HCCL API unihal binds has no communicator split (capabilities: split false)",
-        ))
+        // HCCL has no split: emulated on the parent ([`super::split`]).
+        self.split_emulated(color, key, config)
     }
 
     fn abort(&self) {

@@ -1,4 +1,4 @@
-//! The ranks of one HCCL communicator that live in this process ([`Group`]), and what stands in
+//! The ranks of one HCCL communicator that live in this process (`Group`), and what stands in
 //! for the abort HCCL lacks.
 //!
 //! HCCL has no call that ends an operation already posted on a stream: an operation whose peers

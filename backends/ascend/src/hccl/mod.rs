@@ -20,7 +20,14 @@
 //!   the root's send buffer into its receive buffer on the stream. Grouped sends and receives
 //!   are one `HcclBatchSendRecv` (groups are claimed only when the library has it); send and
 //!   receive alone are `HcclSend`/`HcclRecv`; a count of 0 moves nothing and issues nothing on
-//!   either side. No split.
+//!   either side.
+//! * **Split** ([`split`]): HCCL has none; unihal emulates it (`CclCaps::split` true). The
+//!   ranks all-gather their `(color, key)` on the parent and place themselves with
+//!   `unihal_hal::ccl::split_place`, as every engine does; each color's leader (its new rank 0)
+//!   makes a root info, a second all-gather on the parent hands the leaders' root infos to every
+//!   rank, and each member makes its communicator with `HcclCommInitRootInfo`, bounded as
+//!   `init_rank`'s. Both exchanges are operations of the parent (watched, in its order); a rank
+//!   that cannot finish them fails the parent, as a timeout would.
 //! * **Never hang, without an abort**: each operation has a completion event and a deadline; a
 //!   watchdog polls them and `HcclGetCommAsyncError`. HCCL has no abort, so a timeout, an
 //!   asynchronous error or [`unihal_hal::Communicator::abort`] stops issuing (later calls return
@@ -33,13 +40,17 @@
 //!   synchronisation already waiting on it waits with it. The capabilities' engine string says
 //!   so.
 //! * **Open points**: HCCL's accumulation type is not documented (reported as the element
-//!   type); `HcclGetRootInfo` is called without a current device (torch_npu sets one first);
-//!   `HcclAlltoAllV` is resolved but all-to-all-v is one `HcclBatchSendRecv`.
+//!   type); `unique_id` calls `HcclGetRootInfo` without a current device (torch_npu sets one
+//!   first; a split's leaders have theirs current); `HcclAlltoAllV` is resolved but
+//!   all-to-all-v is one `HcclBatchSendRecv`; a split costs two collectives on the parent and
+//!   a full `HcclCommInitRootInfo` per child (real HCCL's init is the slow part, as for any new
+//!   communicator).
 
 pub mod comm;
 pub mod conv;
 pub mod ffi;
 pub mod group;
+pub mod split;
 
 pub use comm::HcclComm;
 
@@ -171,7 +182,7 @@ impl Engine {
             reductions,
             accumulation,
             groups: lib.batch_send_recv.is_some(),
-            split: false,
+            split: true,
             survives_dead_rank: false,
             names_missing_ranks: false,
             timeout_aborts_peers: true,
@@ -189,60 +200,6 @@ impl Engine {
             },
             (_, e) => e,
         }
-    }
-
-    /// `HcclCommInitRootInfo` for rank `rank` of `nranks` on `device`, on a helper thread with
-    /// the device current, bounded by `timeout`; the rank and size checked.
-    fn init_one(
-        &self,
-        lib: &Arc<Hccl>,
-        root: &Arc<RootInfo>,
-        (nranks, rank): (u32, u32),
-        device: &Arc<dyn Device>,
-        timeout: Duration,
-    ) -> Result<usize> {
-        let (call_lib, late_lib) = (lib.clone(), lib.clone());
-        let (platform, dev, root) = (self.platform.clone(), device.clone(), root.clone());
-        bounded(
-            "HcclCommInitRootInfo",
-            timeout,
-            move || {
-                with_current(&*platform, &dev, "HcclCommInitRootInfo", || {
-                    let mut comm: RawComm = std::ptr::null_mut();
-                    // SAFETY: a 4108-byte root info and an out-pointer to a local; the device
-                    // is current (HCCL uses the current device).
-                    let code =
-                        unsafe { (call_lib.comm_init_root_info)(nranks, &*root, rank, &mut comm) };
-                    if code != conv::SUCCESS {
-                        return Err(Engine::init_error(&call_lib, code));
-                    }
-                    let (mut size, mut id) = (0u32, 0u32);
-                    // SAFETY: a live communicator just made and out-pointers to locals.
-                    let codes = unsafe {
-                        [
-                            (call_lib.get_rank_size)(comm, &mut size),
-                            (call_lib.get_rank_id)(comm, &mut id),
-                        ]
-                    };
-                    let checked = match codes {
-                        [conv::SUCCESS, conv::SUCCESS] if (size, id) == (nranks, rank) => Ok(()),
-                        [conv::SUCCESS, conv::SUCCESS] => Err(HalError::Internal(format!(
-                            "HcclCommInitRootInfo made rank {id} of {size}, asked for rank \
-                             {rank} of {nranks}"
-                        ))),
-                        [conv::SUCCESS, c] => Err(conv::vendor(&call_lib, "HcclGetRankId", c)),
-                        [c, _] => Err(conv::vendor(&call_lib, "HcclGetRankSize", c)),
-                    };
-                    if let Err(e) = checked {
-                        comm::destroy(&call_lib, comm as usize);
-                        return Err(e);
-                    }
-                    Ok(comm as usize)
-                })
-            },
-            // A communicator nobody else holds.
-            move |late| comm::destroy(&late_lib, late),
-        )
     }
 
     fn comm(
@@ -268,6 +225,71 @@ impl Engine {
             config,
         )
     }
+}
+
+/// A new root info (`HcclGetRootInfo`, on the calling thread).
+pub(crate) fn root_info(lib: &Hccl) -> Result<Box<RootInfo>> {
+    let mut root = RootInfo::zeroed();
+    // SAFETY: an out-pointer to a 4108-byte root info.
+    let code = unsafe { (lib.get_root_info)(&mut *root) };
+    if code != conv::SUCCESS {
+        return Err(conv::vendor(lib, "HcclGetRootInfo", code));
+    }
+    Ok(root)
+}
+
+/// `HcclCommInitRootInfo` for rank `rank` of `nranks` on `device`, on a helper thread with
+/// the device current, bounded by `timeout`; the rank and size checked.
+pub(crate) fn init_comm(
+    platform: &Arc<dyn Platform>,
+    lib: &Arc<Hccl>,
+    root: &Arc<RootInfo>,
+    (nranks, rank): (u32, u32),
+    device: &Arc<dyn Device>,
+    timeout: Duration,
+) -> Result<usize> {
+    let (call_lib, late_lib) = (lib.clone(), lib.clone());
+    let (platform, dev, root) = (platform.clone(), device.clone(), root.clone());
+    bounded(
+        "HcclCommInitRootInfo",
+        timeout,
+        move || {
+            with_current(&*platform, &dev, "HcclCommInitRootInfo", || {
+                let mut comm: RawComm = std::ptr::null_mut();
+                // SAFETY: a 4108-byte root info and an out-pointer to a local; the device
+                // is current (HCCL uses the current device).
+                let code =
+                    unsafe { (call_lib.comm_init_root_info)(nranks, &*root, rank, &mut comm) };
+                if code != conv::SUCCESS {
+                    return Err(Engine::init_error(&call_lib, code));
+                }
+                let (mut size, mut id) = (0u32, 0u32);
+                // SAFETY: a live communicator just made and out-pointers to locals.
+                let codes = unsafe {
+                    [
+                        (call_lib.get_rank_size)(comm, &mut size),
+                        (call_lib.get_rank_id)(comm, &mut id),
+                    ]
+                };
+                let checked = match codes {
+                    [conv::SUCCESS, conv::SUCCESS] if (size, id) == (nranks, rank) => Ok(()),
+                    [conv::SUCCESS, conv::SUCCESS] => Err(HalError::Internal(format!(
+                        "HcclCommInitRootInfo made rank {id} of {size}, asked for rank \
+                         {rank} of {nranks}"
+                    ))),
+                    [conv::SUCCESS, c] => Err(conv::vendor(&call_lib, "HcclGetRankId", c)),
+                    [c, _] => Err(conv::vendor(&call_lib, "HcclGetRankSize", c)),
+                };
+                if let Err(e) = checked {
+                    comm::destroy(&call_lib, comm as usize);
+                    return Err(e);
+                }
+                Ok(comm as usize)
+            })
+        },
+        // A communicator nobody else holds.
+        move |late| comm::destroy(&late_lib, late),
+    )
 }
 
 /// `nranks` as HCCL's `uint32_t`.
@@ -302,14 +324,7 @@ impl Collectives for Engine {
     }
 
     fn unique_id(&self) -> Result<UniqueId> {
-        let lib = self.lib()?;
-        let mut root = RootInfo::zeroed();
-        // SAFETY: an out-pointer to a 4108-byte root info.
-        let code = unsafe { (lib.get_root_info)(&mut *root) };
-        if code != conv::SUCCESS {
-            return Err(conv::vendor(lib, "HcclGetRootInfo", code));
-        }
-        Ok(UniqueId(root.bytes()))
+        Ok(UniqueId(root_info(self.lib()?)?.bytes()))
     }
 
     fn init_rank(
@@ -336,7 +351,15 @@ impl Collectives for Engine {
         let timeout = config.timeout.unwrap_or_else(timeout_from_env);
         let group = Group::of(&id.0, nranks);
         group.arrive(rank);
-        let raw = self.init_one(&lib, &Arc::from(root), (n, rank as u32), device, timeout)?;
+        let root = Arc::from(root);
+        let raw = init_comm(
+            &self.platform,
+            &lib,
+            &root,
+            (n, rank as u32),
+            device,
+            timeout,
+        )?;
         Ok(self.comm(&lib, raw, (rank, nranks), device, &group, config))
     }
 
@@ -376,7 +399,8 @@ impl Collectives for Engine {
                 .enumerate()
                 .map(|(r, d)| {
                     let (lib, root) = (&lib, &root);
-                    sc.spawn(move || self.init_one(lib, root, (nranks, r as u32), d, timeout))
+                    let platform = &self.platform;
+                    sc.spawn(move || init_comm(platform, lib, root, (nranks, r as u32), d, timeout))
                 })
                 .collect();
             hs.into_iter()
