@@ -180,8 +180,7 @@ fn fill_with(s: &Arc<dyn Stream>, b: &Buffer, d: DType, v: f64) -> Result<()> {
 
 /// One element of `d` holding `v`.
 fn element(d: DType, v: f64) -> Vec<u8> {
-    unihal_hal::Scalar::F64(v).bits(d).to_le_bytes()[..d.size()]
-        .to_vec()
+    unihal_hal::Scalar::F64(v).bits(d).to_le_bytes()[..d.size()].to_vec()
 }
 
 /// Enqueues one operation on every rank (count per rank `c`).

@@ -9,7 +9,10 @@ fn main() {
         eprintln!("usage: make_layout <root> <libunihal_sim_cann.so>");
         std::process::exit(2);
     };
-    for layout in [unihal_sim_cann::layout::Layout::Classic, unihal_sim_cann::layout::Layout::Split] {
+    for layout in [
+        unihal_sim_cann::layout::Layout::Classic,
+        unihal_sim_cann::layout::Layout::Split,
+    ] {
         match unihal_sim_cann::layout::make(root.as_ref(), layout, object.as_ref()) {
             Ok(dir) => println!("{}", dir.display()),
             Err(e) => {

@@ -895,7 +895,10 @@ pub fn cases() -> Vec<Case> {
             Case::new(format!("ops.sgd_momentum.{n}.copy_bf16"), move |c| {
                 sgd(c, d, &COPY_BF16)
             })
-            .needs(&[Need::Op(OpId::SgdMomentum, d), Need::Op(OpId::Cast, DType::Bf16)]),
+            .needs(&[
+                Need::Op(OpId::SgdMomentum, d),
+                Need::Op(OpId::Cast, DType::Bf16),
+            ]),
         );
         v.push(
             Case::new(format!("ops.adamw.{n}"), move |c| adamw(c, d, &COPIES))
