@@ -505,6 +505,26 @@ fn fills_copies_casts_and_where() {
         aclnnCast,
     );
     assert_eq!(host::<i64>(di, 6), [1, 3, 5, 2, 4, 6]);
+    // To BOOL and UINT8, which the kernel library does not cast: non-zero (NaN too) is true,
+    // integers truncate and saturate.
+    let fx = dev(&[0f32, 1.5, -2.0, f32::NAN, 300.0, -0.0]);
+    let ft = contiguous(fx, ACL_FLOAT, &[6]);
+    let db = dev(&[7u8; 6]);
+    let bt = contiguous(db, 12, &[6]);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnCastGetWorkspaceSize(ft, 12, bt, w, e) },
+        aclnnCast,
+    );
+    assert_eq!(host::<u8>(db, 6), [0, 1, 1, 1, 1, 0]);
+    let du = dev(&[7u8; 6]);
+    let ut = contiguous(du, 4, &[6]);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnCastGetWorkspaceSize(ft, 4, ut, w, e) },
+        aclnnCast,
+    );
+    assert_eq!(host::<u8>(du, 6), [0, 1, 0, 0, 255, 0]);
     let cond = dev(&[1u8, 0, 1]);
     let ct = contiguous(cond, 12, &[3]);
     let other = dev(&[-1f32]);

@@ -12,7 +12,7 @@ use crate::conv::Err;
 use crate::nnopbase::{Scalar as AclScalar, Tensor};
 use std::ffi::{c_char, CStr};
 use std::sync::Arc;
-use unihal_hal::{OpCall, OpId, Scalar};
+use unihal_hal::{DType, OpCall, OpId, Scalar};
 
 /// `alpha * v`, integral when both are.
 fn times(alpha: Scalar, v: Scalar) -> Scalar {
@@ -171,6 +171,30 @@ aclnn_op!(aclnnCast, aclnnCastGetWorkspaceSize, "Cast",
     a.dtype(&o)?;
     if o.dtype != dtype {
         return Err(invalid(format!("dtype {dtype} but out is {}", o.dtype)));
+    }
+    // The kernel library casts among the float types, i32 and i64; aclnnCast also takes BOOL and
+    // the other integer types (op map A.4): those on the host, element by element (to BOOL:
+    // non-zero, NaN included; to integers: truncated and saturated; through f64, so 64-bit
+    // integers beyond 2^53 are rounded, which the operator's documentation leaves open).
+    let kernel = |d: DType| {
+        matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::Bf16 | DType::I32 | DType::I64)
+    };
+    let (xd, od) = (a.dtype(&x)?, a.dtype(&o)?);
+    if !(kernel(xd) && kernel(od)) && xd != od {
+        if x.numel() != o.numel() || x.view != o.view {
+            return Err(invalid("self and out must have the same shape"));
+        }
+        return Ok(Arc::new(move |b: &mut Build| {
+            let (x, o) = (x.clone(), o.clone());
+            b.host(move || {
+                for (s, d) in super::host::addrs(&x).into_iter().zip(super::host::addrs(&o)) {
+                    // SAFETY: elements of live descriptors (checked at enqueue).
+                    unsafe { super::host::write(d, od, super::host::read(s, xd)) };
+                }
+                Ok(())
+            });
+            Ok(())
+        }));
     }
     Ok(Arc::new(move |b: &mut Build| {
         let (xv, ov) = (b.view(&x)?, b.view(&o)?);
