@@ -70,6 +70,11 @@ pub struct OptionalCaps {
     /// the same seed and offset; false: the device's own generator (e.g. Ascend's aclnn), checked
     /// statistically.
     pub bitwise_rng: bool,
+    /// Library ops run an operand with a negative stride through a dense copy (the vendor's
+    /// operator library takes no negative stride, e.g. aclnn's descriptors): the same results, at
+    /// the cost of a temporary and two extra passes. Views with non-negative strides (transposes,
+    /// broadcasts, offsets) always go to the operators as they are.
+    pub negative_strides_copied: bool,
     /// Library ops `Stream::run_op` runs, each with the dtypes it runs in (the dtype of the op's
     /// first output; for `cast`, every listed dtype converts to every other).
     pub ops: BTreeMap<OpId, Vec<DType>>,

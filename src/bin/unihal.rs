@@ -248,6 +248,7 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
                 (o.host_callbacks, "host-callbacks"),
                 (o.stream_ordered_alloc, "stream-ordered-alloc"),
                 (o.fault_poisons_device, "fault-poisons-device"),
+                (o.negative_strides_copied, "negative-strides-copied"),
             ]
             .iter()
             .filter(|(on, _)| *on)

@@ -72,6 +72,7 @@ pub(crate) fn open(cann: &'static Cann, id: DeviceId) -> Result<Arc<AscendDevice
             timer_resolution_ns: Some(1000),
             ops: crate::soc::table(class),
             bitwise_rng: false,
+            negative_strides_copied: true,
         },
     };
     let info = DeviceInfo {

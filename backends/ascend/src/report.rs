@@ -9,6 +9,11 @@
 //! Callbacks are queued `ACL_CALLBACK_BLOCK`: the stream goes on after the callback returned,
 //! which is what the HAL's host callbacks promise (work queued after one runs after it).
 //!
+//! Callbacks the runtime will never deliver: every callback is registered until it runs; when a
+//! retired stream has failed (its query reports the error), it is destroyed and the callbacks it
+//! still held run on its report thread, since nothing of the stream runs any more (the shared
+//! layer's final release among them, which would otherwise leak what the stream kept).
+//!
 //! Retiring: a stream with a report thread is not destroyed at once (its callbacks, the shared
 //! layer's final release among them, still need the thread). [`destroy`] hands it to its
 //! thread, which waits until `aclrtStreamQuery` says the stream's work ran, then unsubscribes,
@@ -35,6 +40,34 @@ const POLL_MS: i32 = 20;
 struct Reporter {
     thread: u64,
     retire: Arc<AtomicBool>,
+}
+
+/// A callback queued and not yet run: its function and data, and its stream.
+struct Pending {
+    f: Callback,
+    data: usize,
+    stream: usize,
+}
+
+/// Callbacks queued and not yet run, by id (the id is what the runtime hands back).
+fn pending() -> &'static Mutex<HashMap<u64, Pending>> {
+    static P: std::sync::OnceLock<Mutex<HashMap<u64, Pending>>> = std::sync::OnceLock::new();
+    P.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Runs the callback registered under `id` once (whoever takes it first: the runtime's delivery
+/// or a retired stream's report thread).
+fn run_pending(id: u64) {
+    let taken = pending().lock().remove(&id);
+    if let Some(p) = taken {
+        // SAFETY: the function and data `launch` was given, called once (removed above).
+        unsafe { (p.f)(p.data as *mut std::ffi::c_void) };
+    }
+}
+
+/// What the runtime calls: the registered callback `user` names.
+unsafe extern "C" fn deliver(user: *mut std::ffi::c_void) {
+    run_pending(user as u64);
 }
 
 /// The report threads, by stream handle.
@@ -77,6 +110,16 @@ fn start(cann: &'static Cann, ctx: Handle, stream: Handle) -> Result<u64> {
                 if rc != 0 {
                     tracing::warn!(target: "unihal::ascend", "{}", cann.vendor("aclrtDestroyStream", rc));
                 }
+            }
+            // The stream is gone: callbacks it never delivered (it failed) run here.
+            let left: Vec<u64> = pending()
+                .lock()
+                .iter()
+                .filter(|(_, p)| p.stream == stream_u)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in left {
+                run_pending(id);
             }
         })
         .map_err(|e| HalError::Internal(format!("no report thread: {e}")))?;
@@ -133,10 +176,26 @@ pub unsafe fn launch(
         })?;
         start(cann, ctx, stream)?;
     }
-    // SAFETY: the caller's contract for `f` and `data`; a live stream with a subscribed thread.
-    cann.check("aclrtLaunchCallback", unsafe {
-        (cann.acl.launch_callback)(f, data, CALLBACK_BLOCK, stream)
-    })
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    pending().lock().insert(
+        id,
+        Pending {
+            f,
+            data: data as usize,
+            stream: stream as usize,
+        },
+    );
+    // SAFETY: `deliver` takes any id (it runs the registered callback at most once); a live
+    // stream with a subscribed thread.
+    let r = cann.check("aclrtLaunchCallback", unsafe {
+        (cann.acl.launch_callback)(deliver, id as *mut std::ffi::c_void, CALLBACK_BLOCK, stream)
+    });
+    if r.is_err() {
+        // Not queued: never called (the caller gets `f` back unrun).
+        pending().lock().remove(&id);
+    }
+    r
 }
 
 /// Destroys `stream` once its queued work ran: at once when it has no report thread, else by

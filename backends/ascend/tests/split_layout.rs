@@ -55,6 +55,10 @@ fn the_split_layout_on_an_atlas_910() {
     let caps = dev.capabilities();
     assert_eq!(caps.optional.arch.as_deref(), Some("Ascend910A"));
     assert!(!caps.optional.bitwise_rng, "the NPU's own generator");
+    assert!(
+        caps.optional.negative_strides_copied,
+        "aclnn takes no negative stride"
+    );
     // The 910's table: no RMS norm, no Exp, f16 matmul only, no BF16 arithmetic.
     assert!(!caps.optional.ops.contains_key(&OpId::RmsNorm));
     assert!(!caps.optional.ops.contains_key(&OpId::Exp));

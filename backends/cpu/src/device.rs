@@ -97,6 +97,7 @@ impl CpuDevice {
                 fault_poisons_device: false,
                 timer_resolution_ns: Some(1),
                 bitwise_rng: true,
+                negative_strides_copied: false,
                 ops: unihal_kernels::support(),
             },
         };

@@ -64,6 +64,7 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                 timer_resolution_ns: Some(500),
                 // The portable library's Philox generator, as on every backend that runs it.
                 bitwise_rng: true,
+                negative_strides_copied: false,
                 // The portable library, when NVRTC is there to compile it.
                 ops: match crate::library::nvrtc() {
                     Ok(_) => unihal_kernels::support(),

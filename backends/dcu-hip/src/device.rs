@@ -159,6 +159,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 fault_poisons_device: true,
                 timer_resolution_ns: Some(1000),
                 bitwise_rng: true,
+                negative_strides_copied: false,
                 ops,
             },
         };

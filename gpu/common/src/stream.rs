@@ -730,11 +730,19 @@ impl<R: Runtime> Drop for GpuStream<R> {
                     });
                 };
                 if let Err((e, release)) = launch_host_fn(rt, raw, Box::new(release)) {
-                    // Queued work may still use what the stream kept, and waiting for it here
-                    // could hang: leaked on purpose (memory, handles, host-buffer uses).
-                    std::mem::forget(release);
-                    tracing::warn!(target: "unihal::gpu",
-                        "stream release: {e}; what its work used is leaked");
+                    match rt.stream_query(raw) {
+                        // Nothing of the stream runs any more: its work completed, or it failed
+                        // and the runtime stopped it (a runtime refuses a host function on such
+                        // a stream, ACL's among them). What it kept is released now.
+                        Ok(true) | Err(_) => release(),
+                        // Queued work may still use what the stream kept, and waiting for it
+                        // here could hang: leaked on purpose (memory, handles, host-buffer uses).
+                        Ok(false) => {
+                            std::mem::forget(release);
+                            tracing::warn!(target: "unihal::gpu",
+                                "stream release: {e}; what its work used is leaked");
+                        }
+                    }
                 }
                 // SAFETY: a live stream, destroyed once; the runtime lets queued work finish.
                 unsafe { rt.stream_destroy(raw) }
