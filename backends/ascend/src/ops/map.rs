@@ -29,6 +29,22 @@ use unihal_hal::{
 
 type D = crate::ffi::nnopbase::Desc;
 
+/// The common start of the cross-entropy compositions ([`Exec::ce_setup`]).
+struct Ce {
+    n: u64,
+    c: u64,
+    reduction: i64,
+    ignore: i64,
+    /// Label smoothing.
+    s: f64,
+    /// The reduction in `aclnnNLLLoss`'s numbering.
+    nll_red: i64,
+    /// The logits in f32.
+    x: TensorView,
+    /// Their log-softmax.
+    logp: TensorView,
+}
+
 fn f(v: f64) -> Scalar {
     Scalar::F64(v)
 }
@@ -291,13 +307,12 @@ impl Exec<'_> {
         Ok(valid)
     }
 
-    fn cross_entropy(&mut self, call: &OpCall) -> Result<()> {
-        let t = &call.tensors;
-        let (logits, target, loss) = (&t[0], &t[1], &t[2]);
+    /// What both cross-entropy directions start from: the sizes and options, the logits in
+    /// f32 and their log-softmax.
+    fn ce_setup(&mut self, call: &OpCall) -> Result<Ce> {
+        let logits = &call.tensors[0];
         let (n, c) = (logits.shape[0], logits.shape[1]);
         let reduction = sc(call, 0) as i64;
-        let ignore = sc(call, 1) as i64;
-        let s = sc(call, 2);
         // HAL reduction: 0 mean, 1 sum, 2 none; NLL: 0 none, 1 mean, 2 sum.
         let nll_red = match reduction {
             0 => 1,
@@ -307,6 +322,31 @@ impl Exec<'_> {
         let x = self.as_f32(logits)?;
         let logp = self.temp(DType::F32, &[n, c])?;
         self.softmax(true, &x, 1, &logp)?;
+        Ok(Ce {
+            n,
+            c,
+            reduction,
+            ignore: sc(call, 1) as i64,
+            s: sc(call, 2),
+            nll_red,
+            x,
+            logp,
+        })
+    }
+
+    fn cross_entropy(&mut self, call: &OpCall) -> Result<()> {
+        let t = &call.tensors;
+        let (target, loss) = (&t[1], &t[2]);
+        let Ce {
+            n,
+            c,
+            reduction,
+            ignore,
+            s,
+            nll_red,
+            x: _,
+            logp,
+        } = self.ce_setup(call)?;
         if s == 0.0 {
             return self.nll(&logp, target, nll_red, ignore, loss);
         }
@@ -334,19 +374,17 @@ impl Exec<'_> {
 
     fn cross_entropy_backward(&mut self, call: &OpCall) -> Result<()> {
         let t = &call.tensors;
-        let (logits, target, dloss, dlogits) = (&t[0], &t[1], &t[2], &t[3]);
-        let (n, c) = (logits.shape[0], logits.shape[1]);
-        let reduction = sc(call, 0) as i64;
-        let ignore = sc(call, 1) as i64;
-        let s = sc(call, 2);
-        let nll_red = match reduction {
-            0 => 1,
-            1 => 2,
-            _ => 0,
-        };
-        let x = self.as_f32(logits)?;
-        let logp = self.temp(DType::F32, &[n, c])?;
-        self.softmax(true, &x, 1, &logp)?;
+        let (target, dloss, dlogits) = (&t[1], &t[2], &t[3]);
+        let Ce {
+            n,
+            c,
+            reduction: _,
+            ignore,
+            s,
+            nll_red,
+            x,
+            logp,
+        } = self.ce_setup(call)?;
         // A = NLL backward: -g' at each counted row's target (g' = dloss, / count for mean).
         let a_t = self.temp(DType::F32, &[n, c])?;
         {
