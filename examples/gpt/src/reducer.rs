@@ -5,7 +5,8 @@
 //! Ordering is by events only: the compute stream records a bucket's "ready" event after the
 //! bucket's last gradient op, the communication stream waits for it and all-reduces the bucket;
 //! after the backward pass the compute stream waits for the communication stream's last record.
-//! The same two timing events give the time the compute stream spent waiting for communication.
+//! Two timing events on the compute stream, recorded just before and just after that wait, give
+//! the time it spent waiting for communication (both on one stream: ACL times no other pair).
 
 use crate::exec::{view, Exec};
 use crate::model::ParamSpec;
@@ -37,8 +38,10 @@ pub struct Reducer {
     dtype: DType,
     overlap: bool,
     comm: Option<(Arc<dyn Communicator>, Arc<dyn Stream>)>,
-    backward_done: Arc<dyn Event>,
     comm_done: Arc<dyn Event>,
+    /// Timing events on the compute stream around its wait for `comm_done`.
+    wait_start: Arc<dyn Event>,
+    wait_end: Arc<dyn Event>,
 }
 
 impl Reducer {
@@ -122,8 +125,9 @@ impl Reducer {
             dtype,
             overlap,
             comm,
-            backward_done: event(true)?,
-            comm_done: event(true)?,
+            comm_done: event(false)?,
+            wait_start: event(true)?,
+            wait_end: event(true)?,
         })
     }
 
@@ -179,8 +183,6 @@ impl Reducer {
     /// # Errors
     /// The engine's or the backend's.
     pub fn finish(&mut self, x: &Exec) -> Result<(), Error> {
-        x.s.record_event(&self.backward_done)
-            .map_err(Error::hal("record_event"))?;
         let Some((_, cs)) = &self.comm else {
             return Ok(());
         };
@@ -192,8 +194,11 @@ impl Reducer {
         debug_assert!(self.pending.iter().all(|&p| p == 0));
         cs.record_event(&self.comm_done)
             .map_err(Error::hal("record_event"))?;
+        let record = |e: &Arc<dyn Event>| x.s.record_event(e).map_err(Error::hal("record_event"));
+        record(&self.wait_start)?;
         x.s.wait_event(&self.comm_done)
-            .map_err(Error::hal("wait_event"))
+            .map_err(Error::hal("wait_event"))?;
+        record(&self.wait_end)
     }
 
     /// Milliseconds the compute stream waited for communication in the last step: from the end of
@@ -207,8 +212,8 @@ impl Reducer {
             return Ok(0.0);
         }
         let ms = self
-            .backward_done
-            .elapsed_ms(&*self.comm_done)
+            .wait_start
+            .elapsed_ms(&*self.wait_end)
             .map_err(Error::hal("elapsed_ms"))?;
         Ok(f64::from(ms).max(0.0))
     }

@@ -21,6 +21,10 @@ use unihal::{
     OpCall, OpId, ParamGroup, ReduceOp, Scalar, TensorView,
 };
 
+/// Steps of the learning rate's linear warm-up (whatever the run's length, so short runs follow
+/// the same schedule as long ones).
+pub const WARMUP_STEPS: usize = 20;
+
 /// Everything a run needs besides its devices.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TrainConfig {
@@ -36,7 +40,7 @@ pub struct TrainConfig {
     pub batch: usize,
     /// Micro-batches per step (gradient accumulation).
     pub accum: usize,
-    /// Peak learning rate (after a linear warm-up over the first tenth of the steps, at most 20).
+    /// Peak learning rate, reached by a linear warm-up over the first [`WARMUP_STEPS`] steps.
     pub lr: f64,
     pub weight_decay: f64,
     /// Global gradient-norm clipping threshold.
@@ -98,8 +102,7 @@ impl TrainConfig {
     }
 
     fn lr_at(&self, step: usize) -> f64 {
-        let warmup = (self.steps / 10).clamp(1, 20);
-        self.lr * ((step + 1) as f64 / warmup as f64).min(1.0)
+        self.lr * ((step + 1) as f64 / WARMUP_STEPS as f64).min(1.0)
     }
 }
 

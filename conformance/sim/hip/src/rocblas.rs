@@ -194,7 +194,33 @@ impl Gemm {
         };
         let round = |x: f64| if self.f64_compute { x } else { x as f32 as f64 };
         for batch in 0..self.count {
-            let (a, b) = (read(mem, &self.a, batch)?, read(mem, &self.b, batch)?);
+            // Operands decoded and packed once per batch (A by rows, B by columns), so each
+            // output element is a dot product of two dense slices, accumulated in the same order
+            // (p = 0..k) and rounded as the compute type at every operation.
+            let (k, m, n) = (self.k as usize, self.m as usize, self.n as usize);
+            let (ab, bb) = (read(mem, &self.a, batch)?, read(mem, &self.b, batch)?);
+            let mut a = Vec::with_capacity(m * k);
+            for i in 0..self.m {
+                for p in 0..self.k {
+                    let ai = if self.ta {
+                        p + i * self.a.ld
+                    } else {
+                        i + p * self.a.ld
+                    };
+                    a.push(get(self.ty, &ab, ai as usize));
+                }
+            }
+            let mut b = Vec::with_capacity(n * k);
+            for j in 0..self.n {
+                for p in 0..self.k {
+                    let bi = if self.tb {
+                        j + p * self.b.ld
+                    } else {
+                        p + j * self.b.ld
+                    };
+                    b.push(get(self.ty, &bb, bi as usize));
+                }
+            }
             // beta == 0: C is not read (it may hold anything, NaN included).
             let c = if self.beta != 0.0 {
                 Some(read(mem, &self.c, batch)?)
@@ -202,31 +228,36 @@ impl Gemm {
                 None
             };
             let mut d = read(mem, &self.d, batch)?;
-            for j in 0..self.n {
-                for i in 0..self.m {
-                    let mut acc = 0.0f64;
-                    for p in 0..self.k {
-                        let ai = if self.ta {
-                            p + i * self.a.ld
-                        } else {
-                            i + p * self.a.ld
-                        };
-                        let bi = if self.tb {
-                            j + p * self.b.ld
-                        } else {
-                            p + j * self.b.ld
-                        };
-                        let prod =
-                            round(get(self.ty, &a, ai as usize) * get(self.ty, &b, bi as usize));
-                        acc = round(acc + prod);
-                    }
+            // f32 compute: f32 arithmetic is exactly the f64 operation rounded to f32 (the
+            // operands are f32 values), so the two paths below agree with rounding each step.
+            let (a32, b32): (Vec<f32>, Vec<f32>) = if self.f64_compute {
+                (Vec::new(), Vec::new())
+            } else {
+                (
+                    a.iter().map(|&x| x as f32).collect(),
+                    b.iter().map(|&x| x as f32).collect(),
+                )
+            };
+            for j in 0..n {
+                for i in 0..m {
+                    let acc = if self.f64_compute {
+                        let (ar, br) = (&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
+                        ar.iter().zip(br).fold(0.0f64, |acc, (x, y)| acc + x * y)
+                    } else {
+                        let (ar, br) = (&a32[i * k..(i + 1) * k], &b32[j * k..(j + 1) * k]);
+                        f64::from(ar.iter().zip(br).fold(0.0f32, |acc, (x, y)| acc + x * y))
+                    };
                     let mut v = round(self.alpha * acc);
                     if let Some(c) = &c {
-                        v = round(
-                            v + round(self.beta * get(self.ty, c, (i + j * self.c.ld) as usize)),
-                        );
+                        let ci = i as i64 + j as i64 * self.c.ld;
+                        v = round(v + round(self.beta * get(self.ty, c, ci as usize)));
                     }
-                    put(self.ty, &mut d, (i + j * self.d.ld) as usize, v);
+                    put(
+                        self.ty,
+                        &mut d,
+                        (i as i64 + j as i64 * self.d.ld) as usize,
+                        v,
+                    );
                 }
             }
             mem.write(self.d.addr + (batch * self.d.stride * esz) as u64, &d)?;
