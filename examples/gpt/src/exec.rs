@@ -59,7 +59,7 @@ impl Exec {
     pub fn run(&self, call: OpCall) -> Result<(), Error> {
         self.s.run_op(&call).map_err(|e| Error::Op {
             op: call.op.to_string(),
-            source: e,
+            source: Box::new(e),
         })
     }
 

@@ -36,7 +36,7 @@ pub mod train;
 pub use data::Corpus;
 pub use train::{train_devices, train_rank, Report, StepStats, TrainConfig};
 
-/// What can go wrong in a run.
+/// What can go wrong in a run. HAL errors are boxed: they are large and rare.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration cannot run (sizes, dtype, or what the backend supports).
@@ -46,13 +46,13 @@ pub enum Error {
     #[error("op {op}: {source}")]
     Op {
         op: String,
-        source: unihal::HalError,
+        source: Box<unihal::HalError>,
     },
     /// Another HAL call failed.
     #[error("{what}: {source}")]
     Hal {
         what: &'static str,
-        source: unihal::HalError,
+        source: Box<unihal::HalError>,
     },
     /// A rank's thread panicked.
     #[error("a rank's thread panicked")]
@@ -62,6 +62,9 @@ pub enum Error {
 impl Error {
     /// A mapper from a HAL error of call `what` (for `map_err`).
     pub fn hal(what: &'static str) -> impl FnOnce(unihal::HalError) -> Error {
-        move |source| Error::Hal { what, source }
+        move |source| Error::Hal {
+            what,
+            source: Box::new(source),
+        }
     }
 }

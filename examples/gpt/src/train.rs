@@ -609,18 +609,15 @@ pub fn train_devices(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Panic)))
+            .map(|h| h.join().unwrap_or(Err(Error::Panic)))
             .collect()
     });
     // The error to report is the one that aborted the others, not an `Aborted` it caused.
-    let root = |e: &Error| {
-        !matches!(
-            e,
-            Error::Hal {
-                source: unihal::HalError::Aborted { .. },
-                ..
-            }
-        )
+    let root = |e: &Error| match e {
+        Error::Hal { source, .. } | Error::Op { source, .. } => {
+            !matches!(**source, unihal::HalError::Aborted { .. })
+        }
+        _ => true,
     };
     let mut errors: Vec<Error> = Vec::new();
     let mut reports = Vec::with_capacity(devices);

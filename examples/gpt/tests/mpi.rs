@@ -1,0 +1,61 @@
+//! Two processes under `mpirun` on the CPU backend's MPI engine (built with `--features mpi`) train
+//! as two devices of one process do, to 1e-5 relative per step. Fails, never skips, when `mpirun`
+//! is missing: this target exists only to run under MPI.
+
+use gpt::{Corpus, TrainConfig};
+use std::process::Command;
+
+#[test]
+fn two_mpi_processes_match_two_in_process_devices() {
+    let dir = std::env::temp_dir().join(format!("unihal-gpt-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let launcher = std::env::var("UNIHAL_MPIRUN").unwrap_or_else(|_| "mpirun".into());
+    let out = Command::new(launcher)
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+        .arg(env!("CARGO_BIN_EXE_gpt"))
+        .args([
+            "--backend",
+            "cpu",
+            "--steps",
+            "10",
+            "--sample",
+            "0",
+            "--json",
+        ])
+        .arg(&json)
+        .env("UNIHAL_CPU_CCL", "mpi")
+        .env("UNIHAL_CCL_TIMEOUT", "60")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start mpirun ({e}); install openmpi-bin"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "mpirun failed:\n{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["ranks"], 2, "{text}");
+    let mpi: Vec<f32> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["loss"].as_f64().unwrap() as f32)
+        .collect();
+    let cfg = TrainConfig {
+        steps: 10,
+        ..TrainConfig::default()
+    };
+    let backend = unihal::registry().get("cpu").unwrap();
+    let local = gpt::train_devices(&*backend, 2, &Corpus::documentation(), &cfg, &|_| {})
+        .unwrap()
+        .losses();
+    for (i, (a, b)) in local.iter().zip(&mpi).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs(),
+            "step {i}: mpirun {b}, in process {a}\n{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
