@@ -9,7 +9,7 @@
 //     launch. GPUs: a grid-stride loop. CPU: each block (one call of the host kernel) walks one
 //     contiguous chunk, so the compiler can vectorise it;
 //   * block-level primitives for row kernels (UH_TID, UH_LANES, UH_SHARED, uh_block_reduce), a
-//     kernel fault report (uh_fault), and a vectorisable exp (uh_exp_fast);
+//     kernel fault report (uh_fault), and a vectorisable exp and tanh (uh_exp_fast, uh_tanh_fast);
 //   * f16 and bf16 as raw 16-bit patterns with exact widening and round-to-nearest-even narrowing,
 //     so every compiler accepts them (hiprtc 5.2 breaks on hip_fp16.h; NVRTC needs no header);
 //   * the Philox4x32-10 counter-based generator and the float math used by the random ops, written
@@ -38,6 +38,8 @@ typedef int64_t uh_i64;
 typedef uint64_t uh_u64;
 #define UH_DEV static inline
 #define UH_MEMBER inline
+// Element math that loops must inline to vectorise (a call in the loop body stops GCC).
+#define UH_DEV_INLINE static inline __attribute__((always_inline))
 #else
 typedef signed char uh_i8;
 typedef unsigned char uh_u8;
@@ -49,6 +51,7 @@ typedef long long uh_i64;
 typedef unsigned long long uh_u64;
 #define UH_DEV static __device__ __forceinline__
 #define UH_MEMBER __device__ __forceinline__
+#define UH_DEV_INLINE UH_DEV
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -311,7 +314,7 @@ UH_DEV float uh_normal(uh_philox_out r) {
 // exp(x) in f32 from IEEE operations only, without branches so that it vectorises (about 1 ulp):
 // x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), a degree-7 polynomial for e^r, then two exact
 // power-of-two scalings so that results from subnormal to overflow come out right.
-UH_DEV float uh_exp_fast(float x) {
+UH_DEV_INLINE float uh_exp_fast(float x) {
     float c = x < -104.0f ? -104.0f : x;
     c = c > 89.0f ? 89.0f : c;
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest
@@ -330,6 +333,26 @@ UH_DEV float uh_exp_fast(float x) {
     float s2 = uh_u2f((uh_u32)(ni - h + 127) << 23);
     float y = p * s1 * s2;
     return x != x ? x : y;
+}
+
+// tanh(x) in f32 from IEEE operations only, without branches so that it vectorises (a few ulp):
+// for |x| < 0.4 the odd Taylor series to x^13 (the next term is below 4e-9 relative), otherwise
+// 1 - 2 / (e^(2|x|) + 1) with the sign restored (no cancellation there: |tanh| > 0.37).
+// Saturates to +-1 (uh_exp_fast clamps), NaN propagates.
+UH_DEV_INLINE float uh_tanh_fast(float x) {
+    float a = uh_u2f(uh_f2u(x) & 0x7fffffffu);
+    float x2 = x * x;
+    float p = 21844.0f / 6081075.0f;
+    p = p * x2 - 1382.0f / 155925.0f;
+    p = p * x2 + 62.0f / 2835.0f;
+    p = p * x2 - 17.0f / 315.0f;
+    p = p * x2 + 2.0f / 15.0f;
+    p = p * x2 - 1.0f / 3.0f;
+    float small = x + x * x2 * p;
+    float big = 1.0f - 2.0f / (uh_exp_fast(2.0f * a) + 1.0f);
+    big = uh_u2f(uh_f2u(big) | (uh_f2u(x) & 0x80000000u));
+    float r = a < 0.4f ? small : big;
+    return x != x ? x : r;
 }
 
 #endif // UH_DIALECT_H

@@ -170,7 +170,7 @@ UH_DEV float uh_log(float x) { return logf(x); }
 UH_DEV double uh_log(double x) { return log(x); }
 UH_DEV float uh_sqrt(float x) { return sqrtf(x); }
 UH_DEV double uh_sqrt(double x) { return sqrt(x); }
-UH_DEV float uh_tanh(float x) { return tanhf(x); }
+UH_DEV_INLINE float uh_tanh(float x) { return uh_tanh_fast(x); }
 UH_DEV double uh_tanh(double x) { return tanh(x); }
 UH_DEV float uh_erf(float x) { return erff(x); }
 UH_DEV double uh_erf(double x) { return erf(x); }
@@ -213,8 +213,10 @@ struct uh_op_rsqrt { template <class C> UH_DEV C f(C x) { return (C)1 / uh_sqrt(
 struct uh_op_tanh { template <class C> UH_DEV C f(C x) { return uh_tanh(x); } };
 struct uh_op_sigmoid { template <class C> UH_DEV C f(C x) { return (C)1 / ((C)1 + uh_exp(-x)); } };
 struct uh_op_relu { template <class C> UH_DEV C f(C x) { return (x > (C)0 || x != x) ? x : (C)0; } };
+// The GELU functors are forced inline: they are large enough that GCC would call them from the
+// loop, which then does not vectorise.
 struct uh_op_gelu_tanh {
-    template <class C> UH_DEV C f(C x) {
+    template <class C> UH_DEV_INLINE C f(C x) {
         C u = (C)UH_GELU_K * (x + (C)0.044715 * x * x * x);
         return (C)0.5 * x * ((C)1 + uh_tanh(u));
     }
@@ -227,12 +229,15 @@ struct uh_op_silu { template <class C> UH_DEV C f(C x) { return x / ((C)1 + uh_e
 // Backward functors: dx = g(x, dy).
 struct uh_op_relu_backward { template <class C> UH_DEV C f(C x, C dy) { return x > (C)0 ? dy : (C)0; } };
 struct uh_op_gelu_tanh_backward {
-    template <class C> UH_DEV C f(C x, C dy) {
+    template <class C> UH_DEV_INLINE C f(C x, C dy) {
         C x2 = x * x;
         C t = uh_tanh((C)UH_GELU_K * (x + (C)0.044715 * x2 * x));
         C sech2 = (C)1 - t * t;
-        // Where tanh saturates the second term is exactly 0 (also when x*x overflows).
-        C d = (C)0.5 * ((C)1 + t) + (sech2 == (C)0 ? (C)0 : (C)0.5 * x * sech2 * (C)UH_GELU_K * ((C)1 + (C)0.134145 * x2));
+        // The second term through x clamped to [-10, 10]: beyond, tanh is exactly +-1 so sech2 is
+        // 0 and the term exactly 0, and the clamp keeps x*x from overflowing into 0 * inf. No
+        // branch, so the loop vectorises.
+        C xc = x < (C)-10 ? (C)-10 : x > (C)10 ? (C)10 : x;
+        C d = (C)0.5 * ((C)1 + t) + (C)0.5 * xc * sech2 * (C)UH_GELU_K * ((C)1 + (C)0.134145 * xc * xc);
         return dy * d;
     }
 };

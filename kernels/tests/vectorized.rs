@@ -75,3 +75,29 @@ fn row_kernels_are_vectorised_in_the_avx2_variant() {
         "avx2 reduce_sum f32 has no packed adds:\n{sum}"
     );
 }
+
+#[test]
+fn gelu_tanh_is_vectorised_without_libm_calls() {
+    // GELU (tanh form) and its gradient carry a transformer's MLP: their tanh is uh_tanh_fast,
+    // branch-free, so both vectorise instead of calling tanhf once per element.
+    let lib = env!("UNIHAL_KERNELS_LIB_UH_AVX2");
+    for (entry, run, name) in [
+        (
+            "uh_avx2_uh_gelu_tanh_f32",
+            "uh_unary_k<uh_f32_t, uh_op_gelu_tanh>::run(uh_host_ctx const*, uh_args const&)",
+            "gelu_tanh",
+        ),
+        (
+            "uh_avx2_uh_gelu_tanh_backward_f32",
+            "uh_unary_backward_k<uh_f32_t, uh_op_gelu_tanh_backward>::run(uh_host_ctx const*, uh_args const&)",
+            "gelu_tanh_backward",
+        ),
+    ] {
+        let code = kernel(lib, entry, run);
+        assert!(
+            code.contains("vdivps") && code.contains("ymm"),
+            "avx2 {name} f32 has no packed divides:\n{code}"
+        );
+        assert!(!code.contains("tanhf"), "avx2 {name} f32 calls tanhf:\n{code}");
+    }
+}
