@@ -1,11 +1,22 @@
 // The CPU translation unit of the portable kernel library. Compiled once per ISA variant with
 // UH_VARIANT set (uh_base, uh_avx2, uh_avx512); each variant exports its entry points under
 // `<variant>_<name>` and a table `<variant>_kernels` that the Rust side turns into a host symbol table.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+// Everything the headers define gets internal linkage, so each ISA variant's translation unit
+// keeps its own copy of every template instance. With external linkage the three variants'
+// copies of, say, `uh_softmax_k<uh_f32_t, 0, 1>::run` are one COMDAT symbol and the linker keeps
+// one of them for all: an AVX-512 entry point then runs the base variant's SSE code for every
+// kernel body the compiler did not inline.
+namespace {
 #include "uh_dialect.h"
 #include "uh_ops.h"
 #include "uh_nn.h"
 #include "uh_gemm.h"
 #include "uh_optim.h"
+} // namespace
 
 #define UH_CAT2(a, b) a##b
 #define UH_CAT(a, b) UH_CAT2(a, b)

@@ -101,3 +101,34 @@ fn gelu_tanh_is_vectorised_without_libm_calls() {
         assert!(!code.contains("tanhf"), "avx2 {name} f32 calls tanhf:\n{code}");
     }
 }
+
+#[test]
+fn variants_export_only_their_own_entry_points() {
+    // A C++ symbol with external linkage in a variant library (a template instance's weak, COMDAT
+    // definition) is merged with the other variants' copies at link time, and the linker keeps
+    // one: the AVX-512 entry points then run the base variant's SSE code. Every global symbol a
+    // variant defines must be its own, prefixed entry point or table.
+    for (lib, prefix) in [
+        (env!("UNIHAL_KERNELS_LIB_UH_BASE"), "uh_base_"),
+        (env!("UNIHAL_KERNELS_LIB_UH_AVX2"), "uh_avx2_"),
+        (env!("UNIHAL_KERNELS_LIB_UH_AVX512"), "uh_avx512_"),
+    ] {
+        let out = Command::new("nm")
+            .args(["-g", "--defined-only", lib])
+            .output()
+            .expect("nm (binutils) is installed with the C toolchain");
+        assert!(out.status.success(), "nm failed on {lib}");
+        let foreign: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .filter(|s| !s.starts_with(prefix))
+            .map(str::to_string)
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "{lib} defines {} global symbols outside its prefix {prefix}, e.g. {:?}",
+            foreign.len(),
+            &foreign[..foreign.len().min(5)]
+        );
+    }
+}
