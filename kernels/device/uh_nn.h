@@ -63,6 +63,51 @@ UH_DEV A uh_row_reduce(uh_i64 len, A init, Op op, F val, A *scratch) {
 // stride axis[0].
 
 // Kind: 0 sum, 1 mean, 2 max, 3 min.
+#ifdef UH_CPU
+// CPU: a reduction along a strided axis whose consecutive outputs are consecutive in x and in out
+// (a leading-axis reduction such as a bias gradient over [rows, k]). Instead of walking each
+// output's strided column, tiles of UH_COLS outputs walk x row by row with contiguous, vectorised
+// loads. Each output keeps uh_row_reduce's lane partials (value j goes to lane j % UH_LANES, in
+// increasing j) and combines them in the same order, so the results are bit-identical to the
+// column walk. Returns false (nothing done) when the layout does not fit.
+#define UH_COLS 16
+template <class T, class Op>
+UH_DEV bool uh_reduce_cols(uh_ctx_t ctx, const uh_args &a, typename T::compute init, Op op, bool mean) {
+    typedef typename T::storage S;
+    typedef typename T::compute A;
+    const uh_i64 len = a.len, st = a.axis[0];
+    if (st == 1 || a.ndim < 1 || a.stride[0][a.ndim - 1] != 1 || a.stride[1][a.ndim - 1] != 1) return false;
+    const S *x = (const S *)a.ptr[0];
+    S *out = (S *)a.ptr[1];
+    const uh_i64 inner = a.size[a.ndim - 1];
+    uh_i64 lo, hi;
+    uh_chunk_g(ctx, a.n, 1, &lo, &hi);
+    A acc[UH_LANES][UH_COLS];
+    for (uh_i64 i = lo; i < hi;) {
+        uh_i64 off[2];
+        uh_offsets(a, 2, i, off);
+        uh_i64 w = inner - i % inner;
+        if (w > hi - i) w = hi - i;
+        if (w > UH_COLS) w = UH_COLS;
+        for (int l = 0; l < UH_LANES; ++l)
+            for (int t = 0; t < UH_COLS; ++t) acc[l][t] = init;
+        const S *xr = x + off[0];
+        for (uh_i64 j = 0; j < len; ++j, xr += st) {
+            A *lane = acc[j % UH_LANES];
+            for (uh_i64 t = 0; t < w; ++t) lane[t] = op(lane[t], T::load(xr + t));
+        }
+        for (uh_i64 t = 0; t < w; ++t) {
+            A r = acc[0][t];
+            for (int l = 1; l < UH_LANES; ++l) r = op(r, acc[l][t]);
+            if (mean) r = r / (A)len;
+            T::store(out + off[1] + t, r);
+        }
+        i += w;
+    }
+    return true;
+}
+#endif
+
 template <class T, int Kind> struct uh_reduce_k {
     UH_DEV void run(uh_ctx_t ctx, const uh_args &a) {
         typedef typename T::storage S;
@@ -70,6 +115,12 @@ template <class T, int Kind> struct uh_reduce_k {
         const S *x = (const S *)a.ptr[0];
         S *out = (S *)a.ptr[1];
         const uh_i64 len = a.len, st = a.axis[0];
+#ifdef UH_CPU
+        if (Kind <= 1 ? uh_reduce_cols<T>(ctx, a, (A)0, uh_red_sum(), Kind == 1)
+            : Kind == 2 ? uh_reduce_cols<T>(ctx, a, -uh_inf(A()), uh_red_max(), false)
+                        : uh_reduce_cols<T>(ctx, a, uh_inf(A()), uh_red_min(), false))
+            return;
+#endif
         UH_SHARED(A, scratch, UH_ROW_THREADS);
         UH_ROWS_BEGIN(ctx, a, 2, o)
             const S *xr = x + o[0];
