@@ -11,6 +11,9 @@ fraction of its plain copy of the same bytes.
   softmax    f32 softmax of 8192 rows of 4096    numpy: its best composite (in place) 1 thread
   layer_norm f32 layer norm of 8192 rows of 4096 numpy: its best composite (in place) 1 thread
   matmul     f32 2048 x 2048 x 2048              numpy: a @ b (OpenBLAS)             2 threads
+  mm_*       f32 matmuls at the shapes of examples/gpt's step (2048 tokens, width 64):
+             mm_qkv 2048x64 @ 64x192, mm_fc 2048x64 @ 64x256, mm_out 2048x256 @ 256x64,
+             mm_wgrad 64x2048 @ 2048x256                numpy: a @ b (OpenBLAS)  2 threads
 
 Usage: python3 benches/ops_vs_numpy.py [--ops add,sum,...] [--rounds R] [--markdown]
 Needs numpy (it makes .venv-bench with a pinned numpy when it is missing).
@@ -26,6 +29,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMPY = "numpy==2.1.3"
 ROWS, COLS = 8192, 4096
+# (m, k, n) of the GPT step's matmuls (examples/gpt at its default size).
+GPT_SHAPES = {
+    "mm_qkv": (2048, 64, 192),
+    "mm_fc": (2048, 64, 256),
+    "mm_out": (2048, 256, 64),
+    "mm_wgrad": (64, 2048, 256),
+}
 
 
 def ensure_numpy():
@@ -43,7 +53,7 @@ def ensure_numpy():
 
 
 def threads_for(op):
-    return 2 if op == "matmul" else 1
+    return 2 if op == "matmul" or op.startswith("mm_") else 1
 
 
 def main():
@@ -71,6 +81,13 @@ def main():
             n = 32 << 20
             a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
             return (lambda: np.add(a, b, out=c)), 3 * n * 4, [str(n)], n * 4
+        if op in GPT_SHAPES:
+            m, k, n = GPT_SHAPES[op]
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            b = rng.standard_normal((k, n), dtype=np.float32)
+            c = np.empty((m, n), dtype=np.float32)
+            return ((lambda: np.matmul(a, b, out=c)), (m * k + k * n + m * n) * 4,
+                    [str(m), str(k), str(n)], m * k * 4)
         if op == "matmul":
             n = 2048
             a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
@@ -122,7 +139,8 @@ def main():
         env = dict(os.environ, UNIHAL_CPU_THREADS=str(threads_for(op)))
         u_op, u_copy, n_op, isa = [], [], [], "?"
         for _ in range(args.rounds):
-            out = subprocess.run([exe, op, *dims, str(reps)], env=env, cwd=ROOT, check=True,
+            exe_op = "mm" if op in GPT_SHAPES else op
+            out = subprocess.run([exe, exe_op, *dims, str(reps)], env=env, cwd=ROOT, check=True,
                                  capture_output=True, text=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             u_op.append(r["op_s"])
@@ -141,7 +159,7 @@ def main():
         print("|" + "---|" * len(hdr))
     for op, size, th, uo, no, ratio, frac in (r[:7] for r in rows):
         cells = (op, size, str(th), f"{uo * 1e3:.2f}", f"{no * 1e3:.2f}", f"{ratio:.2f}x",
-                 f"{frac:.2f}" if op != "matmul" else "-")
+                 f"{frac:.2f}" if op != "matmul" and op not in GPT_SHAPES else "-")
         if args.markdown:
             print("| " + " | ".join(cells) + " |")
         else:

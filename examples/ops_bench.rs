@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo run --release --example ops_bench -- <op> <dims...> <reps>` with
 //! `add <n>`, `sum <rows> <cols>`, `softmax <rows> <cols>`, `layer_norm <rows> <cols>` or
-//! `matmul <n>` (n x n x n). Uses one virtual device with `UNIHAL_CPU_THREADS` compute threads
+//! `matmul <n>` (n x n x n), `mm <m> <k> <n>` (an m x k by k x n matmul). Uses one virtual device with `UNIHAL_CPU_THREADS` compute threads
 //! (default 1).
 
 use std::time::Instant;
@@ -28,11 +28,13 @@ fn main() -> Result<(), unihal::HalError> {
         .collect();
     let dims_needed = match op.as_str() {
         "add" | "matmul" => 1,
+        "mm" => 3,
         _ => 2,
     };
     let default_dims: Vec<u64> = match op.as_str() {
         "add" => vec![32 << 20],
         "matmul" => vec![2048],
+        "mm" => vec![2048, 64, 256],
         _ => vec![8192, 4096],
     };
     let dims: Vec<u64> = if nums.len() > dims_needed {
@@ -49,13 +51,21 @@ fn main() -> Result<(), unihal::HalError> {
     let (in_shape, out_shape): (Vec<u64>, Vec<u64>) = match op.as_str() {
         "add" => (dims.clone(), dims.clone()),
         "matmul" => (vec![dims[0], dims[0]], vec![dims[0], dims[0]]),
+        "mm" => (vec![dims[0], dims[1]], vec![dims[0], dims[2]]),
         "sum" => (dims.clone(), vec![dims[0], 1]),
         _ => (dims.clone(), dims.clone()),
     };
     let n_in: u64 = in_shape.iter().product();
     let n_out: u64 = out_shape.iter().product();
     let buf = |n: u64| dev.alloc(n as usize * 4);
-    let (x, x2, y) = (buf(n_in)?, buf(n_in)?, buf(n_out)?);
+    // mm's right operand is k x n; every other op's second input has the first's shape. The
+    // second buffer is also the copy yardstick's destination (n_in elements).
+    let b_shape = match op.as_str() {
+        "mm" => vec![dims[1], dims[2]],
+        _ => in_shape.clone(),
+    };
+    let n_x2 = n_in.max(b_shape.iter().product());
+    let (x, x2, y) = (buf(n_in)?, buf(n_x2)?, buf(n_out)?);
     let rows = dims[0];
     let (w, b, st1, st2) = (
         buf(dims[dims.len() - 1])?,
@@ -71,7 +81,7 @@ fn main() -> Result<(), unihal::HalError> {
         RngState { seed: 1, offset: 0 },
     ))?;
     s.run_op(&OpCall::normal(
-        t(&x2, &in_shape),
+        t(&x2, &b_shape),
         0.0,
         1.0,
         RngState { seed: 2, offset: 0 },
@@ -99,15 +109,15 @@ fn main() -> Result<(), unihal::HalError> {
             t(&st2, &[rows]),
             1e-5,
         ),
-        "matmul" => OpCall::matmul(
+        "matmul" | "mm" => OpCall::matmul(
             t(&x, &in_shape),
-            t(&x2, &in_shape),
+            t(&x2, &b_shape),
             t(&y, &out_shape),
             1.0,
             0.0,
         ),
         other => {
-            eprintln!("unknown op {other}: add, sum, softmax, layer_norm or matmul");
+            eprintln!("unknown op {other}: add, sum, softmax, layer_norm, matmul or mm");
             std::process::exit(2);
         }
     };
