@@ -17,15 +17,12 @@ use unihal::{Backend, DType, Device};
 fn ascend() -> Arc<dyn Device> {
     static DEV: std::sync::OnceLock<Arc<dyn Device>> = std::sync::OnceLock::new();
     DEV.get_or_init(|| {
-        let root = std::env::temp_dir().join(format!("unihal-mlp-ascend-{}", std::process::id()));
-        let lib64 = unihal_sim_cann::layout::make(
-            &root,
+        unihal_sim_cann::layout::install_for_tests(
+            "mlp-ascend",
             unihal_sim_cann::layout::Layout::Split,
-            &unihal_sim_cann::built_library(),
+            1,
         )
         .expect("the simulated CANN install");
-        std::env::set_var("UNIHAL_ASCEND_LIB", lib64);
-        std::env::set_var("UNIHAL_SIM_DEVICES", "1");
         let dev = unihal_ascend::AscendBackend::new()
             .open(0)
             .expect("the simulated NPU");

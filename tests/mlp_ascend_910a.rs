@@ -8,15 +8,12 @@ use unihal::{Backend, DType, HalError, OpCall, OpId, TensorView};
 
 #[test]
 fn the_910_states_what_the_mlp_lacks() {
-    let root = std::env::temp_dir().join(format!("unihal-mlp-910a-{}", std::process::id()));
-    let lib64 = unihal_sim_cann::layout::make(
-        &root,
+    unihal_sim_cann::layout::install_for_tests(
+        "mlp-910a",
         unihal_sim_cann::layout::Layout::Classic,
-        &unihal_sim_cann::built_library(),
+        1,
     )
     .expect("the simulated CANN install");
-    std::env::set_var("UNIHAL_ASCEND_LIB", lib64);
-    std::env::set_var("UNIHAL_SIM_DEVICES", "1");
     std::env::set_var("UNIHAL_SIM_SOC", "Ascend910A");
     let dev = unihal_ascend::AscendBackend::new()
         .open(0)

@@ -77,3 +77,18 @@ pub fn make(root: &Path, layout: Layout, object: &Path) -> std::io::Result<PathB
     }
     Ok(lib64)
 }
+
+/// For tests in other crates: makes a simulated CANN install of `layout` under the temporary
+/// directory (named by `tag` and this process), points `UNIHAL_ASCEND_LIB` at its `lib64` and sets
+/// `UNIHAL_SIM_DEVICES` to `devices`; returns the `lib64` path. Call it once, from one thread,
+/// before the process's first Ascend device opens (it sets environment variables).
+///
+/// # Errors
+/// The file system's.
+pub fn install_for_tests(tag: &str, layout: Layout, devices: usize) -> std::io::Result<PathBuf> {
+    let root = std::env::temp_dir().join(format!("unihal-{tag}-{}", std::process::id()));
+    let lib64 = make(&root, layout, &crate::built_library())?;
+    std::env::set_var("UNIHAL_ASCEND_LIB", &lib64);
+    std::env::set_var("UNIHAL_SIM_DEVICES", devices.to_string());
+    Ok(lib64)
+}

@@ -14,15 +14,12 @@ pub fn backend_under_test() -> Arc<dyn Backend> {
     B.get_or_init(|| {
         let name = std::env::var("UNIHAL_GPT_BACKEND").unwrap_or_else(|_| "ascend".into());
         if name == "ascend" && std::env::var_os("UNIHAL_ASCEND_LIB").is_none() {
-            let root = std::env::temp_dir().join(format!("unihal-gpt-cann-{}", std::process::id()));
-            let lib64 = unihal_sim_cann::layout::make(
-                &root,
+            unihal_sim_cann::layout::install_for_tests(
+                "gpt-cann",
                 unihal_sim_cann::layout::Layout::Classic,
-                &unihal_sim_cann::built_library(),
+                DEVICES,
             )
             .expect("the simulated CANN install");
-            std::env::set_var("UNIHAL_ASCEND_LIB", lib64);
-            std::env::set_var("UNIHAL_SIM_DEVICES", DEVICES.to_string());
         }
         let b = unihal::registry()
             .get(&name)
