@@ -8,10 +8,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use unihal::Backend;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+use unihal::bench::median;
 
 fn main() {
     const LEN: usize = 256 << 20;

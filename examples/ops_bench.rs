@@ -10,10 +10,7 @@
 use std::time::Instant;
 use unihal::{Backend, DType, FillValue, OpCall, OpId, RngState, Scalar, TensorView};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+use unihal::bench::median;
 
 fn main() -> Result<(), unihal::HalError> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -141,6 +141,13 @@ pub fn busbw_factor(op: CollectiveOp, n: usize) -> f64 {
     }
 }
 
+/// The median of `v` (the upper middle for an even length), the statistic every benchmark here
+/// reports. Panics on an empty `v`.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Parses `1K`, `64M`, `2G`, `512` (powers of 1024).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -591,10 +598,6 @@ fn mpi_comparison(
 ) -> Result<()> {
     const ROUNDS: usize = 5;
     let esz = o.dtype.size() as u64;
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
     let _ = writeln!(
         out,
         "# unihal MPI engine vs direct MPI_Allreduce (out-of-place, same buffers, slowest rank, median of {ROUNDS} interleaved rounds of {} iters)",

@@ -92,17 +92,22 @@ impl Exec {
         self.run(OpCall::binary(OpId::Add, a.clone(), b.clone(), out.clone()))
     }
 
+    /// A dense tensor of `dt` holding the little-endian `bytes`, copied in stream order.
+    fn upload(&self, bytes: &[u8], dt: DType, shape: &[u64]) -> Result<TensorView, Error> {
+        let t = self.tensor(dt, shape)?;
+        self.s
+            .copy_h2d_staged(bytes, &t.buffer, 0)
+            .map_err(Error::hal("copy_h2d_staged"))?;
+        Ok(t)
+    }
+
     /// A tensor holding `data` (i64), copied in stream order.
     ///
     /// # Errors
     /// As [`Exec::tensor`]; the copy's.
     pub fn upload_i64(&self, data: &[i64], shape: &[u64]) -> Result<TensorView, Error> {
-        let t = self.tensor(DType::I64, shape)?;
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.s
-            .copy_h2d_staged(&bytes, &t.buffer, 0)
-            .map_err(Error::hal("copy_h2d_staged"))?;
-        Ok(t)
+        self.upload(&bytes, DType::I64, shape)
     }
 
     /// A tensor of `dt` holding `data`, converted on the device from f32 when `dt` is not f32.
@@ -110,11 +115,8 @@ impl Exec {
     /// # Errors
     /// As [`Exec::upload_i64`].
     pub fn upload_f32(&self, data: &[f32], dt: DType, shape: &[u64]) -> Result<TensorView, Error> {
-        let t = self.tensor(DType::F32, shape)?;
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.s
-            .copy_h2d_staged(&bytes, &t.buffer, 0)
-            .map_err(Error::hal("copy_h2d_staged"))?;
+        let t = self.upload(&bytes, DType::F32, shape)?;
         self.cast_to(&t, dt)
     }
 

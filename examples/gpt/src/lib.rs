@@ -60,6 +60,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is an `Aborted` HAL error: the consequence of an abort, not its cause.
+    pub fn is_aborted(&self) -> bool {
+        match self {
+            Error::Op { source, .. } | Error::Hal { source, .. } => {
+                matches!(**source, unihal::HalError::Aborted { .. })
+            }
+            _ => false,
+        }
+    }
+
     /// A mapper from a HAL error of call `what` (for `map_err`).
     pub fn hal(what: &'static str) -> impl FnOnce(unihal::HalError) -> Error {
         move |source| Error::Hal {

@@ -9,6 +9,7 @@
 use clap::Parser;
 use gpt::{Corpus, StepStats, TrainConfig};
 use std::process::ExitCode;
+use unihal::bench::median;
 use unihal::DType;
 
 /// Train a small character-level GPT on the repository's documentation with unihal.
@@ -140,15 +141,15 @@ fn summarise(r: &gpt::Report) {
     // Steady state: the steps after the first tenth (the first ones warm caches and allocators).
     let tail = &r.steps[r.steps.len() / 10..];
     if !tail.is_empty() {
-        let mut tps: Vec<f64> = tail.iter().map(|s| s.tokens_per_s).collect();
-        let mut share: Vec<f64> = tail.iter().map(StepStats::comm_share).collect();
+        let tps: Vec<f64> = tail.iter().map(|s| s.tokens_per_s).collect();
+        let share: Vec<f64> = tail.iter().map(StepStats::comm_share).collect();
         println!(
             "  median over steps {}..{}: {:.0} tokens/s, compute stream waiting for communication \
              {:.1}% of the step",
             tail[0].step,
             r.steps.len(),
-            median(&mut tps),
-            100.0 * median(&mut share)
+            median(tps),
+            100.0 * median(share)
         );
     }
     if let Some(s) = r.steps.last() {
@@ -168,9 +169,4 @@ fn summarise(r: &gpt::Report) {
     if !r.sample.is_empty() {
         println!("\nsample:\n{}", r.sample);
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -290,6 +290,7 @@ impl<'a> Model<'a> {
         let (t, d, h) = (c.ctx as u64, c.dim as u64, c.heads as u64);
         let (b, hd) = (batch.rows as u64, d / h);
         let n = b * t;
+        let dims = [b, h, t, hd];
         let dt = self.dt;
         let idx = x.upload_i64(&batch.inputs, &[n])?;
         let targets = x.upload_i64(&batch.targets, &[n])?;
@@ -315,13 +316,11 @@ impl<'a> Model<'a> {
         for blk in &lay.blocks {
             // Attention.
             let (y1, stats1) = self.layer_norm(x, &xs, blk.ln1_w, blk.ln1_b)?;
-            let qkv = x.tensor(dt, &[n, 3 * d])?;
-            x.matmul(&y1, self.w(blk.qkv_w), &qkv, 1.0, 0.0)?;
-            x.add(&qkv, self.w(blk.qkv_b), &qkv)?;
+            let qkv = self.linear(x, &y1, blk.qkv_w, blk.qkv_b)?;
             let sc = x.tensor(dt, &[b, h, t, t])?;
             x.matmul(
-                &qkv_heads(&qkv, 0, b, h, t, hd),
-                &tr(&qkv_heads(&qkv, 1, b, h, t, hd)),
+                &heads(&qkv, 0, 3, dims),
+                &tr(&heads(&qkv, 1, 3, dims)),
                 &sc,
                 scale,
                 0.0,
@@ -336,25 +335,19 @@ impl<'a> Model<'a> {
             let ao = x.tensor(dt, &[n, d])?;
             x.matmul(
                 &att,
-                &qkv_heads(&qkv, 2, b, h, t, hd),
-                &heads(&ao, b, h, t, hd),
+                &heads(&qkv, 2, 3, dims),
+                &heads(&ao, 0, 1, dims),
                 1.0,
                 0.0,
             )?;
-            let x_mid = x.tensor(dt, &[n, d])?;
-            x.matmul(&ao, self.w(blk.proj_w), &x_mid, 1.0, 0.0)?;
-            x.add(&x_mid, self.w(blk.proj_b), &x_mid)?;
+            let x_mid = self.linear(x, &ao, blk.proj_w, blk.proj_b)?;
             x.add(&x_mid, &xs, &x_mid)?;
             // MLP.
             let (y2, stats2) = self.layer_norm(x, &x_mid, blk.ln2_w, blk.ln2_b)?;
-            let hpre = x.tensor(dt, &[n, 4 * d])?;
-            x.matmul(&y2, self.w(blk.fc_w), &hpre, 1.0, 0.0)?;
-            x.add(&hpre, self.w(blk.fc_b), &hpre)?;
+            let hpre = self.linear(x, &y2, blk.fc_w, blk.fc_b)?;
             let g = x.tensor(dt, &[n, 4 * d])?;
             x.run(OpCall::unary(OpId::GeluTanh, hpre.clone(), g.clone()))?;
-            let x_out = x.tensor(dt, &[n, d])?;
-            x.matmul(&g, self.w(blk.out_w), &x_out, 1.0, 0.0)?;
-            x.add(&x_out, self.w(blk.out_b), &x_out)?;
+            let x_out = self.linear(x, &g, blk.out_w, blk.out_b)?;
             x.add(&x_out, &x_mid, &x_out)?;
             blocks.push(BlockActs {
                 x_in: std::mem::replace(&mut xs, x_out),
@@ -371,9 +364,7 @@ impl<'a> Model<'a> {
             });
         }
         let (yf, statsf) = self.layer_norm(x, &xs, lay.lnf_w, lay.lnf_b)?;
-        let logits = x.tensor(dt, &[n, c.vocab as u64])?;
-        x.matmul(&yf, self.w(lay.head_w), &logits, 1.0, 0.0)?;
-        x.add(&logits, self.w(lay.head_b), &logits)?;
+        let logits = self.linear(x, &yf, lay.head_w, lay.head_b)?;
         let loss = x.tensor(DType::F32, &[])?;
         x.run(OpCall::cross_entropy(
             logits.clone(),
@@ -420,6 +411,39 @@ impl<'a> Model<'a> {
         Ok((y, stats))
     }
 
+    /// `input @ W + b` for parameters `(w, b)`: a new `[rows, W's columns]` tensor.
+    fn linear(
+        &self,
+        x: &Exec,
+        input: &TensorView,
+        w: usize,
+        b: usize,
+    ) -> Result<TensorView, Error> {
+        let out = x.tensor(self.dt, &[input.shape[0], self.w(w).shape[1]])?;
+        x.matmul(input, self.w(w), &out, 1.0, 0.0)?;
+        x.add(&out, self.w(b), &out)?;
+        Ok(out)
+    }
+
+    /// Backward of [`Model::linear`] of `input` with output gradient `dy`: writes (or adds to) the
+    /// gradients of `(w, b)`, reporting each, and returns the input's gradient.
+    fn linear_backward(
+        &self,
+        x: &Exec,
+        g: &Grads,
+        on_grad: &mut dyn FnMut(usize) -> Result<(), Error>,
+        (input, dy): (&TensorView, &TensorView),
+        (w, b): (usize, usize),
+    ) -> Result<TensorView, Error> {
+        g.weight(input, dy, w)?;
+        on_grad(w)?;
+        g.bias(dy, b)?;
+        on_grad(b)?;
+        let dinput = x.tensor(self.dt, &input.shape)?;
+        x.matmul(dy, &tr(self.w(w)), &dinput, 1.0, 0.0)?;
+        Ok(dinput)
+    }
+
     /// Backward pass of `acts` with `dloss` (`[]` f32) as the loss's gradient. Gradients go to
     /// `grads` (layout order, compute dtype): written when `accumulate` is false, added to
     /// otherwise (gradient accumulation over micro-batches). `on_grad(i)` runs once parameter
@@ -441,13 +465,13 @@ impl<'a> Model<'a> {
         let (t, d, h) = (c.ctx as u64, c.dim as u64, c.heads as u64);
         let (n, hd) = (acts.rows, d / h);
         let b = n / t;
+        let dims = [b, h, t, hd];
         let dt = self.dt;
         let g = Grads {
             x,
             grads,
             accumulate,
         };
-        let beta = if accumulate { 1.0 } else { 0.0 };
         // Loss and output projection.
         let dlogits = x.tensor(dt, &acts.logits.shape)?;
         x.run(OpCall::cross_entropy_backward(
@@ -457,30 +481,25 @@ impl<'a> Model<'a> {
             dlogits.clone(),
             ce(),
         ))?;
-        x.matmul(&tr(&acts.yf), &dlogits, &grads[lay.head_w], 1.0, beta)?;
-        on_grad(lay.head_w)?;
-        g.bias(&dlogits, lay.head_b)?;
-        on_grad(lay.head_b)?;
-        let dyf = x.tensor(dt, &[n, d])?;
-        x.matmul(&dlogits, &tr(self.w(lay.head_w)), &dyf, 1.0, 0.0)?;
+        let dyf = self.linear_backward(
+            x,
+            &g,
+            on_grad,
+            (&acts.yf, &dlogits),
+            (lay.head_w, lay.head_b),
+        )?;
         drop(dlogits);
         let dx = self.layer_norm_backward(
             x,
             &g,
+            on_grad,
             (&acts.x_last, &dyf, &acts.statsf),
             (lay.lnf_w, lay.lnf_b),
         )?;
-        on_grad(lay.lnf_w)?;
-        on_grad(lay.lnf_b)?;
         let scale = 1.0 / (hd as f64).sqrt();
         for (blk, a) in lay.blocks.iter().zip(&acts.blocks).rev() {
             // MLP: dx is the gradient of the block's output, so of x_mid and of the MLP's output.
-            x.matmul(&tr(&a.g), &dx, &grads[blk.out_w], 1.0, beta)?;
-            on_grad(blk.out_w)?;
-            g.bias(&dx, blk.out_b)?;
-            on_grad(blk.out_b)?;
-            let dg = x.tensor(dt, &[n, 4 * d])?;
-            x.matmul(&dx, &tr(self.w(blk.out_w)), &dg, 1.0, 0.0)?;
+            let dg = self.linear_backward(x, &g, on_grad, (&a.g, &dx), (blk.out_w, blk.out_b))?;
             let dhpre = x.tensor(dt, &[n, 4 * d])?;
             x.run(OpCall::unary_backward(
                 OpId::GeluTanhBackward,
@@ -488,45 +507,30 @@ impl<'a> Model<'a> {
                 dg,
                 dhpre.clone(),
             ))?;
-            x.matmul(&tr(&a.y2), &dhpre, &grads[blk.fc_w], 1.0, beta)?;
-            on_grad(blk.fc_w)?;
-            g.bias(&dhpre, blk.fc_b)?;
-            on_grad(blk.fc_b)?;
-            let dy2 = x.tensor(dt, &[n, d])?;
-            x.matmul(&dhpre, &tr(self.w(blk.fc_w)), &dy2, 1.0, 0.0)?;
+            let dy2 =
+                self.linear_backward(x, &g, on_grad, (&a.y2, &dhpre), (blk.fc_w, blk.fc_b))?;
             drop(dhpre);
             let dln2 = self.layer_norm_backward(
                 x,
                 &g,
+                on_grad,
                 (&a.x_mid, &dy2, &a.stats2),
                 (blk.ln2_w, blk.ln2_b),
             )?;
-            on_grad(blk.ln2_w)?;
-            on_grad(blk.ln2_b)?;
             x.add(&dx, &dln2, &dx)?; // now the gradient of x_mid
             drop(dln2);
             // Attention output projection.
-            x.matmul(&tr(&a.ao), &dx, &grads[blk.proj_w], 1.0, beta)?;
-            on_grad(blk.proj_w)?;
-            g.bias(&dx, blk.proj_b)?;
-            on_grad(blk.proj_b)?;
-            let dao = x.tensor(dt, &[n, d])?;
-            x.matmul(&dx, &tr(self.w(blk.proj_w)), &dao, 1.0, 0.0)?;
+            let dao =
+                self.linear_backward(x, &g, on_grad, (&a.ao, &dx), (blk.proj_w, blk.proj_b))?;
             // Attention: through att @ v, the masked softmax and q @ k^T.
-            let dao_h = heads(&dao, b, h, t, hd);
-            let q = qkv_heads(&a.qkv, 0, b, h, t, hd);
-            let k = qkv_heads(&a.qkv, 1, b, h, t, hd);
-            let v = qkv_heads(&a.qkv, 2, b, h, t, hd);
+            let dao_h = heads(&dao, 0, 1, dims);
+            let q = heads(&a.qkv, 0, 3, dims);
+            let k = heads(&a.qkv, 1, 3, dims);
+            let v = heads(&a.qkv, 2, 3, dims);
             let datt = x.tensor(dt, &[b, h, t, t])?;
             x.matmul(&dao_h, &tr(&v), &datt, 1.0, 0.0)?;
             let dqkv = x.tensor(dt, &[n, 3 * d])?;
-            x.matmul(
-                &tr(&a.att),
-                &dao_h,
-                &qkv_heads(&dqkv, 2, b, h, t, hd),
-                1.0,
-                0.0,
-            )?;
+            x.matmul(&tr(&a.att), &dao_h, &heads(&dqkv, 2, 3, dims), 1.0, 0.0)?;
             drop(dao);
             let dsc = x.tensor(dt, &[b, h, t, t])?;
             x.run(OpCall::softmax_backward(
@@ -535,24 +539,19 @@ impl<'a> Model<'a> {
                 datt,
                 dsc.clone(),
             ))?;
-            x.matmul(&dsc, &k, &qkv_heads(&dqkv, 0, b, h, t, hd), scale, 0.0)?;
-            x.matmul(&tr(&dsc), &q, &qkv_heads(&dqkv, 1, b, h, t, hd), scale, 0.0)?;
+            x.matmul(&dsc, &k, &heads(&dqkv, 0, 3, dims), scale, 0.0)?;
+            x.matmul(&tr(&dsc), &q, &heads(&dqkv, 1, 3, dims), scale, 0.0)?;
             drop(dsc);
-            x.matmul(&tr(&a.y1), &dqkv, &grads[blk.qkv_w], 1.0, beta)?;
-            on_grad(blk.qkv_w)?;
-            g.bias(&dqkv, blk.qkv_b)?;
-            on_grad(blk.qkv_b)?;
-            let dy1 = x.tensor(dt, &[n, d])?;
-            x.matmul(&dqkv, &tr(self.w(blk.qkv_w)), &dy1, 1.0, 0.0)?;
+            let dy1 =
+                self.linear_backward(x, &g, on_grad, (&a.y1, &dqkv), (blk.qkv_w, blk.qkv_b))?;
             drop(dqkv);
             let dln1 = self.layer_norm_backward(
                 x,
                 &g,
+                on_grad,
                 (&a.x_in, &dy1, &a.stats1),
                 (blk.ln1_w, blk.ln1_b),
             )?;
-            on_grad(blk.ln1_w)?;
-            on_grad(blk.ln1_b)?;
             x.add(&dx, &dln1, &dx)?; // the gradient of the block's input
             drop(dln1);
         }
@@ -572,11 +571,12 @@ impl<'a> Model<'a> {
     }
 
     /// Layer-norm backward of `(input, dy, stats)` with parameters `(w, b)`: returns the input's
-    /// gradient and writes (or adds to) the parameters'.
+    /// gradient and writes (or adds to) the parameters', reporting each.
     fn layer_norm_backward(
         &self,
         x: &Exec,
         g: &Grads,
+        on_grad: &mut dyn FnMut(usize) -> Result<(), Error>,
         (input, dy, stats): (&TensorView, &TensorView, &[TensorView; 2]),
         (w, b): (usize, usize),
     ) -> Result<TensorView, Error> {
@@ -593,6 +593,8 @@ impl<'a> Model<'a> {
                 out[1].clone(),
             ))
         })?;
+        on_grad(w)?;
+        on_grad(b)?;
         Ok(dx)
     }
 }
@@ -627,6 +629,12 @@ impl Grads<'_> {
         Ok(())
     }
 
+    /// A weight's gradient: `input^T @ dy` (the matmul adds to it when accumulating).
+    fn weight(&self, input: &TensorView, dy: &TensorView, p: usize) -> Result<(), Error> {
+        let beta = if self.accumulate { 1.0 } else { 0.0 };
+        self.x.matmul(&tr(input), dy, &self.grads[p], 1.0, beta)
+    }
+
     /// A bias's gradient: the column sums of `dy` `[rows, k]`.
     fn bias(&self, dy: &TensorView, p: usize) -> Result<(), Error> {
         self.write(&[p], |out| {
@@ -641,19 +649,13 @@ impl Grads<'_> {
     }
 }
 
-/// The `[b, h, t, hd]` heads of a dense `[b * t, h * hd]` activation (a view).
-fn heads(a: &TensorView, b: u64, h: u64, t: u64, hd: u64) -> TensorView {
-    let d = (h * hd) as i64;
-    view(a, 0, &[b, h, t, hd], &[t as i64 * d, hd as i64, d, 1])
-}
-
-/// Part `part` (0 = q, 1 = k, 2 = v) of a dense `[b * t, 3 * h * hd]` QKV activation as
-/// `[b, h, t, hd]` heads (a view).
-fn qkv_heads(qkv: &TensorView, part: u64, b: u64, h: u64, t: u64, hd: u64) -> TensorView {
+/// Part `part` of `parts` of a dense `[b * t, parts * h * hd]` activation (the attention output
+/// with 1 part; q, k and v of the fused QKV activation with 3) as `[b, h, t, hd]` heads: a view.
+fn heads(a: &TensorView, part: u64, parts: u64, [b, h, t, hd]: [u64; 4]) -> TensorView {
     let d = h * hd;
-    let row = 3 * d as i64;
+    let row = (parts * d) as i64;
     view(
-        qkv,
+        a,
         part * d,
         &[b, h, t, hd],
         &[t as i64 * row, hd as i64, row, 1],

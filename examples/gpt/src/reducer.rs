@@ -218,10 +218,12 @@ impl Reducer {
         Ok(f64::from(ms).max(0.0))
     }
 
-    /// Waits for the communication stream (before the buckets are dropped).
+    /// Waits for the communication stream and returns its sticky error: a failed all-reduce
+    /// fails the communication stream, not the compute stream that waited for it, so every step
+    /// checks here (the wait itself is free: the compute stream already waited for that work).
     ///
     /// # Errors
-    /// The stream's sticky error.
+    /// The communication stream's sticky error.
     pub fn synchronize(&self) -> Result<(), Error> {
         match &self.comm {
             Some((_, cs)) => cs.synchronize().map_err(Error::hal("synchronize")),

@@ -329,7 +329,10 @@ pub fn train_rank(
         cfg.overlap,
     )?;
     // Loss scaling (mixed precision) and clipping state.
-    let scale = x.full(DType::F32, &[1], if mixed { 65536.0 } else { 1.0 })?;
+    // The loss scale on the device, and on the host the value the next step will use (read back
+    // with the overflow flag, in the step's one synchronisation before the optimizer).
+    let mut next_scale: f32 = if mixed { 65536.0 } else { 1.0 };
+    let scale = x.full(DType::F32, &[1], f64::from(next_scale))?;
     let tracker = x.full(DType::I32, &[1], 0.0)?;
     let one = x.full(DType::F32, &[1], 1.0)?;
     let timing = EventFlags {
@@ -405,10 +408,11 @@ pub fn train_rank(
             .map_err(Error::hal("all_reduce"))?;
         }
         let mut skipped = false;
-        let mut loss_scale = 1.0;
+        let loss_scale = next_scale;
         if mixed {
-            loss_scale = x.read_f32(&scale)?[0];
-            let found_inf = x.full(DType::F32, &[1], 0.0)?;
+            // [found_inf, the updated scale]: one read for both.
+            let flags = x.full(DType::F32, &[2], 0.0)?;
+            let found_inf = crate::exec::view(&flags, 0, &[1], &[1]);
             let inv_scale = x.tensor(DType::F32, &[1])?;
             x.run(OpCall::binary(
                 OpId::Div,
@@ -425,7 +429,13 @@ pub fn train_rank(
                 0.5,
                 100,
             ))?;
-            skipped = x.read_f32(&found_inf)?[0] != 0.0;
+            x.run(OpCall::copy(
+                scale.clone(),
+                crate::exec::view(&flags, 1, &[1], &[1]),
+            ))?;
+            let f = x.read_f32(&flags)?;
+            skipped = f[0] != 0.0;
+            next_scale = f[1];
         }
         if !skipped {
             let total_norm = x.tensor(DType::F32, &[1])?;
@@ -613,12 +623,6 @@ pub fn train_devices(
             .collect()
     });
     // The error to report is the one that aborted the others, not an `Aborted` it caused.
-    let root = |e: &Error| match e {
-        Error::Hal { source, .. } | Error::Op { source, .. } => {
-            !matches!(**source, unihal::HalError::Aborted { .. })
-        }
-        _ => true,
-    };
     let mut errors: Vec<Error> = Vec::new();
     let mut reports = Vec::with_capacity(devices);
     for r in results {
@@ -628,7 +632,7 @@ pub fn train_devices(
         }
     }
     if !errors.is_empty() {
-        let i = errors.iter().position(root).unwrap_or(0);
+        let i = errors.iter().position(|e| !e.is_aborted()).unwrap_or(0);
         return Err(errors.swap_remove(i));
     }
     let mut first = reports.swap_remove(0);

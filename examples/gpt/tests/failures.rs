@@ -33,14 +33,8 @@ fn failing_rank_ends_the_run(b: &dyn Backend) {
         "{}: the run took {took:?} to fail (the collective timeout is 300 s): {err}",
         b.name()
     );
-    let aborted = match &err {
-        gpt::Error::Op { source, .. } | gpt::Error::Hal { source, .. } => {
-            matches!(**source, unihal::HalError::Aborted { .. })
-        }
-        _ => false,
-    };
     assert!(
-        !aborted,
+        !err.is_aborted(),
         "{}: the reported error is the abort it caused: {err}",
         b.name()
     );

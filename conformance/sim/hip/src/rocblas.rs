@@ -199,28 +199,17 @@ impl Gemm {
             // (p = 0..k) and rounded as the compute type at every operation.
             let (k, m, n) = (self.k as usize, self.m as usize, self.n as usize);
             let (ab, bb) = (read(mem, &self.a, batch)?, read(mem, &self.b, batch)?);
-            let mut a = Vec::with_capacity(m * k);
-            for i in 0..self.m {
-                for p in 0..self.k {
-                    let ai = if self.ta {
-                        p + i * self.a.ld
-                    } else {
-                        i + p * self.a.ld
-                    };
-                    a.push(get(self.ty, &ab, ai as usize));
-                }
-            }
-            let mut b = Vec::with_capacity(n * k);
-            for j in 0..self.n {
-                for p in 0..self.k {
-                    let bi = if self.tb {
-                        j + p * self.b.ld
-                    } else {
-                        p + j * self.b.ld
-                    };
-                    b.push(get(self.ty, &bb, bi as usize));
-                }
-            }
+            // `outer` rows of k values; value (o, p) at element o * os + p * is of `bytes`.
+            let pack = |bytes: &[u8], outer: i64, (os, is): (i64, i64)| -> Vec<f64> {
+                (0..outer)
+                    .flat_map(|o| (0..self.k).map(move |p| (o * os + p * is) as usize))
+                    .map(|e| get(self.ty, bytes, e))
+                    .collect()
+            };
+            // A's (i, p) and B's (p, j), by the transposes.
+            let (la, lb) = (self.a.ld, self.b.ld);
+            let a = pack(&ab, self.m, if self.ta { (la, 1) } else { (1, la) });
+            let b = pack(&bb, self.n, if self.tb { (1, lb) } else { (lb, 1) });
             // beta == 0: C is not read (it may hold anything, NaN included).
             let c = if self.beta != 0.0 {
                 Some(read(mem, &self.c, batch)?)
