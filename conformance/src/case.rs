@@ -102,6 +102,9 @@ pub enum Need {
     Op(unihal_hal::OpId, unihal_hal::DType),
     /// The backend's collective engine runs this operation in this dtype.
     Collective(unihal_hal::CollectiveOp, unihal_hal::DType),
+    /// DLPack has a device type for the backend's device memory (a plugin backend unknown to
+    /// DLPack has none).
+    DlpackDevice,
 }
 
 impl Need {
@@ -133,6 +136,7 @@ impl Need {
             Need::ConcurrentKernels => backend.info().concurrent,
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
+            Need::DlpackDevice => unihal_dlpack::conv::device_type_of(device.id()).is_ok(),
         };
         if ok {
             return Ok(());
@@ -154,6 +158,9 @@ impl Need {
             ),
             Need::Op(op, d) => format!("device does not run op {op} in {d}"),
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
+            Need::DlpackDevice => {
+                format!("DLPack has no device type for backend {}", backend.name())
+            }
             Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \
                  simulated runtime runs device work only at synchronisation points (hardware and \
                  the simulator's concurrent mode run this case)"

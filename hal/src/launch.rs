@@ -142,6 +142,26 @@ impl KernelArgs {
         self
     }
 
+    /// Appends an argument given as its bytes (`bytes.len()` is its size): how an argument crosses
+    /// a boundary that knows only sizes, such as the plugin ABI's `kernelParams`.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        let mut words = vec![std::mem::MaybeUninit::new(0u128); bytes.len().div_ceil(16).max(1)]
+            .into_boxed_slice();
+        // SAFETY: words holds at least bytes.len() bytes; u8 needs no alignment.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr() as *mut u8,
+                bytes.len(),
+            )
+        };
+        self.args.push(Arg {
+            words,
+            size: bytes.len(),
+        });
+        self
+    }
+
     /// Appends the device address of a buffer view and keeps the buffer alive for queued launches.
     pub fn push_buffer(&mut self, buffer: &Buffer) -> &mut Self {
         self.buffers.push(buffer.clone());

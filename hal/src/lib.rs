@@ -64,6 +64,7 @@ pub mod log;
 pub mod module;
 pub mod op;
 pub mod registry;
+pub mod retention;
 pub mod stream;
 pub mod sync;
 

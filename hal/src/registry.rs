@@ -61,6 +61,36 @@ impl Registry {
         Ok(())
     }
 
+    /// Registers `factory` under `name`, replacing the backend registered under it, if any (its
+    /// instance, if made, lives on with whoever holds it). For a plugin the user chose over a
+    /// built-in backend of the same name (`UNIHAL_PLUGIN_REPLACE`).
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for an empty name or one with a comma.
+    pub fn replace(
+        &self,
+        name: &str,
+        factory: impl Fn() -> Arc<dyn Backend> + Send + Sync + 'static,
+    ) -> Result<()> {
+        let mut entries = self.entries.write();
+        if name.is_empty() || name.contains(',') {
+            return Err(HalError::invalid(
+                "name",
+                Invalid::Other(format!("backend name {name:?} is empty or has a comma")),
+            ));
+        }
+        let entry = Arc::new(Entry {
+            name: name.to_string(),
+            factory: Box::new(factory),
+            instance: OnceLock::new(),
+        });
+        match entries.iter().position(|e| e.name == name) {
+            Some(i) => entries[i] = entry,
+            None => entries.push(entry),
+        }
+        Ok(())
+    }
+
     /// Registered names, in registration order.
     pub fn names(&self) -> Vec<String> {
         self.entries.read().iter().map(|e| e.name.clone()).collect()

@@ -86,6 +86,25 @@ impl FillValue {
             FillValue::U32(_) => 4,
         }
     }
+
+    /// The check every backend makes on a fill of `len` bytes at device address `addr`: both
+    /// multiples of the pattern width.
+    ///
+    /// # Errors
+    /// [`Invalid::Value`] for argument `dst`.
+    pub fn check_aligned(self, addr: u64, len: u64) -> Result<()> {
+        let w = self.width();
+        if addr % w != 0 || len % w != 0 {
+            return Err(HalError::invalid(
+                "dst",
+                Invalid::Value {
+                    value: format!("address {addr:#x}, length {len}"),
+                    accepted: format!("multiples of the {w}-byte pattern width"),
+                },
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// An in-order queue of work on one device.

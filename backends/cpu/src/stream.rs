@@ -220,16 +220,8 @@ impl Stream for CpuStream {
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
         let d = Addr(cpu_addr(dst, "dst", self.id(), offset, len)?);
+        value.check_aligned(d.0 as u64, len)?;
         let w = value.width();
-        if (d.0 as u64) % w != 0 || len % w != 0 {
-            return Err(HalError::invalid(
-                "dst",
-                Invalid::Value {
-                    value: format!("address {:#x}, length {len}", d.0 as u64),
-                    accepted: format!("multiples of the {w}-byte pattern width"),
-                },
-            ));
-        }
         let keep = dst.use_on(self.sid);
         self.submit(Box::new(move |err| {
             if err.is_none() {

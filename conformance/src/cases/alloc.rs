@@ -26,7 +26,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("alloc.reuse.two_streams_wait_for_both", two_streams).needs(&blocking),
         Case::new("alloc.oom.release_retry_report", oom),
         Case::new("alloc.empty_cache.returns_segments", empty_cache),
-        Case::new("alloc.dlpack.device_round_trip", dlpack_round_trip),
+        Case::new("alloc.dlpack.device_round_trip", dlpack_round_trip).needs(&[Need::DlpackDevice]),
     ]
 }
 

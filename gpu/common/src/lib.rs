@@ -53,7 +53,7 @@ pub mod library;
 pub mod memory;
 pub mod module;
 pub mod platform;
-pub mod retention;
+pub use unihal_hal::retention;
 pub mod runtime;
 pub mod stream;
 pub mod vs_direct;

@@ -435,16 +435,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
         let d = device_addr::<R>(dst, "dst", self.id(), offset, len)?;
+        value.check_aligned(d, len)?;
         let w = value.width();
-        if d % w != 0 || len % w != 0 {
-            return Err(HalError::invalid(
-                "dst",
-                Invalid::Value {
-                    value: format!("address {d:#x}, length {len}"),
-                    accepted: format!("multiples of the {w}-byte pattern width"),
-                },
-            ));
-        }
         if len == 0 {
             return Ok(());
         }

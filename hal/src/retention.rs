@@ -1,8 +1,10 @@
-//! What queued work on a vendor stream uses, kept until the vendor says the work ran.
+//! What queued work on a device queue uses, kept until the device says the work ran.
 //!
 //! A GPU runtime's stream runs work long after the enqueue returned, so the buffers, host
 //! buffers, functions and events it uses must outlive the caller's handles. [`Retention`] is the
-//! bookkeeping, written once for every backend whose streams are vendor queues (CUDA, HIP, ACL):
+//! bookkeeping, written once for every backend whose streams are vendor queues (CUDA, HIP, ACL)
+//! and for backends loaded as plugins (`unihal-plugin`), whose queues the host sees through the
+//! plugin ABI:
 //!
 //! * **Batched seals.** What an enqueue keeps goes into an unsealed batch; every
 //!   [`SEAL_EVERY`] enqueues the batch is sealed behind a vendor event recorded after them (one
@@ -30,8 +32,8 @@
 //! The vendor's events are a type parameter `E` (a raw handle); the backend passes closures that
 //! create, record and query them. Thread safety: a `Retention` lives under its stream's lock.
 
+use crate::{HostUse, Keep};
 use std::collections::VecDeque;
-use unihal_hal::{HostUse, Keep};
 
 /// How many enqueues may share one tracking event: what they keep is released together, once
 /// the last of them ran. Recording an event per enqueue would cost every launch a vendor call.

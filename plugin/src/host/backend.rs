@@ -1,0 +1,125 @@
+//! A plugin as a HAL [`Backend`].
+
+use super::ccl::PluginCollectives;
+use super::device::PluginDevice;
+use super::Plugin;
+use crate::conv;
+use std::any::Any;
+use std::sync::Arc;
+use unihal_hal::{
+    Backend, BackendInfo, Collectives, Device, HalError, Invalid, ModuleSource, Result,
+};
+use unihal_plugin_abi::*;
+
+/// A loaded plugin's backend: devices opened once each, the plugin's collectives and manifest.
+///
+/// Ownership: `Arc<dyn Backend>` in the registry; the plugin it wraps lives for the process.
+/// Thread safety: any thread.
+pub struct PluginBackend {
+    p: &'static Plugin,
+    devices: parking_lot::Mutex<Vec<(u32, Arc<PluginDevice>)>>,
+    ccl: Option<PluginCollectives>,
+}
+
+impl PluginBackend {
+    /// The backend of a loaded plugin (see [`super::load`]).
+    pub fn new(p: &'static Plugin) -> PluginBackend {
+        // SAFETY: `ccl_caps` returns data valid forever or NULL (header rule 5).
+        let ccl = p.api.ccl_caps.and_then(|f| {
+            let c = unsafe { f() };
+            // SAFETY: non-null: valid as the header documents.
+            (!c.is_null()).then(|| PluginCollectives::new(p, unsafe { conv::get_ccl_caps(&*c) }))
+        });
+        PluginBackend {
+            p,
+            devices: parking_lot::Mutex::new(Vec::new()),
+            ccl,
+        }
+    }
+
+    /// The plugin behind this backend.
+    pub fn plugin(&self) -> &'static Plugin {
+        self.p
+    }
+}
+
+impl Backend for PluginBackend {
+    fn name(&self) -> &'static str {
+        self.p.name
+    }
+
+    fn info(&self) -> BackendInfo {
+        self.p.info.clone()
+    }
+
+    fn probe(&self) -> Result<usize> {
+        let mut n = 0u32;
+        // SAFETY (closure): the entry's contract; `n` outlives the call.
+        self.p
+            .call(self.p.api.probe, "probe", |f, e| unsafe { f(&mut n, e) })?;
+        if n == 0 {
+            return Err(HalError::Unavailable {
+                what: format!("backend {}", self.p.name),
+                reason: format!("the plugin {} reports no device", self.p.path),
+            });
+        }
+        Ok(n as usize)
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let n = self.probe()?;
+        let ord = u32::try_from(ordinal)
+            .ok()
+            .filter(|_| ordinal < n)
+            .ok_or_else(|| {
+                HalError::invalid(
+                    "ordinal",
+                    Invalid::Value {
+                        value: ordinal.to_string(),
+                        accepted: format!("0..{n}"),
+                    },
+                )
+            })?;
+        let mut devices = self.devices.lock();
+        if let Some((_, d)) = devices.iter().find(|(o, _)| *o == ord) {
+            return Ok(d.clone() as Arc<dyn Device>);
+        }
+        let d = PluginDevice::open(self.p, ord)?;
+        devices.push((ord, d.clone()));
+        Ok(d as Arc<dyn Device>)
+    }
+
+    fn collectives(&self) -> Option<&dyn Collectives> {
+        self.ccl.as_ref().map(|c| c as &dyn Collectives)
+    }
+
+    fn conformance_manifest(&self) -> &'static str {
+        self.p.manifest
+    }
+
+    fn test_kernels(&self, device: &dyn Device) -> Option<ModuleSource> {
+        let d = device.as_any().downcast_ref::<PluginDevice>()?;
+        let mut src = std::mem::MaybeUninit::<UhModuleSource>::zeroed();
+        // SAFETY (closure): the entry's contract; `src` outlives the call.
+        let r = self
+            .p
+            .call(self.p.api.test_kernels, "test kernels", |f, e| unsafe {
+                f(d.raw(), src.as_mut_ptr(), e)
+            });
+        match r {
+            // SAFETY: filled by the plugin (valid forever, header), an all-zero source otherwise.
+            Ok(()) => match unsafe { conv::get_module_source(&src.assume_init()) } {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(target: "unihal::plugin", "{}: test kernels refused: {e}", self.p.path);
+                    None
+                }
+            },
+            Err(_) => None,
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,298 @@
+//! A plugin's device, device memory and host memory as HAL objects.
+
+use super::event::PluginEvent;
+use super::module::PluginModule;
+use super::stream::PluginStream;
+use super::Plugin;
+use crate::conv;
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::{Arc, Weak};
+use unihal_hal::{
+    Buffer, Capabilities, Device, DeviceAllocation, DeviceId, DeviceInfo, Event, EventFlags,
+    HostAllocation, HostBuffer, Keep, MemoryInfo, Module, ModuleSource, NativeHandle, Result,
+    Stream,
+};
+use unihal_plugin_abi::*;
+
+/// An opened plugin device. Releases the plugin's handle when the last HAL object of the device
+/// is gone (buffers, streams, events and modules hold the device).
+///
+/// Thread safety: any thread (the plugin is, by the header's rule 6).
+pub struct PluginDevice {
+    p: &'static Plugin,
+    raw: *mut UhDevice,
+    info: DeviceInfo,
+    caps: Capabilities,
+    me: Weak<PluginDevice>,
+}
+
+// SAFETY: the raw handle is an opaque token the plugin accepts from any thread (header rule 6).
+unsafe impl Send for PluginDevice {}
+// SAFETY: as above.
+unsafe impl Sync for PluginDevice {}
+
+impl PluginDevice {
+    pub(super) fn open(p: &'static Plugin, ordinal: u32) -> Result<Arc<PluginDevice>> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY (closure): the entry's contract; `raw` outlives the call.
+        p.call(p.api.device_open, "device open", |f, e| unsafe {
+            f(ordinal, &mut raw, e)
+        })?;
+        let mut props = std::mem::MaybeUninit::<UhDeviceProps>::zeroed();
+        // SAFETY (closure): as above.
+        let r = p.call(p.api.device_props, "device props", |f, e| unsafe {
+            f(raw, props.as_mut_ptr(), e)
+        });
+        if let Err(e) = r {
+            // SAFETY: our handle, released once.
+            unsafe { (p.api.device_release.expect("required"))(raw) };
+            return Err(e);
+        }
+        // SAFETY: filled by the plugin, pointers valid while the device lives (header); the
+        // strings are copied here.
+        let (name, vendor, caps) = unsafe { conv::get_props(&props.assume_init()) };
+        Ok(Arc::new_cyclic(|me| PluginDevice {
+            p,
+            raw,
+            info: DeviceInfo {
+                id: DeviceId {
+                    backend: p.name,
+                    ordinal,
+                },
+                name,
+                vendor,
+            },
+            caps,
+            me: me.clone(),
+        }))
+    }
+
+    pub(crate) fn raw(&self) -> *mut UhDevice {
+        self.raw
+    }
+
+    pub(crate) fn plugin(&self) -> &'static Plugin {
+        self.p
+    }
+
+    pub(crate) fn arc(&self) -> Arc<PluginDevice> {
+        self.me
+            .upgrade()
+            .expect("a device method runs on a live device")
+    }
+}
+
+impl Drop for PluginDevice {
+    fn drop(&mut self) {
+        if let Some(f) = self.p.api.device_release {
+            // SAFETY: our handle, released once, after every object that used it.
+            unsafe { f(self.raw) }
+        }
+    }
+}
+
+/// One plugin allocation, as the HAL's backend allocation. Dropping it releases the plugin's
+/// handle; the plugin frees the memory once its queued work no longer uses it.
+pub struct PluginMem {
+    pub(crate) p: &'static Plugin,
+    pub(crate) raw: *mut UhMem,
+    device: DeviceId,
+    addr: u64,
+    len: u64,
+    /// Holds the device (and so its plugin handle) while memory of it lives.
+    _dev: Arc<PluginDevice>,
+}
+
+// SAFETY: an opaque token the plugin accepts from any thread (header rule 6).
+unsafe impl Send for PluginMem {}
+// SAFETY: as above.
+unsafe impl Sync for PluginMem {}
+
+// SAFETY: the plugin's allocation is `len` bytes at `addr`, owned by the handle until released
+// in our drop; none of the values change.
+unsafe impl DeviceAllocation for PluginMem {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for PluginMem {
+    fn drop(&mut self) {
+        // SAFETY: our handle, released once (required entry).
+        unsafe { (self.p.api.mem_release.expect("required"))(self.raw) }
+    }
+}
+
+/// One plugin host allocation, as the HAL's host allocation.
+pub struct PluginHostMem {
+    pub(crate) p: &'static Plugin,
+    pub(crate) raw: *mut UhHostMem,
+    device: DeviceId,
+    ptr: *mut u8,
+    len: usize,
+    _dev: Arc<PluginDevice>,
+}
+
+// SAFETY: as PluginMem.
+unsafe impl Send for PluginHostMem {}
+// SAFETY: as PluginMem.
+unsafe impl Sync for PluginHostMem {}
+
+// SAFETY: the plugin's host allocation is `len` zeroed bytes at `ptr` (header: host memory is
+// zeroed), owned by the handle until released in our drop.
+unsafe impl HostAllocation for PluginHostMem {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for PluginHostMem {
+    fn drop(&mut self) {
+        // SAFETY: our handle, released once (required entry).
+        unsafe { (self.p.api.host_release.expect("required"))(self.raw) }
+    }
+}
+
+/// The owner of imported memory, dropped when the plugin releases the import.
+unsafe extern "C" fn drop_owner(user: *mut c_void) {
+    // SAFETY: `user` is the Box<Keep> leaked in import_memory; the plugin calls this once.
+    drop(unsafe { Box::from_raw(user as *mut Keep) });
+}
+
+impl Device for PluginDevice {
+    fn id(&self) -> DeviceId {
+        self.info.id
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        let (mut total, mut free) = (0u64, 0u64);
+        // SAFETY (closure): the entry's contract.
+        self.p.call(
+            self.p.api.device_memory_info,
+            "memory info",
+            |f, e| unsafe { f(self.raw, &mut total, &mut free, e) },
+        )?;
+        Ok(MemoryInfo { total, free })
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer> {
+        let (mut raw, mut addr) = (std::ptr::null_mut(), 0u64);
+        // SAFETY (closure): the entry's contract.
+        self.p.call(self.p.api.mem_alloc, "alloc", |f, e| unsafe {
+            f(self.raw, len as u64, &mut raw, &mut addr, e)
+        })?;
+        Ok(Buffer::from_allocation(PluginMem {
+            p: self.p,
+            raw,
+            device: self.info.id,
+            addr,
+            len: len as u64,
+            _dev: self.arc(),
+        }))
+    }
+
+    fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
+        let (mut raw, mut ptr) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY (closure): the entry's contract.
+        self.p
+            .call(self.p.api.host_alloc, "alloc host", |f, e| unsafe {
+                f(self.raw, len as u64, &mut raw, &mut ptr, e)
+            })?;
+        Ok(HostBuffer::from_allocation(Box::new(PluginHostMem {
+            p: self.p,
+            raw,
+            device: self.info.id,
+            ptr: ptr as *mut u8,
+            len,
+            _dev: self.arc(),
+        })))
+    }
+
+    unsafe fn import_memory(&self, addr: u64, len: u64, owner: Keep) -> Result<Buffer> {
+        let Some(entry) = self.p.api.mem_import else {
+            return Err(self.p.unsupported("wrapping foreign memory"));
+        };
+        let user = Box::into_raw(Box::new(owner)) as *mut c_void;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY (closure): the entry's contract; the caller vouches for the range.
+        let r = self.p.call(Some(entry), "import memory", |f, e| unsafe {
+            f(self.raw, addr, len, Some(drop_owner), user, &mut raw, e)
+        });
+        if let Err(e) = r {
+            // Refused: the plugin never calls the release function (header), the owner is ours.
+            // SAFETY: the box leaked above, not handed over.
+            drop(unsafe { Box::from_raw(user as *mut Keep) });
+            return Err(e);
+        }
+        Ok(Buffer::from_allocation(PluginMem {
+            p: self.p,
+            raw,
+            device: self.info.id,
+            addr,
+            len,
+            _dev: self.arc(),
+        }))
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        Ok(PluginStream::create(self.arc())? as Arc<dyn Stream>)
+    }
+
+    fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(PluginEvent::create(self.arc(), flags)?) as Arc<dyn Event>)
+    }
+
+    fn load_module(&self, source: &ModuleSource) -> Result<Arc<dyn Module>> {
+        Ok(Arc::new(PluginModule::load(self.arc(), source)?) as Arc<dyn Module>)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // SAFETY (closure): the entry's contract.
+        self.p.call(
+            self.p.api.device_synchronize,
+            "device synchronize",
+            |f, e| unsafe { f(self.raw, e) },
+        )
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        let Some(f) = self.p.api.device_native else {
+            return NativeHandle::None;
+        };
+        let mut n = conv::put_native(NativeHandle::None);
+        // SAFETY: the entry's contract.
+        unsafe { f(self.raw, &mut n) };
+        conv::get_native(&n)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,16 @@
+//! The whole conformance suite, collectives included, on the CPU backend loaded as a plugin
+//! (`libunihal_cpu_plugin.so`) through the C ABI, in a host built without the linked-in CPU
+//! backend: this test binary depends on unihal-plugin and the suite only, so no call can reach
+//! a CPU backend except through the plugin's table.
+
+mod support;
+
+fn main() {
+    let registry = Box::leak(Box::new(unihal_hal::Registry::new()));
+    let lib = support::built("libunihal_cpu_plugin.so");
+    let name = unihal_plugin::host::register(registry, &lib, &[], &[])
+        .unwrap_or_else(|e| panic!("the CPU plugin {} must load: {e}", lib.display()));
+    assert_eq!(name, "cpu");
+    assert_eq!(registry.names(), vec!["cpu".to_string()]);
+    unihal_conformance::harness::libtest_main(registry);
+}

@@ -1,0 +1,39 @@
+//! The template backend built as a plugin: the suite run against it has no failure, and every
+//! case is skipped with the template's reason (its manifest), as docs/PORTING.md promises a
+//! porting team starting from it.
+
+mod support;
+
+use unihal_conformance::{discover, run, Outcome, RunOptions};
+
+fn main() {
+    let registry = Box::leak(Box::new(unihal_hal::Registry::new()));
+    unihal_conformance::run_child_if_requested(registry);
+    let lib = support::built("libunihal_template_plugin.so");
+    unihal_plugin::host::register(registry, &lib, &[], &[])
+        .unwrap_or_else(|e| panic!("the template plugin {} must load: {e}", lib.display()));
+    let (targets, unavailable) = discover(registry, None).expect("the registry lists it");
+    assert!(unavailable.is_empty(), "{unavailable:?}");
+    assert_eq!(targets.len(), 1, "one template device");
+    let cases = unihal_conformance::cases::all();
+    let report = run(&targets, Vec::new(), &cases, &RunOptions::default());
+    let results = &report.targets[0].results;
+    assert_eq!(results.len(), cases.len());
+    let mut wrong = Vec::new();
+    for r in results {
+        match &r.outcome {
+            Outcome::Skipped { reason }
+                if reason.contains("the template backend implements nothing yet") => {}
+            other => wrong.push(format!("{}: {other:?}", r.id)),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "cases not skipped with the template's reason:\n{}",
+        wrong.join("\n")
+    );
+    println!(
+        "template plugin: {} cases, 0 failures, every one skipped with the template's reason",
+        results.len()
+    );
+}
