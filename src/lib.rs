@@ -28,6 +28,7 @@ pub use unihal_alloc as alloc;
 pub use unihal_dlpack as dlpack;
 pub use unihal_hal as hal;
 pub use unihal_hal::*;
+pub use unihal_plugin as plugin;
 
 use std::sync::OnceLock;
 
@@ -44,8 +45,9 @@ pub const BUILD_INFO: &str = concat!(
 );
 
 /// The registry of the backends compiled into this build, in default preference order:
-/// accelerators first, the always-available CPU last. Out-of-tree backends may register more at
-/// run time. Adding a backend to this build is one more `register` call here.
+/// accelerators first, then the plugins `UNIHAL_PLUGIN_PATH` names (out-of-tree backends, see
+/// [`plugin`]), the always-available CPU last. Adding a backend to this build is one more
+/// `register` call here.
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
@@ -62,10 +64,21 @@ pub fn registry() -> &'static Registry {
             std::sync::Arc::new(unihal_ascend::AscendBackend::new())
         })
         .expect("built-in backend names are unique");
-        r.register(unihal_cpu::NAME, || {
-            std::sync::Arc::new(unihal_cpu::CpuBackend::new())
-        })
-        .expect("built-in backend names are unique");
+        // Out-of-tree backends (UNIHAL_PLUGIN_PATH) come after the built-in accelerators and
+        // before the CPU; one may take a built-in name only with UNIHAL_PLUGIN_REPLACE.
+        let builtin = [
+            unihal_cuda::NAME,
+            unihal_hip::NAME,
+            unihal_ascend::NAME,
+            unihal_cpu::NAME,
+        ];
+        let plugins = unihal_plugin::host::register_from_env(&r, &builtin);
+        if !plugins.contains(&unihal_cpu::NAME) {
+            r.register(unihal_cpu::NAME, || {
+                std::sync::Arc::new(unihal_cpu::CpuBackend::new())
+            })
+            .expect("built-in backend names are unique");
+        }
         r
     })
 }

@@ -762,11 +762,13 @@ pub unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
 /// # Safety
 /// `p`'s pointers are valid as the header documents.
 pub unsafe fn get_props(p: &UhDeviceProps) -> (String, String, unihal_hal::Capabilities) {
-    // SAFETY (all blocks): the caller's promise.
+    // SAFETY: the caller's promise: `p`'s pointers are valid as the header documents.
     let name = unsafe { opt_cstr(p.name) }.unwrap_or_default();
+    // SAFETY: the caller's promise: `p`'s pointers are valid as the header documents.
     let vendor = unsafe { opt_cstr(p.vendor) }.unwrap_or_default();
     let f = |bit: u32| p.flags & bit != 0;
     let mut ops = BTreeMap::new();
+    // SAFETY: the caller's promise: `p`'s pointers are valid as the header documents.
     for s in unsafe { slice(p.ops, p.n_ops as usize) } {
         if let Ok(op) = op_of(s.op) {
             ops.insert(op, dtypes_of_mask(s.dtype_mask));
@@ -789,12 +791,14 @@ pub unsafe fn get_props(p: &UhDeviceProps) -> (String, String, unihal_hal::Capab
                 .collect(),
         },
         optional: unihal_hal::OptionalCaps {
+            // SAFETY: the caller's promise: `p`'s pointers are valid as the header documents.
             arch: unsafe { opt_cstr(p.arch) },
             event_timing: f(UH_CAP_EVENT_TIMING),
             pinned_host_memory: f(UH_CAP_PINNED_HOST_MEMORY),
             wide_fill: f(UH_CAP_WIDE_FILL),
             host_callbacks: f(UH_CAP_HOST_CALLBACKS),
             stream_ordered_alloc: f(UH_CAP_STREAM_ORDERED_ALLOC),
+            // SAFETY: the caller's promise: `p`'s pointers are valid as the header documents.
             peer_devices: unsafe { slice(p.peers, p.n_peers as usize) }.to_vec(),
             fault_poisons_device: f(UH_CAP_FAULT_POISONS_DEVICE),
             timer_resolution_ns: Some(p.timer_resolution_ns).filter(|&n| n != 0),

@@ -117,6 +117,7 @@ pub unsafe fn entry(
     // SAFETY: same major: the struct is at least as long as its `size` says, and fields past
     // it are not read.
     let log = if head.size as usize >= std::mem::size_of::<UhHostApi>() {
+        // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
         unsafe { (*host).log }
     } else {
         None
@@ -691,39 +692,30 @@ unsafe extern "C" fn run_op(s: *mut UhStream, call: *const UhOpCall, err: Err) -
     })
 }
 
-/// A host function the backend runs once, or reports as never run (header: exactly once).
-struct HostFnSlot {
-    state: parking_lot::Mutex<HostFnState>,
+/// The host's function, called exactly once (header): with `UH_OK` when the backend runs the
+/// closure, with `UH_ERR_ABORTED` when it drops the closure unrun (the enqueue failed, the
+/// stream failed or went away).
+struct HostFn {
+    f: UhHostFn,
+    user: *mut c_void,
+    called: bool,
 }
-struct HostFnState {
-    call: Option<(UhHostFn, usize)>,
-    /// The entry returned success: a drop without running now reports "never run".
-    armed: bool,
-    /// The backend dropped the closure.
-    dropped: bool,
-}
-impl HostFnSlot {
-    fn fire(call: Option<(UhHostFn, usize)>, status: UhStatus) {
-        if let Some((f, user)) = call {
-            // SAFETY: the host's function with its own pointer, called once (the slot hands
-            // the call out once).
-            unsafe { f(user as *mut c_void, status) }
-        }
+// SAFETY: the header requires host functions callable from any thread, `user` included.
+unsafe impl Send for HostFn {}
+impl HostFn {
+    fn call(mut self, status: UhStatus) {
+        self.called = true;
+        // SAFETY: the host's function with its own pointer, called once (`called` disarms the
+        // drop).
+        unsafe { (self.f)(self.user, status) }
     }
 }
-struct DropReport(Arc<HostFnSlot>);
-impl Drop for DropReport {
+impl Drop for HostFn {
     fn drop(&mut self) {
-        let call = {
-            let mut st = self.0.state.lock();
-            st.dropped = true;
-            if st.armed {
-                st.call.take()
-            } else {
-                None
-            }
-        };
-        HostFnSlot::fire(call, UH_ERR_ABORTED);
+        if !self.called {
+            // SAFETY: as in `call`; this is the one call.
+            unsafe { (self.f)(self.user, UH_ERR_ABORTED) }
+        }
     }
 }
 
@@ -733,42 +725,20 @@ unsafe extern "C" fn host_callback(
     user: *mut c_void,
     err: Err,
 ) -> UhStatus {
+    // Made first: whatever happens below, the host's function is called once.
+    let h = f.map(|f| HostFn {
+        f,
+        user,
+        called: false,
+    });
     guard(err, || {
-        let stream = strm(s)?;
-        let Some(f) = f else {
+        let Some(h) = h else {
             return Err(HalError::invalid(
                 "fn",
                 Invalid::Other("NULL host function".into()),
             ));
         };
-        let slot = Arc::new(HostFnSlot {
-            state: parking_lot::Mutex::new(HostFnState {
-                call: Some((f, user as usize)),
-                armed: false,
-                dropped: false,
-            }),
-        });
-        let report = DropReport(slot.clone());
-        let r = stream.host_callback(Box::new(move || {
-            let call = report.0.state.lock().call.take();
-            HostFnSlot::fire(call, UH_OK);
-            drop(report);
-        }));
-        let mut st = slot.state.lock();
-        match r {
-            Ok(()) => {
-                st.armed = true;
-                let call = if st.dropped { st.call.take() } else { None };
-                drop(st);
-                HostFnSlot::fire(call, UH_ERR_ABORTED);
-                Ok(())
-            }
-            Err(e) => {
-                // Not queued: the host keeps `user` (header), nothing is called.
-                st.call = None;
-                Err(e)
-            }
-        }
+        strm(s)?.host_callback(Box::new(move || h.call(UH_OK)))
     })
 }
 

@@ -160,6 +160,7 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
         }
     };
     let entries: Vec<BackendEntry> = backends.iter().map(|b| list(&**b)).collect();
+    let plugins = unihal::plugin::host::attempts();
     if json {
         println!(
             "{}",
@@ -259,6 +260,24 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
                 feats.join(", "),
                 o.peer_devices
             );
+        }
+    }
+    match std::env::var(unihal::plugin::host::PATH_ENV) {
+        Err(_) => println!(
+            "plugins: none loaded ({} is unset)",
+            unihal::plugin::host::PATH_ENV
+        ),
+        Ok(spec) => {
+            println!("plugins ({}={spec}):", unihal::plugin::host::PATH_ENV);
+            if plugins.is_empty() {
+                println!("  no plugin library found there");
+            }
+            for a in &plugins {
+                match &a.outcome {
+                    Ok(name) => println!("  {}: loaded, backend {name}", a.path),
+                    Err(why) => println!("  {}: REFUSED: {why}", a.path),
+                }
+            }
         }
     }
     ExitCode::SUCCESS

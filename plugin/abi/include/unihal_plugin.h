@@ -250,9 +250,10 @@ typedef struct uh_host_api {
   void (*log)(int32_t level, const char *target, const char *message);
 } uh_host_api;
 
-/* A host function queued on a stream. Called exactly once: with status UH_OK when the work
- * before it has completed (it runs then), or with another status when it will never run (its
- * stream failed or was released first), so that the host frees `user` either way. */
+/* A host function queued on a stream. Called exactly once for every host_callback call,
+ * whatever that call returns: with status UH_OK when the work before it has completed (it runs
+ * then), or with another status when it never will (the enqueue failed, the stream failed or
+ * was released first), so that the host frees `user` in this function and nowhere else. */
 typedef void (*uh_host_fn)(void *user, uh_status status);
 
 /* Called exactly once when the plugin no longer uses imported memory (uh_plugin_api.mem_import). */

@@ -26,6 +26,7 @@ impl PluginBackend {
     pub fn new(p: &'static Plugin) -> PluginBackend {
         // SAFETY: `ccl_caps` returns data valid forever or NULL (header rule 5).
         let ccl = p.api.ccl_caps.and_then(|f| {
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             let c = unsafe { f() };
             // SAFETY: non-null: valid as the header documents.
             (!c.is_null()).then(|| PluginCollectives::new(p, unsafe { conv::get_ccl_caps(&*c) }))
@@ -54,8 +55,8 @@ impl Backend for PluginBackend {
 
     fn probe(&self) -> Result<usize> {
         let mut n = 0u32;
-        // SAFETY (closure): the entry's contract; `n` outlives the call.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.probe, "probe", |f, e| unsafe { f(&mut n, e) })?;
         if n == 0 {
             return Err(HalError::Unavailable {
@@ -100,9 +101,9 @@ impl Backend for PluginBackend {
     fn test_kernels(&self, device: &dyn Device) -> Option<ModuleSource> {
         let d = device.as_any().downcast_ref::<PluginDevice>()?;
         let mut src = std::mem::MaybeUninit::<UhModuleSource>::zeroed();
-        // SAFETY (closure): the entry's contract; `src` outlives the call.
         let r = self
             .p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.test_kernels, "test kernels", |f, e| unsafe {
                 f(d.raw(), src.as_mut_ptr(), e)
             });

@@ -68,8 +68,8 @@ impl Collectives for PluginCollectives {
     fn unique_id(&self) -> Result<UniqueId> {
         let mut buf = vec![0u8; 8192];
         let mut len = 0u64;
-        // SAFETY (closure): the entry's contract; `buf` holds its capacity.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.ccl_unique_id, "unique id", |f, e| unsafe {
                 f(buf.as_mut_ptr(), buf.len() as u64, &mut len, e)
             })?;
@@ -89,8 +89,8 @@ impl Collectives for PluginCollectives {
         let mut raw = std::ptr::null_mut();
         let n = u32::try_from(nranks).unwrap_or(u32::MAX);
         let r = u32::try_from(rank).unwrap_or(u32::MAX);
-        // SAFETY (closure): the entry's contract.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.ccl_init_rank, "init rank", |f, e| unsafe {
                 f(
                     id.0.as_ptr(),
@@ -116,8 +116,8 @@ impl Collectives for PluginCollectives {
             .map(|d| Ok(self.device(d)?.raw()))
             .collect::<Result<Vec<_>>>()?;
         let mut out = vec![std::ptr::null_mut(); raws.len()];
-        // SAFETY (closure): the entry's contract; `out` has room for one handle per device.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.ccl_init_all, "init all", |f, e| unsafe {
                 f(
                     raws.as_ptr(),
@@ -193,8 +193,8 @@ impl PluginComm {
             root: u32::try_from(root).unwrap_or(u32::MAX),
             reserved: 0,
         };
-        // SAFETY (closure): the entry's contract.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.comm_collective, op.name(), |f, e| unsafe {
                 f(self.raw, &call, s.raw(), e)
             })?;
@@ -310,7 +310,7 @@ impl Communicator for PluginComm {
                 peer: parts.peer as u64,
             });
         }
-        // SAFETY (closure): the entry's contract; `raw` outlives the call.
+        // SAFETY: the entry's contract; `raw` outlives the call.
         self.p.call(self.p.api.comm_group, "group", |f, e| unsafe {
             f(self.raw, raw.as_ptr(), raw.len() as u64, s.raw(), e)
         })?;
@@ -326,7 +326,7 @@ impl Communicator for PluginComm {
     ) -> Result<Option<Arc<dyn Communicator>>> {
         let mut raw = std::ptr::null_mut();
         let c = color.map_or(-1, i64::from);
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(self.p.api.comm_split, "split", |f, e| unsafe {
             f(self.raw, c, key, timeout_ms(config), &mut raw, e)
         })?;
@@ -345,11 +345,12 @@ impl Communicator for PluginComm {
     }
 
     fn async_error(&self) -> Option<HalError> {
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p
             .call(
                 self.p.api.comm_async_error,
                 "communicator async error",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(self.raw, e) },
             )
             .err()

@@ -35,12 +35,12 @@ unsafe impl Sync for PluginDevice {}
 impl PluginDevice {
     pub(super) fn open(p: &'static Plugin, ordinal: u32) -> Result<Arc<PluginDevice>> {
         let mut raw = std::ptr::null_mut();
-        // SAFETY (closure): the entry's contract; `raw` outlives the call.
+        // SAFETY: the entry's contract; `raw` outlives the call.
         p.call(p.api.device_open, "device open", |f, e| unsafe {
             f(ordinal, &mut raw, e)
         })?;
         let mut props = std::mem::MaybeUninit::<UhDeviceProps>::zeroed();
-        // SAFETY (closure): as above.
+        // SAFETY: as above.
         let r = p.call(p.api.device_props, "device props", |f, e| unsafe {
             f(raw, props.as_mut_ptr(), e)
         });
@@ -193,10 +193,11 @@ impl Device for PluginDevice {
 
     fn memory_info(&self) -> Result<MemoryInfo> {
         let (mut total, mut free) = (0u64, 0u64);
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.device_memory_info,
             "memory info",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, &mut total, &mut free, e) },
         )?;
         Ok(MemoryInfo { total, free })
@@ -204,7 +205,7 @@ impl Device for PluginDevice {
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
         let (mut raw, mut addr) = (std::ptr::null_mut(), 0u64);
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(self.p.api.mem_alloc, "alloc", |f, e| unsafe {
             f(self.raw, len as u64, &mut raw, &mut addr, e)
         })?;
@@ -220,8 +221,8 @@ impl Device for PluginDevice {
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
         let (mut raw, mut ptr) = (std::ptr::null_mut(), std::ptr::null_mut());
-        // SAFETY (closure): the entry's contract.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.host_alloc, "alloc host", |f, e| unsafe {
                 f(self.raw, len as u64, &mut raw, &mut ptr, e)
             })?;
@@ -241,7 +242,7 @@ impl Device for PluginDevice {
         };
         let user = Box::into_raw(Box::new(owner)) as *mut c_void;
         let mut raw = std::ptr::null_mut();
-        // SAFETY (closure): the entry's contract; the caller vouches for the range.
+        // SAFETY: the entry's contract; the caller vouches for the range.
         let r = self.p.call(Some(entry), "import memory", |f, e| unsafe {
             f(self.raw, addr, len, Some(drop_owner), user, &mut raw, e)
         });
@@ -274,10 +275,11 @@ impl Device for PluginDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.device_synchronize,
             "device synchronize",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },
         )
     }

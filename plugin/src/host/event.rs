@@ -31,7 +31,7 @@ impl PluginEvent {
     pub(super) fn create(dev: Arc<PluginDevice>, flags: EventFlags) -> Result<PluginEvent> {
         let p = dev.plugin();
         let mut raw = std::ptr::null_mut();
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         p.call(p.api.event_create, "event create", |f, e| unsafe {
             f(dev.raw(), flags.disable_timing as u32, &mut raw, e)
         })?;
@@ -91,8 +91,8 @@ impl Event for PluginEvent {
 
     fn query(&self) -> Result<bool> {
         let mut done = 0u32;
-        // SAFETY (closure): the entry's contract.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.event_query, "event query", |f, e| unsafe {
                 f(self.raw, &mut done, e)
             })?;
@@ -100,10 +100,11 @@ impl Event for PluginEvent {
     }
 
     fn synchronize(&self) -> Result<()> {
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.event_synchronize,
             "event synchronize",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },
         )
     }
@@ -124,10 +125,11 @@ impl Event for PluginEvent {
             return Err(HalError::invalid(arg, Invalid::Other(why.into())));
         }
         let mut ms = 0f32;
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.event_elapsed,
             "event elapsed time",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, end.raw, &mut ms, e) },
         )?;
         Ok(ms)

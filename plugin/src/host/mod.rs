@@ -298,6 +298,7 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
             // SAFETY: as above.
             version: format!(
                 "{} (plugin {shown}, ABI {}.{})",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 unsafe { conv::opt_cstr(info.version) }.unwrap_or_default(),
                 head.abi_major,
                 head.abi_minor

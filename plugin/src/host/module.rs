@@ -33,7 +33,7 @@ impl PluginModule {
         let mut keep = SourceStore::default();
         let src = conv::put_module_source(source, &mut keep)?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY (closure): the entry's contract; `src` points into `keep`, alive for the call.
+        // SAFETY: the entry's contract; `src` points into `keep`, alive for the call.
         p.call(p.api.module_load, "module load", |f, e| unsafe {
             f(dev.raw(), &src, &mut raw, e)
         })?;
@@ -74,10 +74,11 @@ impl Module for PluginModule {
         })?;
         let (mut raw, mut has, mut n, mut sizes) =
             (std::ptr::null_mut(), 0u32, 0u64, std::ptr::null());
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.module_function,
             "module function",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe {
                 f(
                     self.raw,

@@ -41,7 +41,7 @@ pub struct PluginStream {
     /// Set at the first keep: until then nothing is kept and no lock is taken.
     keeps: AtomicBool,
     /// A host callback that panicked (sticky, as the HAL's streams make it).
-    callback_error: Arc<OnceLock<HalError>>,
+    callback_error: OnceLock<HalError>,
     me: Weak<PluginStream>,
 }
 
@@ -54,7 +54,7 @@ impl PluginStream {
     pub(super) fn create(dev: Arc<PluginDevice>) -> Result<Arc<PluginStream>> {
         let p = dev.plugin();
         let mut raw = std::ptr::null_mut();
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         p.call(p.api.stream_create, "stream create", |f, e| unsafe {
             f(dev.raw(), &mut raw, e)
         })?;
@@ -68,7 +68,7 @@ impl PluginStream {
             sid: StreamId::fresh(),
             kept: parking_lot::Mutex::new(Retention::new()),
             keeps: AtomicBool::new(false),
-            callback_error: Arc::new(OnceLock::new()),
+            callback_error: OnceLock::new(),
             me: me.clone(),
         }))
     }
@@ -155,7 +155,7 @@ impl PluginStream {
             keep,
             || {
                 let mut ev = std::ptr::null_mut();
-                // SAFETY (closure): the entry's contract; flags 1: no timing.
+                // SAFETY: the entry's contract; flags 1: no timing.
                 p.call(p.api.event_create, "event create", |f, e| unsafe {
                     f(dev, 1, &mut ev, e)
                 })
@@ -163,7 +163,7 @@ impl PluginStream {
                 .map_err(|e| e.to_string())
             },
             |ev| {
-                // SAFETY (closure): the entry's contract.
+                // SAFETY: the entry's contract.
                 p.call(p.api.event_record, "event record", |f, e| unsafe {
                     f(raw, ev as *mut UhEvent, e)
                 })
@@ -177,7 +177,7 @@ impl PluginStream {
 
     fn event_done(p: &'static Plugin, ev: usize) -> bool {
         let mut done = 0u32;
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         p.call(p.api.event_query, "event query", |f, e| unsafe {
             f(ev as *mut UhEvent, &mut done, e)
         })
@@ -231,17 +231,32 @@ impl UseHolder for PluginStream {
 struct HostCall {
     f: Box<dyn FnOnce() + Send>,
     uses: Vec<HostUse>,
-    failed: Arc<OnceLock<HalError>>,
+    stream: Weak<PluginStream>,
 }
 
 unsafe extern "C" fn run_host_call(user: *mut c_void, status: UhStatus) {
-    // SAFETY: `user` is the box leaked by host_callback; the plugin calls this once (header).
+    // SAFETY: `user` is the box leaked by host_callback; the plugin calls this exactly once
+    // (header).
     let call = unsafe { Box::from_raw(user as *mut HostCall) };
-    let HostCall { f, uses, failed } = *call;
-    // The work before the callback has completed (or never will): the uses end.
+    let HostCall { f, uses, stream } = *call;
+    if status != UH_OK {
+        // Never runs: the work before it may still hold the uses (a refused enqueue), so they
+        // go back to the stream, released once that work is known to have run.
+        if let Some(s) = stream.upgrade() {
+            if !uses.is_empty() {
+                s.kept.lock().give_back(uses);
+            }
+        }
+        return;
+    }
+    // The work before the callback has completed: the uses end.
     drop(uses);
-    if status == UH_OK && std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        let _ = failed.set(HalError::Internal("a host callback panicked".into()));
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        if let Some(s) = stream.upgrade() {
+            let _ = s
+                .callback_error
+                .set(HalError::Internal("a host callback panicked".into()));
+        }
     }
 }
 
@@ -266,7 +281,7 @@ impl Stream for PluginStream {
         self.host_copy(
             (src, "src", src_offset),
             |h| {
-                // SAFETY (closure): the entry's contract; the ranges were checked.
+                // SAFETY: the entry's contract; the ranges were checked.
                 self.p.call(self.p.api.copy_h2d, "copy h2d", |f, e| unsafe {
                     f(self.raw, h, src_offset, d, doff, len, e)
                 })
@@ -296,7 +311,7 @@ impl Stream for PluginStream {
         self.host_copy(
             (dst, "dst", dst_offset),
             |h| {
-                // SAFETY (closure): the entry's contract; the ranges were checked.
+                // SAFETY: the entry's contract; the ranges were checked.
                 self.p.call(self.p.api.copy_d2h, "copy d2h", |f, e| unsafe {
                     f(self.raw, s, soff, h, dst_offset, len, e)
                 })
@@ -332,8 +347,8 @@ impl Stream for PluginStream {
                 },
             ));
         }
-        // SAFETY (closure): the entry's contract; the ranges were checked.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.copy_d2d, "copy d2d", |f, e| unsafe {
                 f(self.raw, s, soff, d, doff, len, e)
             })?;
@@ -358,8 +373,8 @@ impl Stream for PluginStream {
         )?;
         let (s, soff) = self.mem(src, "src", src.device(), src_offset, len)?;
         let (d, doff) = self.mem(dst, "dst", dst.device(), dst_offset, len)?;
-        // SAFETY (closure): the entry's contract; the ranges were checked.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.copy_peer, "copy peer", |f, e| unsafe {
                 f(self.raw, s, soff, d, doff, len, e)
             })?;
@@ -376,7 +391,7 @@ impl Stream for PluginStream {
             FillValue::U16(v) => (2, v as u32),
             FillValue::U32(v) => (4, v),
         };
-        // SAFETY (closure): the entry's contract; the range was checked.
+        // SAFETY: the entry's contract; the range was checked.
         self.p.call(self.p.api.fill, "fill", |f, e| unsafe {
             f(self.raw, d, doff, len, width, v, e)
         })?;
@@ -429,7 +444,7 @@ impl Stream for PluginStream {
             grid: config.grid.to_array(),
             block: config.block.to_array(),
         };
-        // SAFETY (closure): the entry's contract; the caller vouches for the arguments.
+        // SAFETY: the entry's contract; the caller vouches for the arguments.
         self.p.call(self.p.api.launch, "launch", |f, e| unsafe {
             f(
                 self.raw,
@@ -482,7 +497,7 @@ impl Stream for PluginStream {
             rng_offset: call.rng.map_or(0, |r| r.offset),
         };
         let what = format!("op {}", call.op);
-        // SAFETY (closure): the entry's contract; the call's arrays outlive it.
+        // SAFETY: the entry's contract; the call's arrays outlive it.
         self.p.call(self.p.api.run_op, &what, |f, e| unsafe {
             f(self.raw, &c, e)
         })?;
@@ -505,22 +520,13 @@ impl Stream for PluginStream {
         let user = Box::into_raw(Box::new(HostCall {
             f,
             uses,
-            failed: self.callback_error.clone(),
+            stream: self.me.clone(),
         })) as *mut c_void;
-        // SAFETY (closure): the entry's contract: on success the plugin calls run_host_call
-        // once with `user`; on failure never.
-        let r = self.p.call(Some(entry), "host callback", |g, e| unsafe {
+        // `user`, whatever it returns (the box is freed there).
+        // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+        self.p.call(Some(entry), "host callback", |g, e| unsafe {
             g(self.raw, Some(run_host_call), user, e)
-        });
-        if let Err(e) = r {
-            // SAFETY: not handed over (header): the box is still ours.
-            let call = unsafe { Box::from_raw(user as *mut HostCall) };
-            if !call.uses.is_empty() {
-                self.kept.lock().give_back(call.uses);
-            }
-            return Err(e);
-        }
-        Ok(())
+        })
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
@@ -535,8 +541,8 @@ impl Stream for PluginStream {
                 },
             ));
         }
-        // SAFETY (closure): the entry's contract.
         self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.event_record, "event record", |f, err| unsafe {
                 f(self.raw, e.raw(), err)
             })?;
@@ -547,10 +553,11 @@ impl Stream for PluginStream {
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
         self.sticky()?;
         let e = PluginEvent::of(event.as_ref(), "event", self.p)?;
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.stream_wait_event,
             "stream wait event",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, err| unsafe { f(self.raw, e.raw(), err) },
         )
     }
@@ -574,10 +581,11 @@ impl Stream for PluginStream {
     fn synchronize(&self) -> Result<()> {
         let kept = self.keeps.load(Ordering::Acquire);
         let cover = kept.then(|| self.kept.lock().begin_sync());
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         let r = self.p.call(
             self.p.api.stream_synchronize,
             "stream synchronize",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },
         );
         if let Some(c) = cover {
@@ -592,9 +600,9 @@ impl Stream for PluginStream {
         let kept = self.keeps.load(Ordering::Acquire);
         let cover = kept.then(|| self.kept.lock().begin_sync());
         let mut done = 0u32;
-        // SAFETY (closure): the entry's contract.
         let r = self
             .p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             .call(self.p.api.stream_query, "stream query", |f, e| unsafe {
                 f(self.raw, &mut done, e)
             });
@@ -608,11 +616,12 @@ impl Stream for PluginStream {
         if let Some(e) = self.callback_error.get() {
             return Some(e.clone());
         }
-        // SAFETY (closure): the entry's contract.
+        // SAFETY: the entry's contract.
         self.p
             .call(
                 self.p.api.stream_async_error,
                 "stream async error",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(self.raw, e) },
             )
             .err()
@@ -646,10 +655,11 @@ impl Remains {
         let p = self.p;
         let raw = self.raw as *mut UhStream;
         if !self.parts.keep.is_empty() || !self.parts.events.is_empty() {
-            // SAFETY (closure): the entry's contract.
+            // SAFETY: the entry's contract.
             let _ = p.call(
                 p.api.stream_synchronize,
                 "stream synchronize",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(raw, e) },
             );
         }

@@ -1,0 +1,73 @@
+//! What the plugin boundary costs per call: the CPU backend linked in against the same backend
+//! loaded as a plugin (`libunihal_cpu_plugin.so`, through the C ABI), in the same run, for the
+//! three calls a framework makes most: an event record, a stream query and the enqueue of an
+//! empty host callback. The difference of the two medians is the boundary's cost.
+//!
+//! Run: `cargo bench --bench plugin_boundary` (figures in docs/BENCHMARKS.md).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use unihal::{Backend, Device, EventFlags, Stream};
+
+/// Calls timed between two synchronisations (untimed), so queues stay short.
+const BATCH: u64 = 256;
+
+fn backends() -> Vec<(&'static str, Arc<dyn Backend>)> {
+    let registry = unihal::Registry::new();
+    let lib = unihal_sim::built_library("libunihal_cpu_plugin.so");
+    unihal::plugin::host::register(&registry, &lib, &[], &[])
+        .unwrap_or_else(|e| panic!("the CPU plugin {} must load: {e}", lib.display()));
+    vec![
+        (
+            "linked",
+            Arc::new(unihal_cpu::CpuBackend::new()) as Arc<dyn Backend>,
+        ),
+        ("plugin", registry.get("cpu").unwrap()),
+    ]
+}
+
+/// Times `f` `iters` times in batches, synchronising `s` between batches (not timed).
+fn batched(s: &Arc<dyn Stream>, iters: u64, mut f: impl FnMut()) -> Duration {
+    let mut t = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        t += t0.elapsed();
+        s.synchronize().unwrap();
+        left -= n;
+    }
+    t
+}
+
+fn boundary(c: &mut Criterion) {
+    let mut g = c.benchmark_group("plugin_boundary");
+    for (name, b) in backends() {
+        let dev: Arc<dyn Device> = b.open(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let ev = dev
+            .create_event(EventFlags {
+                disable_timing: true,
+            })
+            .unwrap();
+        g.bench_with_input(BenchmarkId::new("event_record", name), &(), |bch, _| {
+            bch.iter_custom(|iters| batched(&s, iters, || s.record_event(&ev).unwrap()))
+        });
+        g.bench_with_input(BenchmarkId::new("stream_query", name), &(), |bch, _| {
+            bch.iter(|| s.query().unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("host_callback", name), &(), |bch, _| {
+            bch.iter_custom(|iters| {
+                batched(&s, iters, || s.host_callback(Box::new(|| {})).unwrap())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, boundary);
+criterion_main!(benches);
