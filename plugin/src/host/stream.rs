@@ -134,11 +134,13 @@ impl PluginStream {
     }
 
     /// Keeps, until the work queued so far has run, what the plugin cannot keep for the host:
-    /// blocks of a host-side sub-allocator among `bufs`, and `extra` (host-buffer uses).
+    /// blocks of a host-side sub-allocator among `bufs` (the plugin keeps the allocation, not
+    /// the block's owner informed), and `extra` (host-buffer uses; the buffers of a launch's
+    /// arguments, which cross as bare addresses the plugin cannot know to keep).
     pub(crate) fn keep_for_work<'a>(
         &self,
         bufs: impl IntoIterator<Item = &'a Buffer>,
-        extra: Option<Keep>,
+        extra: impl IntoIterator<Item = Keep>,
     ) {
         let mut keep: Vec<Keep> = bufs
             .into_iter()
@@ -456,7 +458,9 @@ impl Stream for PluginStream {
                 e,
             )
         })?;
-        self.keep_for_work(args.buffers(), None);
+        // The arguments' buffers crossed as addresses: the plugin cannot keep them, the host
+        // does, every one (whole allocations too) until the launch ran.
+        self.keep_for_work([], args.buffers().iter().map(|b| b.use_on(self.sid)));
         Ok(())
     }
 
