@@ -309,7 +309,17 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
         },
         manifest: Box::leak(manifest.into_boxed_str()),
     };
-    Ok(Box::leak(Box::new(plugin)))
+    let plugin: &'static Plugin = Box::leak(Box::new(plugin));
+    LOADED.lock().push(plugin);
+    Ok(plugin)
+}
+
+/// Every plugin loaded in this process (they are never unloaded, and stay reachable here).
+static LOADED: parking_lot::Mutex<Vec<&'static Plugin>> = parking_lot::Mutex::new(Vec::new());
+
+/// The plugins loaded in this process, in load order.
+pub fn loaded() -> Vec<&'static Plugin> {
+    LOADED.lock().clone()
 }
 
 /// The plugin files `UNIHAL_PLUGIN_PATH`'s value names, with the entries refused (relative
