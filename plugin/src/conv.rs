@@ -271,8 +271,8 @@ pub unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
     }
 }
 
-/// Writes `e` into the ABI's error record.
-pub fn put_error(out: &mut UhError, e: &HalError) {
+/// Writes `e` into the ABI's error record; returns its status code.
+pub fn put_error(out: &mut UhError, e: &HalError) -> UhStatus {
     out.num = [0; 3];
     out.vendor_code = 0;
     out.invalid = UH_INVALID_OTHER;
@@ -356,6 +356,7 @@ pub fn put_error(out: &mut UhError, e: &HalError) {
     };
     out.code = code;
     put_str(&mut out.message, &message);
+    code
 }
 
 /// The HAL error an ABI error record describes (`status` is the call's return value). A code

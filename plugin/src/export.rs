@@ -208,15 +208,11 @@ fn guard(err: *mut UhError, f: impl FnOnce() -> Result<()>) -> UhStatus {
     };
     match r {
         Ok(()) => UH_OK,
-        Err(e) => {
-            if !err.is_null() {
-                // SAFETY: the host passes a valid record (header rule 4).
-                conv::put_error(unsafe { &mut *err }, &e);
-            }
-            let mut rec = UhError::new();
-            conv::put_error(&mut rec, &e);
-            rec.code
+        Err(e) if !err.is_null() => {
+            // SAFETY: the host passes a valid record (header rule 4).
+            conv::put_error(unsafe { &mut *err }, &e)
         }
+        Err(e) => conv::put_error(&mut UhError::new(), &e),
     }
 }
 

@@ -80,3 +80,24 @@ fn copies_keep_their_memory_through_the_plugins_own_handles() {
     s.synchronize().unwrap();
     assert_eq!(dev.memory_info().unwrap().free, before);
 }
+
+/// Drops count, to see an import's owner released exactly once.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_refused_import_releases_its_owner_exactly_once() {
+    let (_, dev) = cpu_plugin(2);
+    let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // SAFETY: a null address with a length: the import is refused before any memory is used.
+    let r = unsafe { dev.import_memory(0, 8, Box::new(Counted(drops.clone()))) };
+    assert!(
+        matches!(r, Err(unihal_hal::HalError::InvalidArgument { .. })),
+        "{r:?}"
+    );
+    assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

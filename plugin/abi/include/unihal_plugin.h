@@ -256,7 +256,8 @@ typedef struct uh_host_api {
  * was released first), so that the host frees `user` in this function and nowhere else. */
 typedef void (*uh_host_fn)(void *user, uh_status status);
 
-/* Called exactly once when the plugin no longer uses imported memory (uh_plugin_api.mem_import). */
+/* Called exactly once per mem_import call, whatever it returns: when the plugin no longer uses
+ * the imported memory, or at once when the import is refused. The host frees `user` there only. */
 typedef void (*uh_release_fn)(void *user);
 
 /* ---- descriptive data -------------------------------------------------------------------- */
@@ -456,7 +457,7 @@ typedef struct uh_plugin_api {
   void (*mem_release)(uh_mem *mem);
   uh_status (*host_alloc)(uh_device *dev, uint64_t len, uh_host_mem **out, void **ptr, uh_error *err);
   void (*host_release)(uh_host_mem *mem);
-  /* Wraps foreign device memory; `release(user)` once the plugin no longer uses it. */
+  /* Wraps foreign device memory; `release(user)` exactly once, also when refused (uh_release_fn). */
   uh_status (*mem_import)(uh_device *dev, uint64_t addr, uint64_t len, uh_release_fn release,
                           void *user, uh_mem **out, uh_error *err);
 

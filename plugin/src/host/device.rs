@@ -172,9 +172,10 @@ impl Drop for PluginHostMem {
     }
 }
 
-/// The owner of imported memory, dropped when the plugin releases the import.
+/// The owner of imported memory, dropped when the plugin releases the import (or refuses it).
 unsafe extern "C" fn drop_owner(user: *mut c_void) {
-    // SAFETY: `user` is the Box<Keep> leaked in import_memory; the plugin calls this once.
+    // SAFETY: `user` is the Box<Keep> leaked in import_memory; the plugin calls this exactly once
+    // per import, whatever the import returned (header), and the host never frees it itself.
     drop(unsafe { Box::from_raw(user as *mut Keep) });
 }
 
@@ -246,12 +247,9 @@ impl Device for PluginDevice {
         let r = self.p.call(Some(entry), "import memory", |f, e| unsafe {
             f(self.raw, addr, len, Some(drop_owner), user, &mut raw, e)
         });
-        if let Err(e) = r {
-            // Refused: the plugin never calls the release function (header), the owner is ours.
-            // SAFETY: the box leaked above, not handed over.
-            drop(unsafe { Box::from_raw(user as *mut Keep) });
-            return Err(e);
-        }
+        // Refused or not, the plugin calls `drop_owner` exactly once (header): the owner is
+        // never freed here.
+        r?;
         Ok(Buffer::from_allocation(PluginMem {
             p: self.p,
             raw,

@@ -86,12 +86,16 @@ thread_local! {
 }
 
 fn with_record<R>(f: impl FnOnce(*mut UhError) -> R) -> R {
+    // `try_with`: a call from a thread-local destructor (a HAL object dropped at thread exit)
+    // gets a fresh record instead of a panic.
     let mut rec = RECORD
-        .with(|c| c.take())
+        .try_with(|c| c.take())
+        .ok()
+        .flatten()
         .unwrap_or_else(|| Box::new(UhError::new()));
     rec.code = UH_OK;
     let r = f(&mut *rec);
-    RECORD.with(|c| c.set(Some(rec)));
+    let _ = RECORD.try_with(|c| c.set(Some(rec)));
     r
 }
 

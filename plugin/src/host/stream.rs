@@ -5,8 +5,9 @@
 //! know it must keep: host-buffer uses (the HAL's map protocol lives on the host) and blocks of
 //! a host-side caching allocator (whose owner must learn which streams still use them). These go
 //! into the HAL's [`Retention`], sealed behind plugin events, exactly as a GPU backend keeps
-//! what its vendor queue uses. Whole allocations need nothing: the plugin's queued work keeps
-//! its own handle of the memory (header rule 5). A stream that never keeps anything (no host
+//! what its vendor queue uses. Whole allocations passed as handles need nothing: the plugin's
+//! queued work keeps its own handle of the memory (header rule 5); a launch's argument buffers
+//! cross as bare addresses, so the host keeps those, whole or not. A stream that never keeps anything (no host
 //! copy, no allocator block) never takes the retention lock.
 
 use super::device::{PluginDevice, PluginHostMem, PluginMem};
@@ -466,11 +467,6 @@ impl Stream for PluginStream {
 
     fn run_op(&self, call: &OpCall) -> Result<()> {
         self.sticky()?;
-        let mut tensors = Vec::with_capacity(call.tensors.len());
-        for t in &call.tensors {
-            let (m, off) = self.mem(&t.buffer, "tensors", self.id, 0, 0)?;
-            tensors.push(conv::put_tensor(t, (m, off, t.buffer.len())));
-        }
         if call.tensors.iter().any(|t| t.shape.len() > UH_MAX_DIMS) {
             return Err(HalError::invalid(
                 "tensors",
@@ -486,6 +482,11 @@ impl Stream for PluginStream {
                 "op {} through plugin ABI {UH_ABI_MAJOR}.{UH_ABI_MINOR}",
                 call.op
             )));
+        }
+        let mut tensors = Vec::with_capacity(call.tensors.len());
+        for t in &call.tensors {
+            let (m, off) = self.mem(&t.buffer, "tensors", self.id, 0, 0)?;
+            tensors.push(conv::put_tensor(t, (m, off, t.buffer.len())));
         }
         let scalars: Vec<UhScalar> = call.scalars.iter().map(conv::put_scalar).collect();
         let c = UhOpCall {
