@@ -46,45 +46,57 @@ step "the Ascend backend's tests on the simulated CANN stack (layouts, ops, HCCL
 $CARGO test -q --target "$TRIPLE" -p unihal-ascend
 
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
-# part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
-step "build the sanitized unihal binary and simulated driver"
+# part as peer ranks): the whole suite once, at a quarter of the per-device run's time. The runs
+# are independent processes, two at a time (scripts/lib/side-by-side.sh).
+source scripts/lib/side-by-side.sh
+step "build the sanitized unihal binary, simulated runtimes and plugin tests"
 $CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip
 $CARGO build -q --target "$TRIPLE" -p unihal --bin unihal
-SIM="$BIN/libunihal_sim_cuda.so"
-test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
-
-step "CPU conformance suite (collectives included)"
-"$BIN/unihal" conformance --backend cpu --max-devices 1 --report target/asan-conformance-cpu
-
-# The whole CPU suite through a sanitized plugin found the launch-argument use-after-free
-# (RELIABILITY.md, defect 13); in CI the plugin tests carry its regression test, the C and
-# template plugins' suites and the loader's refusals (the full suite through the plugin runs
-# unsanitized in the test command).
-step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
-$CARGO test -q --target "$TRIPLE" -p unihal-plugin --test ownership --test export_boundary \
-    --test refusals --test c_plugin --test template_plugin
-
-step "CUDA backend's conformance suite on the simulated driver and NCCL"
-UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NCCL_LIB="$SIM" \
-    UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
-    "$BIN/unihal" conformance --backend cuda --max-devices 1 --report target/asan-conformance-cuda
-grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
-    || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
-
-step "HIP backend's conformance suite on the simulated runtime, RCCL and rocBLAS (legacy numbering)"
-HIP_SIM="$BIN/libunihal_sim_hip.so"
-UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" \
-    UNIHAL_ROCBLAS_LIB="$HIP_SIM" \
-    UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906 \
-    UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
-    "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip
-grep -q '"simulated": true' target/asan-conformance-hip/conformance.json \
-    || { echo "the sanitized HIP run did not use the simulated runtime" >&2; exit 1; }
-step "Ascend backend's conformance suite on the simulated CANN stack (HCCL included)"
 $CARGO build -q --target "$TRIPLE" -p unihal-sim-cann --lib --example make_layout
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
-UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_ASCEND_LIB="$PWD/target/asan-cann/classic/lib64" \
-    "$BIN/unihal" conformance --backend ascend --max-devices 1 --report target/asan-conformance-ascend
-grep -q '"simulated": true' target/asan-conformance-ascend/conformance.json \
-    || { echo "the sanitized Ascend run did not use the simulated CANN stack" >&2; exit 1; }
+PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test template_plugin)
+$CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run
+SIM="$BIN/libunihal_sim_cuda.so"
+HIP_SIM="$BIN/libunihal_sim_hip.so"
+test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
+
+cpu_suite() {
+    "$BIN/unihal" conformance --backend cpu --max-devices 1 --report target/asan-conformance-cpu
+}
+cuda_suite() {
+    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NCCL_LIB="$SIM" \
+        UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+        "$BIN/unihal" conformance --backend cuda --max-devices 1 --report target/asan-conformance-cuda
+    grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
+        || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
+}
+hip_suite() {
+    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" \
+        UNIHAL_ROCBLAS_LIB="$HIP_SIM" \
+        UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906 \
+        UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+        "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip
+    grep -q '"simulated": true' target/asan-conformance-hip/conformance.json \
+        || { echo "the sanitized HIP run did not use the simulated runtime" >&2; exit 1; }
+}
+ascend_suite() {
+    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_ASCEND_LIB="$PWD/target/asan-cann/classic/lib64" \
+        "$BIN/unihal" conformance --backend ascend --max-devices 1 --report target/asan-conformance-ascend
+    grep -q '"simulated": true' target/asan-conformance-ascend/conformance.json \
+        || { echo "the sanitized Ascend run did not use the simulated CANN stack" >&2; exit 1; }
+}
+# The whole CPU suite through a sanitized plugin found the launch-argument use-after-free
+# (RELIABILITY.md, defect 13); here the plugin tests carry its regression test, the C and
+# template plugins' suites and the loader's refusals (the full suite through the plugin runs
+# unsanitized in the test command).
+plugin_tests() {
+    $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}"
+}
+
+step "CPU conformance suite (collectives included), and the CUDA backend's on the simulated driver and NCCL"
+side_by_side cpu_suite cuda_suite
+step "HIP backend's suite on the simulated runtime, RCCL and rocBLAS (legacy numbering), and the Ascend backend's on the simulated CANN stack (HCCL included)"
+side_by_side hip_suite ascend_suite
+step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
+plugin_tests
 step "done"
