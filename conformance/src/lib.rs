@@ -23,6 +23,7 @@
 pub mod blocker;
 pub mod case;
 pub mod cases;
+pub mod faults;
 pub mod harness;
 pub mod manifest;
 pub mod report;

@@ -135,6 +135,21 @@ pub enum Invalid {
 }
 
 impl HalError {
+    /// Of the errors several ranks (or threads) of one operation returned, the one to report:
+    /// the first that is a rank's own failure, before the timeouts and aborts that failure
+    /// caused on the others; the first of all when every one is such a consequence. `None` for
+    /// no errors.
+    pub fn root_cause<'a>(errors: impl IntoIterator<Item = &'a HalError>) -> Option<&'a HalError> {
+        let mut first = None;
+        for e in errors {
+            if !matches!(e, HalError::Timeout { .. } | HalError::Aborted { .. }) {
+                return Some(e);
+            }
+            first.get_or_insert(e);
+        }
+        first
+    }
+
     /// The [`HalError::InvalidArgument`] of a null address with a non-zero length, for
     /// `Device::import_memory` implementations.
     pub fn null_import(len: u64) -> Self {
@@ -194,6 +209,19 @@ pub fn check_range(arg: &'static str, offset: u64, len: u64, size: u64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_root_cause_is_a_ranks_own_failure_before_the_timeouts_it_caused() {
+        let timeout = HalError::Timeout {
+            what: "init".into(),
+            millis: 3000,
+        };
+        let own = HalError::unsupported("x");
+        let aborted = HalError::Aborted { what: "y".into() };
+        assert_eq!(HalError::root_cause([&timeout, &aborted, &own]), Some(&own));
+        assert_eq!(HalError::root_cause([&aborted, &timeout]), Some(&aborted));
+        assert_eq!(HalError::root_cause(std::iter::empty()), None);
+    }
 
     #[test]
     fn range_check_rejects_overflow_and_accepts_edges() {

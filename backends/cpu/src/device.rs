@@ -170,6 +170,7 @@ impl Device for CpuDevice {
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
+        crate::fault::point("alloc")?;
         let a = CpuAllocation::new(len, self.id(), self.account.clone())?;
         Ok(Buffer::from_allocation(a))
     }
@@ -184,11 +185,13 @@ impl Device for CpuDevice {
     }
 
     fn alloc_host(&self, len: usize) -> Result<HostBuffer> {
+        crate::fault::point("host_alloc")?;
         let a = CpuHostAllocation::new(len, self.id(), self.host_account.clone())?;
         Ok(HostBuffer::from_allocation(Box::new(a)))
     }
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        crate::fault::point("stream_create")?;
         let dev = self.arc()?;
         let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let worker =
@@ -209,15 +212,14 @@ impl Device for CpuDevice {
     }
 
     fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
+        crate::fault::point("event_create")?;
         Ok(CpuEvent::new(self.id(), flags))
     }
 
     fn load_module(&self, source: &ModuleSource) -> Result<Arc<dyn Module>> {
+        crate::fault::point("module_load")?;
         match source {
-            ModuleSource::HostSymbols(table) => Ok(Arc::new(CpuModule {
-                device: self.id(),
-                table: table.clone(),
-            })),
+            ModuleSource::HostSymbols(table) => Ok(Arc::new(CpuModule::new(self.id(), table))),
             other => Err(HalError::unsupported(format!(
                 "the CPU backend loads host symbol tables, not {:?} modules",
                 other.format()

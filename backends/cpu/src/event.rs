@@ -41,8 +41,15 @@ pub struct CpuEvent {
     last: Mutex<Option<Record>>,
 }
 
+impl Drop for CpuEvent {
+    fn drop(&mut self) {
+        crate::fault::track(crate::fault::Counter::Events, -1);
+    }
+}
+
 impl CpuEvent {
     pub(crate) fn new(device: DeviceId, flags: EventFlags) -> Arc<CpuEvent> {
+        crate::fault::track(crate::fault::Counter::Events, 1);
         Arc::new(CpuEvent {
             device,
             flags,

@@ -119,6 +119,8 @@ impl RawBlock {
         // SAFETY: off < align, so base + off .. base + off + len lies inside the len + align bytes
         // of the block.
         let ptr = unsafe { NonNull::new_unchecked(base.add(off)) };
+        crate::fault::track(crate::fault::Counter::Allocations, 1);
+        crate::fault::track(crate::fault::Counter::Bytes, len as i64);
         Ok(RawBlock {
             ptr,
             len,
@@ -135,6 +137,8 @@ impl Drop for RawBlock {
             // SAFETY: ptr - off is the block alloc_zeroed returned for exactly this layout, freed
             // once (RawBlock is dropped once).
             unsafe { std::alloc::dealloc(self.ptr.as_ptr().sub(self.off), layout) };
+            crate::fault::track(crate::fault::Counter::Allocations, -1);
+            crate::fault::track(crate::fault::Counter::Bytes, -(self.len as i64));
         }
         self.account.release(self.len as u64);
     }

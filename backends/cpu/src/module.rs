@@ -14,6 +14,22 @@ pub struct CpuModule {
     pub(crate) table: Arc<HostSymbolTable>,
 }
 
+impl CpuModule {
+    pub(crate) fn new(device: DeviceId, table: &Arc<HostSymbolTable>) -> CpuModule {
+        crate::fault::track(crate::fault::Counter::Modules, 1);
+        CpuModule {
+            device,
+            table: table.clone(),
+        }
+    }
+}
+
+impl Drop for CpuModule {
+    fn drop(&mut self) {
+        crate::fault::track(crate::fault::Counter::Modules, -1);
+    }
+}
+
 impl Module for CpuModule {
     fn device_id(&self) -> DeviceId {
         self.device

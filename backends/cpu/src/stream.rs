@@ -156,12 +156,14 @@ impl Stream for CpuStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
+        crate::fault::point("copy")?;
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let host = src.begin_use("src", src_offset, len)?;
         self.enqueue_host_copy(host, d, dst.use_on(self.sid), Direction::ToDevice)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
+        crate::fault::point("copy")?;
         let len = src.len() as u64;
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let staged = src.to_vec();
@@ -184,6 +186,7 @@ impl Stream for CpuStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
+        crate::fault::point("copy")?;
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let host = dst.begin_use("dst", dst_offset, len)?;
         self.enqueue_host_copy(host, s, src.use_on(self.sid), Direction::ToHost)
@@ -197,6 +200,7 @@ impl Stream for CpuStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
+        crate::fault::point("copy")?;
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         self.enqueue_copy(s, d, len, [src.use_on(self.sid), dst.use_on(self.sid)])
@@ -210,6 +214,7 @@ impl Stream for CpuStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
+        crate::fault::point("copy")?;
         let (sd, dd) = (src.device(), dst.device());
         let peers = &self.dev.capabilities_ref().optional.peer_devices;
         check_peer_copy(self.id(), peers, sd, dd)?;
@@ -219,6 +224,7 @@ impl Stream for CpuStream {
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
+        crate::fault::point("fill")?;
         let d = Addr(cpu_addr(dst, "dst", self.id(), offset, len)?);
         value.check_aligned(d.0 as u64, len)?;
         let w = value.width();
@@ -247,6 +253,7 @@ impl Stream for CpuStream {
         config: &LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
+        crate::fault::point("launch")?;
         let f = function
             .as_any()
             .downcast_ref::<CpuFunction>()
@@ -300,6 +307,7 @@ impl Stream for CpuStream {
     }
 
     fn run_op(&self, call: &OpCall) -> Result<()> {
+        crate::fault::point("op")?;
         for t in &call.tensors {
             cpu_addr(&t.buffer, "tensors", self.id(), 0, 0)?;
         }
@@ -411,6 +419,7 @@ impl Stream for CpuStream {
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        crate::fault::point("event_record")?;
         let ev = CpuEvent::from_dyn("event", &**event)?;
         if ev.device_id() != self.id() {
             return Err(HalError::invalid(
@@ -445,6 +454,7 @@ impl Stream for CpuStream {
     }
 
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        crate::fault::point("event_wait")?;
         let ev = CpuEvent::from_dyn("event", &**event)?;
         let Some(record) = ev.record() else {
             // Never recorded: complete by definition, nothing to wait for.
@@ -467,6 +477,7 @@ impl Stream for CpuStream {
     }
 
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
+        crate::fault::point("alloc")?;
         if let Some(e) = self.worker.error() {
             return Err(e);
         }

@@ -92,8 +92,12 @@ impl WorkerShared {
             fault,
         });
         let w = shared.clone();
-        sync::spawn(name, move || WorkerShared::run(w))
-            .map_err(|e| HalError::Internal(format!("cannot start a stream worker thread: {e}")))?;
+        sync::spawn(name, move || {
+            crate::fault::track(crate::fault::Counter::Streams, 1);
+            WorkerShared::run(w);
+            crate::fault::track(crate::fault::Counter::Streams, -1);
+        })
+        .map_err(|e| HalError::Internal(format!("cannot start a stream worker thread: {e}")))?;
         Ok(shared)
     }
 

@@ -14,6 +14,11 @@
 //! * `UNIHAL_SIM_FAIL=name:n:code[,name:n:code...]` (read at the first call): for calls from any
 //!   thread, counted process-wide (for the CLI and whole-process tests).
 //!
+//! **Sweeps.** A fault sweep (the conformance crate's `faults`) needs, process-wide: how often
+//! a workload calls each entry point ([`count_calls`], [`calls`]), failures armed for calls from
+//! any thread ([`arm_process`], [`clear_process`]), and the objects still alive ([`live`]) to
+//! prove that nothing leaked once the handles dropped.
+//!
 //! **Violations.** Misuse that the real libraries do not report but that is undefined behaviour
 //! there (a runtime call from inside a host function, a communicator used after abort, two
 //! threads inside calls on one communicator) is refused with an error code *and* recorded
@@ -22,7 +27,8 @@
 
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 /// An armed failure.
@@ -81,8 +87,27 @@ fn fire(list: &mut Vec<Armed>, name: &str) -> Option<i32> {
     Some(list.remove(i).code)
 }
 
+/// Whether calls are being counted ([`count_calls`]); off by default, so that ordinary runs
+/// take no process-wide lock per call.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static CALLS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+/// Starts (`true`, from zero) or stops counting the calls of every entry point, process-wide.
+pub fn count_calls(on: bool) {
+    CALLS.lock().clear();
+    COUNTING.store(on, Ordering::SeqCst);
+}
+
+/// The calls of each entry point counted since [`count_calls`]`(true)`, by name.
+pub fn calls() -> BTreeMap<String, u64> {
+    CALLS.lock().clone()
+}
+
 /// The injected result of this call of entry point `name`, if a failure fires now.
 pub fn injected(name: &str) -> Option<i32> {
+    if COUNTING.load(Ordering::Relaxed) {
+        *CALLS.lock().entry(name.to_string()).or_insert(0) += 1;
+    }
     if let Some(code) = THREAD.with(|t| fire(&mut t.borrow_mut(), name)) {
         return Some(code);
     }
@@ -111,6 +136,69 @@ pub fn arm_thread(name: &str, n: u32, code: i32) -> Result<(), String> {
 /// Disarms the calling thread's failures.
 pub fn clear_thread() {
     THREAD.with(|t| t.borrow_mut().clear());
+}
+
+/// Arms a failure for calls from any thread: the `n`th call (from now, 1 = the next) of entry
+/// point `name` in this process returns `code` without running.
+///
+/// # Errors
+/// `n == 0` (the first call is `n = 1`).
+pub fn arm_process(name: &str, n: u32, code: i32) -> Result<(), String> {
+    if n == 0 {
+        return Err("n counts from 1".into());
+    }
+    process().lock().push(Armed {
+        name: name.to_string(),
+        skip: n - 1,
+        code,
+    });
+    Ok(())
+}
+
+/// Disarms the failures armed for any thread (by [`arm_process`] or `UNIHAL_SIM_FAIL`); returns
+/// how many had not fired.
+pub fn clear_process() -> usize {
+    let mut p = process().lock();
+    let left = p.len();
+    p.clear();
+    left
+}
+
+/// Objects of every simulated device alive in this process (see [`live`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Live {
+    /// Device allocations.
+    pub allocations: i64,
+    /// Their bytes.
+    pub bytes: i64,
+    /// Streams (a device's legacy default stream included once created).
+    pub streams: i64,
+    /// Events.
+    pub events: i64,
+    /// Loaded modules.
+    pub modules: i64,
+}
+
+pub(crate) static LIVE_ALLOCATIONS: AtomicI64 = AtomicI64::new(0);
+pub(crate) static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+pub(crate) static LIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
+pub(crate) static LIVE_EVENTS: AtomicI64 = AtomicI64::new(0);
+pub(crate) static LIVE_MODULES: AtomicI64 = AtomicI64::new(0);
+
+/// Counts one object more (`delta = 1`) or less (`-1`).
+pub(crate) fn track(counter: &AtomicI64, delta: i64) {
+    counter.fetch_add(delta, Ordering::SeqCst);
+}
+
+/// The simulated objects alive now, over every device of this process.
+pub fn live() -> Live {
+    Live {
+        allocations: LIVE_ALLOCATIONS.load(Ordering::SeqCst),
+        bytes: LIVE_BYTES.load(Ordering::SeqCst),
+        streams: LIVE_STREAMS.load(Ordering::SeqCst),
+        events: LIVE_EVENTS.load(Ordering::SeqCst),
+        modules: LIVE_MODULES.load(Ordering::SeqCst),
+    }
 }
 
 static VIOLATIONS: AtomicU32 = AtomicU32::new(0);
@@ -153,6 +241,27 @@ mod tests {
         arm_thread("entryC", 1, 3).unwrap();
         clear_thread();
         assert_eq!(injected("entryC"), None);
+    }
+
+    #[test]
+    fn calls_are_counted_and_process_failures_fire_for_any_thread() {
+        count_calls(true);
+        assert_eq!(injected("sweepA"), None);
+        arm_process("sweepA", 2, -9).unwrap();
+        assert_eq!(
+            std::thread::spawn(|| injected("sweepA")).join().unwrap(),
+            None
+        );
+        assert_eq!(
+            std::thread::spawn(|| injected("sweepA")).join().unwrap(),
+            Some(-9)
+        );
+        assert_eq!(calls().get("sweepA"), Some(&3));
+        arm_process("sweepA", 5, 1).unwrap();
+        assert_eq!(clear_process(), 1, "the unfired failure is reported");
+        count_calls(false);
+        assert_eq!(injected("sweepA"), None);
+        assert!(calls().is_empty(), "not counting any more");
     }
 
     #[test]

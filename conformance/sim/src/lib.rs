@@ -297,6 +297,7 @@ impl Device {
         let mut s = self.live()?;
         let id = ModuleId(s.fresh());
         s.modules.insert(id, entries);
+        fault::track(&fault::LIVE_MODULES, 1);
         Ok(id)
     }
 
@@ -310,6 +311,7 @@ impl Device {
             .remove(&module)
             .ok_or_else(|| SimError::InvalidHandle(format!("module {}", module.0)))?;
         s.functions.retain(|_, (m, _)| *m != module);
+        fault::track(&fault::LIVE_MODULES, -1);
         Ok(())
     }
 
@@ -504,6 +506,7 @@ impl Device {
                 ..StreamState::default()
             },
         );
+        fault::track(&fault::LIVE_STREAMS, 1);
         Ok(id)
     }
 
@@ -518,6 +521,7 @@ impl Device {
         let mut s = self.state.lock();
         if s.legacy.is_some() {
             s.streams.remove(&id);
+            fault::track(&fault::LIVE_STREAMS, -1);
             return Err(SimError::InvalidUsage("a second legacy stream".into()));
         }
         s.legacy = Some(id);
@@ -534,6 +538,7 @@ impl Device {
         let mut s = self.state.lock();
         s.open_stream(stream)?.destroyed = true;
         s.purge(stream);
+        fault::track(&fault::LIVE_STREAMS, -1);
         Ok(())
     }
 
@@ -605,6 +610,7 @@ impl Device {
         let mut s = self.live()?;
         let id = EventId(s.fresh());
         s.events.insert(id, EventState::default());
+        fault::track(&fault::LIVE_EVENTS, 1);
         Ok(id)
     }
 
@@ -616,7 +622,7 @@ impl Device {
         let mut s = self.state.lock();
         s.events
             .remove(&event)
-            .map(|_| ())
+            .map(|_| fault::track(&fault::LIVE_EVENTS, -1))
             .ok_or_else(|| SimError::InvalidHandle(format!("event {}", event.0)))
     }
 

@@ -63,6 +63,8 @@ impl Memory {
         let addr = p as u64;
         self.freed.remove(&addr);
         self.live.insert(addr, Alloc { len, layout });
+        crate::fault::track(&crate::fault::LIVE_ALLOCATIONS, 1);
+        crate::fault::track(&crate::fault::LIVE_BYTES, len as i64);
         self.used += len;
         Ok(addr)
     }
@@ -82,6 +84,8 @@ impl Memory {
         };
         self.used -= a.len;
         self.freed.insert(addr);
+        crate::fault::track(&crate::fault::LIVE_ALLOCATIONS, -1);
+        crate::fault::track(&crate::fault::LIVE_BYTES, -(a.len as i64));
         // SAFETY: `addr` came from `alloc_zeroed` with this layout and is removed from the table,
         // so nothing checked against the table can reach it any more.
         unsafe { std::alloc::dealloc(addr as *mut u8, a.layout) };

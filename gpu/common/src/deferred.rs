@@ -57,6 +57,12 @@ pub fn release(release: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// Queues `f` for the next backend call outside a callback (a release whose device could not be
+/// made current: [`crate::device::Core::release`]).
+pub fn later(f: impl FnOnce() + Send + 'static) {
+    QUEUE.lock().push(Box::new(f));
+}
+
 /// Runs the queued releases (outside callbacks only).
 pub fn flush() {
     if IN_CALLBACK.get() {

@@ -36,6 +36,44 @@ impl<R: Runtime> Core<R> {
         crate::deferred::refuse_in_callback(R::VENDOR, what)?;
         self.rt.enter(&self.ctx, what, f)
     }
+
+    /// Runs a release a drop requested (a destroy, unload or free, `what`): makes the device
+    /// current and runs `f`. When the device cannot be made current, `f` has not run: it is
+    /// queued for the backend's next call ([`crate::deferred::later`]), at most
+    /// [`RELEASE_ATTEMPTS`] attempts in all, then left to the runtime with a warning; never
+    /// dropped silently. `f`'s own failure is logged (the runtime keeps the object then). Call it
+    /// outside host callbacks (from [`crate::deferred::release`]).
+    pub fn release(
+        self: &Arc<Self>,
+        what: &'static str,
+        f: impl FnOnce() -> Result<()> + Send + 'static,
+    ) {
+        release_attempt(self.clone(), what, Box::new(f), 1);
+    }
+}
+
+/// How often [`Core::release`] tries to make the device current for a release.
+pub const RELEASE_ATTEMPTS: u32 = 3;
+
+type ReleaseFn = Box<dyn FnOnce() -> Result<()> + Send>;
+
+fn release_attempt<R: Runtime>(core: Arc<Core<R>>, what: &'static str, f: ReleaseFn, attempt: u32) {
+    let mut slot = Some(f);
+    let r = core
+        .rt
+        .enter(&core.ctx, what, || (slot.take().expect("entered once"))());
+    match (r, slot) {
+        (Ok(()), _) => {}
+        (Err(e), None) => {
+            tracing::warn!(target: "unihal::gpu", "{what} failed: {e}; the runtime keeps the object")
+        }
+        (Err(e), Some(f)) if attempt < RELEASE_ATTEMPTS => {
+            tracing::warn!(target: "unihal::gpu", "{what}: {e}; retried at the next call");
+            crate::deferred::later(move || release_attempt(core, what, f, attempt + 1));
+        }
+        (Err(e), Some(_)) => tracing::warn!(target: "unihal::gpu",
+            "{what}: {e}; given up after {RELEASE_ATTEMPTS} attempts: the object is leaked"),
+    }
 }
 
 /// One GPU device. Thread-safe: every call makes the device current first, so any host thread

@@ -107,9 +107,13 @@ impl<R: Runtime> Drop for GpuEvent<R> {
     fn drop(&mut self) {
         let (dev, raw) = (self.dev.clone(), self.raw);
         crate::deferred::release(move || {
-            // SAFETY: created in `new`, destroyed once; the runtime defers the release until
-            // pending records complete.
-            let _ = dev.call("event destroy", || unsafe { dev.rt().event_destroy(raw) });
+            let rt = dev.rt();
+            dev.core.release("event destroy", move || {
+                // SAFETY: created in `new`, destroyed once (a retried release runs only when
+                // the earlier attempt did not); the runtime defers the release until pending
+                // records complete.
+                unsafe { rt.event_destroy(raw) }
+            });
         });
     }
 }

@@ -44,14 +44,13 @@ impl<R: Runtime> Drop for GpuAllocation<R> {
         }
         let (core, ptr, pooled) = (self.core.clone(), self.ptr, self.pooled);
         crate::deferred::release(move || {
-            // SAFETY: allocated by this runtime on this device and freed exactly once, here,
-            // after every queued use (see the type's doc).
-            let r = core
-                .rt
-                .enter(&core.ctx, "free", || unsafe { core.rt.free(ptr, pooled) });
-            if let Err(e) = r {
-                tracing::warn!(target: "unihal::gpu", "freeing device memory failed: {e}");
-            }
+            let rt = core.rt;
+            core.release("free", move || {
+                // SAFETY: allocated by this runtime on this device and freed exactly once, here
+                // (a retried release runs only when the earlier attempt did not), after every
+                // queued use (see the type's doc).
+                unsafe { rt.free(ptr, pooled) }
+            });
         });
     }
 }
@@ -92,14 +91,13 @@ impl<R: Runtime> Drop for PinnedHost<R> {
         }
         let (core, ptr) = (self.core.clone(), self.ptr as usize);
         crate::deferred::release(move || {
-            // SAFETY: allocated by host_alloc and freed exactly once, here; the HAL keeps a
-            // handle in every queued copy that uses it.
-            let r = core.rt.enter(&core.ctx, "free host", || unsafe {
-                core.rt.host_free(ptr as *mut u8)
+            let rt = core.rt;
+            core.release("free host", move || {
+                // SAFETY: allocated by host_alloc and freed exactly once, here (a retried
+                // release runs only when the earlier attempt did not); the HAL keeps a handle in
+                // every queued copy that uses it.
+                unsafe { rt.host_free(ptr as *mut u8) }
             });
-            if let Err(e) = r {
-                tracing::warn!(target: "unihal::gpu", "freeing pinned memory failed: {e}");
-            }
         });
     }
 }

@@ -2,7 +2,7 @@
 //! and where parameter sizes come from ([`Runtime::prepare_module`]); launches of entries with
 //! known sizes are size-checked.
 
-use crate::device::GpuDevice;
+use crate::device::{Core, GpuDevice};
 use crate::runtime::{Raw, Runtime};
 use std::any::Any;
 use std::collections::HashMap;
@@ -12,9 +12,11 @@ use unihal_hal::{
     DeviceId, Function, HalError, Invalid, Module, ModuleFormat, ModuleSource, Result,
 };
 
-/// A loaded module. Unloaded when the module and all its functions are dropped.
+/// A loaded module. Unloaded when the module and all its functions are dropped. Keeps the
+/// device's [`Core`] (runtime and context), not the device: the device keeps its kernel
+/// library's modules, and a module keeping the device would make a cycle that never unloads.
 pub struct GpuModule<R: Runtime> {
-    dev: Arc<GpuDevice<R>>,
+    core: Arc<Core<R>>,
     raw: Raw,
     format: ModuleFormat,
     /// Parameter sizes per entry, where the format carries them.
@@ -48,7 +50,7 @@ impl<R: Runtime> GpuModule<R> {
         let rt = dev.rt();
         let raw = dev.call("module load", || rt.module_load(&prepared.image))?;
         Ok(Arc::new_cyclic(|me| GpuModule {
-            dev,
+            core: dev.core.clone(),
             raw,
             format,
             params: prepared.params,
@@ -59,7 +61,7 @@ impl<R: Runtime> GpuModule<R> {
 
 impl<R: Runtime> Module for GpuModule<R> {
     fn device_id(&self) -> DeviceId {
-        self.dev.core.id
+        self.core.id
     }
 
     fn format(&self) -> ModuleFormat {
@@ -85,9 +87,9 @@ impl<R: Runtime> Module for GpuModule<R> {
                 },
             )
         })?;
-        let rt = self.dev.rt();
+        let rt = self.core.rt;
         let raw = self
-            .dev
+            .core
             .call("module function", || rt.module_function(self.raw, &cname))?
             .ok_or_else(not_entry)?;
         let module = self
@@ -109,11 +111,15 @@ impl<R: Runtime> Module for GpuModule<R> {
 
 impl<R: Runtime> Drop for GpuModule<R> {
     fn drop(&mut self) {
-        let (dev, raw) = (self.dev.clone(), self.raw);
+        let (core, raw) = (self.core.clone(), self.raw);
         crate::deferred::release(move || {
-            // SAFETY: loaded in `load_prepared`, unloaded once; functions (which queued launches
-            // keep) hold the module alive, so no launch of it is pending.
-            let _ = dev.call("module unload", || unsafe { dev.rt().module_unload(raw) });
+            let rt = core.rt;
+            core.release("module unload", move || {
+                // SAFETY: loaded in `load_prepared`, unloaded once (a retried release runs only
+                // when the earlier attempt did not); functions (which queued launches keep) hold
+                // the module alive, so no launch of it is pending.
+                unsafe { rt.module_unload(raw) }
+            });
         });
     }
 }
@@ -128,7 +134,7 @@ pub struct GpuFunction<R: Runtime> {
 
 impl<R: Runtime> Function for GpuFunction<R> {
     fn device_id(&self) -> DeviceId {
-        self.module.dev.core.id
+        self.module.core.id
     }
 
     fn name(&self) -> &str {

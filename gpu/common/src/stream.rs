@@ -704,7 +704,7 @@ impl<R: Runtime> Drop for GpuStream<R> {
         let (dev, raw) = (self.dev.clone(), self.raw);
         crate::deferred::release(move || {
             let rt = dev.rt();
-            let _ = dev.clone().call("stream destroy", || {
+            dev.core.clone().release("stream destroy", move || {
                 // Never wait here for queued work: it may wait for something the caller does
                 // only later (an event, a flag). What it uses is released by a host function
                 // queued behind it; the runtime releases the stream itself once its work ran.

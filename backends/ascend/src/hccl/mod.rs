@@ -411,7 +411,8 @@ impl Collectives for Engine {
                 })
                 .collect()
         });
-        if let Some(e) = made.iter().find_map(|r| r.as_ref().err().cloned()) {
+        if let Some(e) = HalError::root_cause(made.iter().filter_map(|r| r.as_ref().err())).cloned()
+        {
             for raw in made.into_iter().flatten() {
                 comm::destroy(&lib, raw);
             }

@@ -2,15 +2,18 @@
 //! operands, through the same mapping as a real call but phase 1 only (the executors are
 //! destroyed, nothing is enqueued, no workspace allocated). A pair whose operators the installed
 //! CANN refuses (`ACLNN_ERR_PARAM_INVALID`, an operator missing from its libraries) is left out
-//! of the capabilities, so the capabilities say what this machine's CANN really runs.
+//! of the capabilities, so the capabilities say what this machine's CANN really runs. Any other
+//! failure (an allocation, an internal error, a code no header lists) fails the device's open:
+//! a transient error must not silently turn an operator into "unsupported" (a fault sweep found
+//! exactly that).
 
 use super::{execute, Exec};
 use crate::loader::Cann;
 use crate::runtime::AscendDevice;
 use std::collections::BTreeMap;
 use unihal_hal::{
-    AdamWOptions, Buffer, CeOptions, DType, Device, OpCall, OpClass, OpId, ParamGroup, Result,
-    RngState, Scalar, SgdOptions, TensorView,
+    AdamWOptions, Buffer, CeOptions, DType, Device, HalError, OpCall, OpClass, OpId, ParamGroup,
+    Result, RngState, Scalar, SgdOptions, TensorView,
 };
 
 /// Views carved from one buffer, disjoint and 256-byte aligned.
@@ -175,11 +178,30 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
     }
 }
 
+/// Whether `e` is CANN saying that it does not run this op × dtype here (the pair is left out):
+/// phase 1 rejected the dtype, shape or attributes, or the operator's kernel or symbol is
+/// missing from the installed packages.
+fn refused_here(e: &HalError) -> bool {
+    use crate::conv::aclnn;
+    match e {
+        HalError::Unsupported { .. } | HalError::InvalidArgument { .. } => true,
+        HalError::Vendor { library, code, .. } if library == crate::conv::ACLNN => matches!(
+            i32::try_from(*code),
+            Ok(aclnn::PARAM_INVALID
+                | aclnn::INNER_TILING
+                | aclnn::INNER_FIND_KERNEL
+                | aclnn::INNER_LOAD_KERNEL)
+        ),
+        _ => false,
+    }
+}
+
 /// `dev`'s table (its capabilities' ops) restricted to the pairs whose operators phase 1
 /// accepts here.
 ///
 /// # Errors
-/// The device's (allocating the probe's memory, creating its stream).
+/// The device's (allocating the probe's memory, creating its stream); a phase-1 failure
+/// that is not CANN refusing the pair ([`refused_here`]).
 pub fn supported(cann: &Cann, dev: &AscendDevice) -> Result<BTreeMap<OpId, Vec<DType>>> {
     let stream = dev.create_stream()?;
     let s = crate::runtime::AscendStream::of(&stream)?;
@@ -197,9 +219,10 @@ pub fn supported(cann: &Cann, dev: &AscendDevice) -> Result<BTreeMap<OpId, Vec<D
             let probe = Exec::probe(cann, s, scratch.clone());
             match execute(probe, &call) {
                 Ok(()) => ok.push(d),
-                Err(e) => {
+                Err(e) if refused_here(&e) => {
                     tracing::info!(target: "unihal::ascend", "{} {op} in {d}: left out by the probe: {e}", dev.id())
                 }
+                Err(e) => return Err(e),
             }
         }
         if !ok.is_empty() {

@@ -94,6 +94,7 @@ impl CpuComm {
         red: Option<ReduceOp>,
         stream: &'s Arc<dyn Stream>,
     ) -> Result<&'s CpuStream> {
+        crate::fault::point("collective")?;
         let sticky = self.shared.error.lock().clone();
         checked_stream(
             &self.device,

@@ -286,6 +286,7 @@ impl Collectives for CpuCollectives {
         devices: &[Arc<dyn Device>],
         config: &CommConfig,
     ) -> Result<Vec<Arc<dyn Communicator>>> {
+        crate::fault::point("communicator_init")?;
         if devices.is_empty() {
             return Err(HalError::invalid(
                 "devices",

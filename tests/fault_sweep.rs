@@ -1,0 +1,274 @@
+//! Fault sweeps (`unihal_conformance::faults`) on every backend this machine can run: the CPU
+//! backend through its own fault points, and the CUDA, HIP and Ascend backends through their
+//! simulated runtimes, each with the shared training-step workload. Calls the step makes fail
+//! once, in turn (here every point at its first, middle and last call; every call with
+//! `UNIHAL_SWEEP_MAX_N=all`): each failure must surface as a typed error naming its code (or be
+//! absorbed with the exact clean result), with no panic, no hang and no leaked object.
+//!
+//! In CI the simulated GPU runtimes run with their compilers (NVRTC, hiprtc) on the path, so the
+//! step's library ops run too; without them the step moves the same data with copies and fills.
+
+use std::sync::{Arc, OnceLock};
+use unihal::Backend;
+use unihal_conformance::faults::{self, sim::SimInjector, Code, Injector, Live, SweepOptions};
+
+/// One sweep at a time: the controls are process-wide.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn check(report: &faults::SweepReport) {
+    eprintln!("{report}");
+    assert!(report.problems.is_empty(), "{report}");
+    assert!(
+        report.surfaced() > 0,
+        "no injected failure surfaced: {report}"
+    );
+}
+
+/// Every point, at its first, middle and last call, in the test run; `UNIHAL_SWEEP_MAX_N=all`
+/// (the long sweep of docs/RELIABILITY.md) fails every call, or `=N` up to N calls per point.
+fn options() -> SweepOptions {
+    SweepOptions {
+        max_n_per_point: match std::env::var("UNIHAL_SWEEP_MAX_N").as_deref() {
+            Ok("all") => u32::MAX,
+            Ok(n) => n.parse().expect("UNIHAL_SWEEP_MAX_N: a number or `all`"),
+            Err(_) => 3,
+        },
+        // `UNIHAL_SWEEP_ONLY=a,b`: only the points whose names contain a or b.
+        only: std::env::var("UNIHAL_SWEEP_ONLY")
+            .map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default(),
+        ..SweepOptions::default()
+    }
+}
+
+/// The CPU backend's own fault points (feature `fault-injection`).
+struct CpuInjector;
+
+impl Injector for CpuInjector {
+    fn describe(&self) -> String {
+        "the CPU backend's own code".into()
+    }
+    fn count_calls(&self, on: bool) {
+        unihal_cpu::fault::injection::count_calls(on)
+    }
+    fn calls(&self) -> std::collections::BTreeMap<String, u64> {
+        unihal_cpu::fault::injection::calls()
+    }
+    fn arm(&self, point: &str, n: u32, code: i32) {
+        unihal_cpu::fault::injection::arm(point, n, code)
+    }
+    fn disarm(&self) -> usize {
+        unihal_cpu::fault::injection::disarm()
+    }
+    fn codes(&self, point: &str) -> Vec<Code> {
+        use unihal_cpu::fault::injection::{DEVICE_LOST, OUT_OF_MEMORY};
+        let mut v = vec![
+            Code::new(DEVICE_LOST, "device lost"),
+            Code::new(17, "a failure of the call"),
+        ];
+        if point.contains("alloc") {
+            v.insert(0, Code::oom(OUT_OF_MEMORY, "out of memory"));
+        }
+        v
+    }
+    fn live(&self) -> Live {
+        let [allocations, bytes, streams, events, modules] = unihal_cpu::fault::injection::live();
+        Live {
+            allocations,
+            bytes,
+            streams,
+            events,
+            modules,
+        }
+    }
+}
+
+#[test]
+fn every_failure_of_the_cpu_backends_own_calls_surfaces() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    check(&faults::sweep(
+        Arc::new(CpuInjector),
+        cpu,
+        faults::workload::training_step,
+        &options(),
+    ));
+}
+
+/// Sets the simulator settings every simulated runtime reads when it loads: two devices,
+/// kernels on their own threads as on a GPU.
+fn simulated_devices() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        std::env::set_var("UNIHAL_SIM_DEVICES", "2");
+        std::env::set_var("UNIHAL_SIM_MODE", "concurrent");
+    });
+}
+
+/// Brings the simulated devices to rest before live objects are counted: the backends' deferred
+/// releases run, and every device runs what its streams queued (a simulated device makes
+/// progress in runtime calls, where a GPU does on its own), releases queued behind work
+/// included.
+fn quiesce(make: fn() -> Arc<dyn Backend>) {
+    unihal_gpu::deferred::flush();
+    let backend = make();
+    for ordinal in 0..2 {
+        if let Ok(dev) = backend.open(ordinal) {
+            let _ = dev.synchronize();
+        }
+    }
+    drop(backend);
+    unihal_gpu::deferred::flush();
+}
+
+fn cuda() -> Arc<dyn Backend> {
+    Arc::new(unihal_cuda::CudaBackend::new())
+}
+
+fn hip() -> Arc<dyn Backend> {
+    Arc::new(unihal_hip::HipBackend::new())
+}
+
+fn ascend() -> Arc<dyn Backend> {
+    Arc::new(unihal_ascend::AscendBackend::new())
+}
+
+#[test]
+fn every_failure_of_the_simulated_cuda_driver_and_nccl_surfaces() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        simulated_devices();
+        let lib = unihal_sim_cuda::built_library();
+        std::env::set_var("UNIHAL_CUDA_LIB", &lib);
+        std::env::set_var("UNIHAL_NCCL_LIB", &lib);
+        lib
+    });
+    let inj = SimInjector::open(lib, "the simulated CUDA driver and NCCL")
+        .unwrap()
+        .with_quiesce(|| quiesce(cuda));
+    check(&faults::sweep(
+        Arc::new(inj),
+        cuda,
+        faults::workload::training_step,
+        &options(),
+    ));
+}
+
+#[test]
+fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        simulated_devices();
+        let lib = unihal_sim_hip::built_library();
+        for var in ["UNIHAL_HIP_LIB", "UNIHAL_RCCL_LIB", "UNIHAL_ROCBLAS_LIB"] {
+            std::env::set_var(var, &lib);
+        }
+        std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
+        lib
+    });
+    let inj = SimInjector::open(lib, "the simulated HIP runtime, RCCL and rocBLAS")
+        .unwrap()
+        .with_quiesce(|| quiesce(hip));
+    check(&faults::sweep(
+        Arc::new(inj),
+        hip,
+        faults::workload::training_step,
+        &options(),
+    ));
+}
+
+#[test]
+fn every_failure_of_the_simulated_cann_stack_surfaces() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        simulated_devices();
+        let lib64 = unihal_sim_cann::layout::install_for_tests(
+            "fault-sweep",
+            unihal_sim_cann::layout::Layout::Classic,
+            2,
+        )
+        .expect("the simulated CANN install");
+        lib64.join("libascendcl.so")
+    });
+    let inj = SimInjector::open(lib, "the simulated CANN stack (ACL, aclnn, HCCL)")
+        .unwrap()
+        .with_quiesce(|| quiesce(ascend));
+    check(&faults::sweep(
+        Arc::new(inj),
+        ascend,
+        faults::workload::training_step,
+        &options(),
+    ));
+}
+
+// The sweep catches what it claims to: a leak, a swallowed error and a hang, each planted in a
+// workload around the CPU step (the sweep judges what reaches it, whoever caused it).
+
+fn cpu() -> Arc<dyn Backend> {
+    let cfg = unihal_cpu::CpuConfig::from_values(Some("2"), Some("1G"), Some("1")).unwrap();
+    Arc::new(unihal_cpu::CpuBackend::with_config(cfg))
+}
+
+/// Leaks a buffer whenever the step fails.
+fn leaks_on_failure(b: &Arc<dyn Backend>) -> unihal::Result<Vec<u8>> {
+    let r = faults::workload::training_step(b);
+    if r.is_err() {
+        std::mem::forget(b.open(0)?.alloc(64)?);
+    }
+    r
+}
+
+/// Reports success with made-up results when the step fails.
+fn swallows_failures(b: &Arc<dyn Backend>) -> unihal::Result<Vec<u8>> {
+    Ok(faults::workload::training_step(b).unwrap_or_default())
+}
+
+/// Never returns when the step fails.
+fn hangs_on_failure(b: &Arc<dyn Backend>) -> unihal::Result<Vec<u8>> {
+    let r = faults::workload::training_step(b);
+    if r.is_err() {
+        loop {
+            std::thread::park();
+        }
+    }
+    r
+}
+
+fn planted(workload: faults::Workload) -> faults::SweepReport {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = SweepOptions {
+        max_n_per_point: 1,
+        only: vec!["alloc".into()],
+        trial_deadline: std::time::Duration::from_secs(2),
+    };
+    faults::sweep(Arc::new(CpuInjector), cpu, workload, &opts)
+}
+
+#[test]
+fn the_sweep_catches_a_planted_leak() {
+    let r = planted(leaks_on_failure);
+    assert!(
+        r.problems.iter().any(|p| p.contains("leaked")),
+        "the planted leak went unnoticed: {r}"
+    );
+}
+
+#[test]
+fn the_sweep_catches_a_planted_swallowed_error() {
+    let r = planted(swallows_failures);
+    assert!(
+        r.problems.iter().any(|p| p.contains("swallowed")),
+        "the planted swallowed error went unnoticed: {r}"
+    );
+}
+
+#[test]
+fn the_sweep_catches_a_planted_hang() {
+    let r = planted(hangs_on_failure);
+    assert!(
+        r.problems.iter().any(|p| p.contains("hang")),
+        "the planted hang went unnoticed: {r}"
+    );
+}
