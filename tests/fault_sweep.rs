@@ -8,7 +8,11 @@
 //! In CI the simulated GPU runtimes run with their compilers (NVRTC, hiprtc) on the path, so the
 //! step's library ops run too; without them the step moves the same data with copies and fills.
 
-use std::sync::{Arc, OnceLock};
+#[path = "support/simulated.rs"]
+mod simulated;
+
+use simulated::{ascend, ascend_library, cpu, cuda, cuda_library, hip, hip_library, quiesce};
+use std::sync::Arc;
 use unihal::Backend;
 use unihal_conformance::faults::{self, sim::SimInjector, Code, Injector, Live, SweepOptions};
 
@@ -94,56 +98,10 @@ fn every_failure_of_the_cpu_backends_own_calls_surfaces() {
     ));
 }
 
-/// Sets the simulator settings every simulated runtime reads when it loads: two devices,
-/// kernels on their own threads as on a GPU.
-fn simulated_devices() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        std::env::set_var("UNIHAL_SIM_DEVICES", "2");
-        std::env::set_var("UNIHAL_SIM_MODE", "concurrent");
-    });
-}
-
-/// Brings the simulated devices to rest before live objects are counted: the backends' deferred
-/// releases run, and every device runs what its streams queued (a simulated device makes
-/// progress in runtime calls, where a GPU does on its own), releases queued behind work
-/// included.
-fn quiesce(make: fn() -> Arc<dyn Backend>) {
-    unihal_gpu::deferred::flush();
-    let backend = make();
-    for ordinal in 0..2 {
-        if let Ok(dev) = backend.open(ordinal) {
-            let _ = dev.synchronize();
-        }
-    }
-    drop(backend);
-    unihal_gpu::deferred::flush();
-}
-
-fn cuda() -> Arc<dyn Backend> {
-    Arc::new(unihal_cuda::CudaBackend::new())
-}
-
-fn hip() -> Arc<dyn Backend> {
-    Arc::new(unihal_hip::HipBackend::new())
-}
-
-fn ascend() -> Arc<dyn Backend> {
-    Arc::new(unihal_ascend::AscendBackend::new())
-}
-
 #[test]
 fn every_failure_of_the_simulated_cuda_driver_and_nccl_surfaces() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
-    let lib = LIB.get_or_init(|| {
-        simulated_devices();
-        let lib = unihal_sim_cuda::built_library();
-        std::env::set_var("UNIHAL_CUDA_LIB", &lib);
-        std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-        lib
-    });
-    let inj = SimInjector::open(lib, "the simulated CUDA driver and NCCL")
+    let inj = SimInjector::open(cuda_library(), "the simulated CUDA driver and NCCL")
         .unwrap()
         .with_quiesce(|| quiesce(cuda));
     check(&faults::sweep(
@@ -157,17 +115,7 @@ fn every_failure_of_the_simulated_cuda_driver_and_nccl_surfaces() {
 #[test]
 fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
-    let lib = LIB.get_or_init(|| {
-        simulated_devices();
-        let lib = unihal_sim_hip::built_library();
-        for var in ["UNIHAL_HIP_LIB", "UNIHAL_RCCL_LIB", "UNIHAL_ROCBLAS_LIB"] {
-            std::env::set_var(var, &lib);
-        }
-        std::env::set_var("UNIHAL_SIM_NCCL_FLAVOR", "rccl");
-        lib
-    });
-    let inj = SimInjector::open(lib, "the simulated HIP runtime, RCCL and rocBLAS")
+    let inj = SimInjector::open(hip_library(), "the simulated HIP runtime, RCCL and rocBLAS")
         .unwrap()
         .with_quiesce(|| quiesce(hip));
     check(&faults::sweep(
@@ -181,20 +129,12 @@ fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
 #[test]
 fn every_failure_of_the_simulated_cann_stack_surfaces() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    static LIB: OnceLock<std::path::PathBuf> = OnceLock::new();
-    let lib = LIB.get_or_init(|| {
-        simulated_devices();
-        let lib64 = unihal_sim_cann::layout::install_for_tests(
-            "fault-sweep",
-            unihal_sim_cann::layout::Layout::Classic,
-            2,
-        )
-        .expect("the simulated CANN install");
-        lib64.join("libascendcl.so")
-    });
-    let inj = SimInjector::open(lib, "the simulated CANN stack (ACL, aclnn, HCCL)")
-        .unwrap()
-        .with_quiesce(|| quiesce(ascend));
+    let inj = SimInjector::open(
+        ascend_library(),
+        "the simulated CANN stack (ACL, aclnn, HCCL)",
+    )
+    .unwrap()
+    .with_quiesce(|| quiesce(ascend));
     check(&faults::sweep(
         Arc::new(inj),
         ascend,
@@ -205,11 +145,6 @@ fn every_failure_of_the_simulated_cann_stack_surfaces() {
 
 // The sweep catches what it claims to: a leak, a swallowed error and a hang, each planted in a
 // workload around the CPU step (the sweep judges what reaches it, whoever caused it).
-
-fn cpu() -> Arc<dyn Backend> {
-    let cfg = unihal_cpu::CpuConfig::from_values(Some("2"), Some("1G"), Some("1")).unwrap();
-    Arc::new(unihal_cpu::CpuBackend::with_config(cfg))
-}
 
 /// Leaks a buffer whenever the step fails.
 fn leaks_on_failure(b: &Arc<dyn Backend>) -> unihal::Result<Vec<u8>> {

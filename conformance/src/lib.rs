@@ -28,6 +28,7 @@ pub mod harness;
 pub mod manifest;
 pub mod report;
 pub mod runner;
+pub mod stress;
 
 pub use case::{expect_invalid, Case, CaseResult, Ctx, Failure, Need};
 pub use manifest::Manifest;

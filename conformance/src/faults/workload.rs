@@ -59,9 +59,21 @@ pub fn training_step(backend: &Arc<dyn Backend>) -> Result<Vec<u8>> {
             .collect()
     });
     // The root cause first: a rank's own failure, not another rank's timeout or abort it
-    // caused.
-    if let Some(e) = HalError::root_cause(results.iter().filter_map(|r| r.as_ref().err())) {
-        return Err(e.clone());
+    // caused. A failure on a communicator's own thread (its watchdog's query) is that
+    // communicator's asynchronous error, so those count too, as a framework would read them.
+    if results.iter().any(Result::is_err) {
+        let async_errors: Vec<HalError> = comms
+            .iter()
+            .flatten()
+            .filter_map(|c| c.async_error())
+            .collect();
+        let errors = results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .chain(&async_errors);
+        if let Some(e) = HalError::root_cause(errors) {
+            return Err(e.clone());
+        }
     }
     let mut out = Vec::new();
     for r in results {
