@@ -67,6 +67,24 @@ impl BenchOptions {
                 format!("at most the maximum (-e) {} bytes", self.max_bytes),
             );
         }
+        // Whole elements of the largest size must be one buffer's bytes (an unchecked product
+        // wrapped to 0 in release builds, and the run then failed on a misleading range).
+        let esz = self.dtype.size() as u64;
+        let fits = self
+            .max_bytes
+            .div_ceil(esz)
+            .checked_mul(esz)
+            .is_some_and(|b| b <= isize::MAX as u64);
+        if !fits {
+            return bad(
+                "-e",
+                format!("maximum {} bytes", self.max_bytes),
+                format!(
+                    "at most {} bytes (one buffer)",
+                    isize::MAX as u64 / esz * esz
+                ),
+            );
+        }
         if self.step_factor < 2 && self.min_bytes < self.max_bytes {
             return bad(
                 "-f",

@@ -203,6 +203,12 @@ fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
         (vec!["-n", "0", "-b", "1K", "-e", "1K"], "`-n`"),
         (vec!["-b", "64K", "-e", "1K"], "`-b`"),
         (vec!["-b", "1K", "-e", "4K", "-f", "1"], "`-f`"),
+        // Hostile sizes: one buffer cannot hold them (u64::MAX wrapped to 0 bytes before).
+        (
+            vec!["-b", "4", "-e", "18446744073709551615", "-g", "2"],
+            "`-e`",
+        ),
+        (vec!["-b", "4", "-e", "9000000000G", "-g", "2"], "`-e`"),
     ] {
         let mut all = vec!["bench", "all_reduce", "--backend", "cpu"];
         all.extend(args);
