@@ -201,7 +201,18 @@ impl StoreServer {
     }
 }
 
-/// One client connection: `GET <key> <timeout_ms>\n` answered by `OK <len>\n<bytes>` or `TIMEOUT\n`.
+/// The longest request line the store reads (`GET <key> <timeout_ms>`); a longer one closes
+/// the connection, so a peer cannot make the store buffer without bound.
+const MAX_REQUEST: u64 = 4096;
+/// The largest value a client accepts (a unique id is at most HCCL's 4,108 bytes); a larger
+/// announced length is refused before anything is allocated.
+pub const MAX_VALUE: usize = 1 << 20;
+/// The longest wait a request may ask for (longer ones are cut to it).
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// One client connection: `GET <key> <timeout_ms>\n` answered by `OK <len>\n<bytes>` or
+/// `TIMEOUT\n`. Anything else (garbage, a line over [`MAX_REQUEST`] bytes, a truncated line)
+/// closes the connection; the store goes on serving the others.
 fn serve(conn: TcpStream, t: Table) {
     let mut reader = BufReader::new(match conn.try_clone() {
         Ok(c) => c,
@@ -209,7 +220,14 @@ fn serve(conn: TcpStream, t: Table) {
     });
     let mut w = conn;
     let mut line = String::new();
-    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+    while (&mut reader)
+        .take(MAX_REQUEST)
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {
+        if !line.ends_with('\n') {
+            return;
+        }
         let mut parts = line.split_whitespace();
         let (Some("GET"), Some(key), Some(ms)) = (
             parts.next(),
@@ -218,7 +236,7 @@ fn serve(conn: TcpStream, t: Table) {
         ) else {
             return;
         };
-        let deadline = Instant::now() + Duration::from_millis(ms);
+        let deadline = Instant::now() + Duration::from_millis(ms).min(MAX_WAIT);
         let (lock, cv) = &*t;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
         let value = loop {
@@ -288,6 +306,10 @@ pub fn store_get(addr: &str, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         .strip_prefix("OK ")
         .and_then(|n| n.parse::<usize>().ok())
     {
+        Some(n) if n > MAX_VALUE => Err(HalError::Unavailable {
+            what: format!("rendezvous store at {addr}"),
+            reason: format!("it announced a value of {n} bytes for {key:?}, over the {MAX_VALUE} a client accepts"),
+        }),
         Some(n) => {
             let mut v = vec![0u8; n];
             r.read_exact(&mut v)
@@ -456,6 +478,70 @@ mod tests {
         server.set("unihal/world", &id);
         for g in getters {
             assert_eq!(g.join().unwrap().unwrap(), id);
+        }
+    }
+
+    /// Sends `request` raw to the store and returns what it answered before closing.
+    fn raw(port: u16, request: &[u8]) -> Vec<u8> {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = c.write_all(request);
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        out
+    }
+
+    #[test]
+    fn hostile_requests_close_their_connection_and_the_store_keeps_serving() {
+        let server = StoreServer::bind("127.0.0.1:0").unwrap();
+        server.set("k", b"v");
+        let port = server.port();
+        // An absurd wait (overflowed the deadline: a panic), garbage, a truncated line, an
+        // oversized line without end, a replayed request after the answer.
+        assert_eq!(raw(port, b"GET k 18446744073709551615\n"), b"OK 1\nv");
+        assert_eq!(raw(port, b"\x00\xffgarbage\n"), b"");
+        assert_eq!(raw(port, b"GET k"), b"");
+        assert_eq!(raw(port, &vec![b'A'; 10 << 20]), b"");
+        assert_eq!(raw(port, b"GET k 0\nGET k 0\n"), b"OK 1\nvOK 1\nv");
+        assert_eq!(raw(port, b"GET missing 0\n"), b"TIMEOUT\n");
+        assert_eq!(
+            store_get(&format!("127.0.0.1:{port}"), "k", Duration::from_secs(5)).unwrap(),
+            b"v"
+        );
+    }
+
+    /// A fake store that answers every connection with `reply`.
+    fn fake_store(reply: &'static [u8]) -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                let mut line = String::new();
+                let _ = BufReader::new(c.try_clone().unwrap()).read_line(&mut line);
+                let _ = c.write_all(reply);
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_hostile_store_is_an_error_never_a_huge_allocation_or_a_panic() {
+        let get = |reply: &'static [u8]| {
+            store_get(
+                &format!("127.0.0.1:{}", fake_store(reply)),
+                "k",
+                Duration::from_millis(500),
+            )
+        };
+        let e = get(b"OK 99999999999999\n").unwrap_err();
+        assert!(
+            matches!(e, HalError::Unavailable { .. }) && e.to_string().contains("99999999999999"),
+            "{e}"
+        );
+        for reply in [&b"OK 8\nabc"[..], b"garbage\n", b"OK -1\n", b""] {
+            let e = get(reply).unwrap_err();
+            assert!(matches!(e, HalError::Timeout { .. }), "{reply:?}: {e}");
         }
     }
 
