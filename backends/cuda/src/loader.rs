@@ -55,16 +55,36 @@ fn open() -> Result<Driver> {
     // unloaded, so cudarc's `libcuda.so` resolves to this copy.
     let over = Candidates::new("CUDA driver", "UNIHAL_CUDA_LIB", &[]);
     let path = match over.to_try().first() {
-        Some(_) => Library::open(&over)?.path().to_string(),
+        Some(_) => {
+            let lib = Library::open(&over)?;
+            // A loadable library that is no CUDA driver (another vendor's, libc) is named as
+            // such, not reported as "no driver found".
+            // SAFETY: the symbol's presence is checked; it is not called.
+            if let Err(e) = unsafe { lib.get::<unsafe extern "C" fn(u32) -> i32>("cuInit") } {
+                return Err(unavailable(format!(
+                    "UNIHAL_CUDA_LIB names {}, which is not a CUDA driver ({e})",
+                    lib.path()
+                )));
+            }
+            lib.path().to_string()
+        }
         None => "libcuda.so (system loader)".to_string(),
     };
     // SAFETY: probes the library names with dlopen/dlclose; no symbol is called.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(unavailable(format!(
-            "no CUDA driver library found (tried {:?} through the system loader; set \
-             UNIHAL_CUDA_LIB to a libcuda.so to choose one)",
-            cudarc::get_lib_name_candidates("cuda")
-        )));
+        return Err(unavailable(if over.to_try().is_empty() {
+            format!(
+                "no CUDA driver library found (tried {:?} through the system loader; set \
+                 UNIHAL_CUDA_LIB to a libcuda.so to choose one)",
+                cudarc::get_lib_name_candidates("cuda")
+            )
+        } else {
+            format!(
+                "UNIHAL_CUDA_LIB names {path}, which exports cuInit but is not found under a \
+                 driver's name ({:?}): its SONAME must be one of them",
+                cudarc::get_lib_name_candidates("cuda")
+            )
+        }));
     }
     guard("cuInit", || {
         crate::drv::result::init().map_err(|e| match vendor("cuInit", e) {
