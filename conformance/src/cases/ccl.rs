@@ -1035,6 +1035,43 @@ fn device_twice(ctx: &Ctx) -> CaseResult {
     }
 }
 
+/// An id of another length than the engine's `unique_id` (empty, truncated, one byte more, a
+/// megabyte: a hostile or garbled bootstrap message) is `InvalidArgument` naming `id`, at once:
+/// never a read past the id, a panic, or a wait for peers.
+fn wrong_length_id(ctx: &Ctx) -> CaseResult {
+    let ccl = engine(ctx)?;
+    let good = ccl.unique_id()?.0;
+    let cfg = CommConfig {
+        timeout: Some(Duration::from_secs(30)),
+    };
+    let mut longer = good.clone();
+    longer.push(0);
+    for (what, bytes) in [
+        ("empty", Vec::new()),
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("one byte longer", longer),
+        ("a megabyte", vec![0x5a; 1 << 20]),
+    ] {
+        let t0 = Instant::now();
+        let r = ccl.init_rank(&unihal_hal::UniqueId(bytes), 2, 0, &ctx.device, &cfg);
+        match r {
+            Err(HalError::InvalidArgument { arg, .. }) => ensure_eq!(arg, "id", "{what}"),
+            other => {
+                return Err(Failure::new(format!(
+                    "init_rank with a {what} id: {:?}",
+                    other.map(|c| c.size())
+                )))
+            }
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(5),
+            "init_rank with a {what} id took {:?} to refuse it",
+            t0.elapsed()
+        );
+    }
+    Ok(())
+}
+
 /// Two `init_rank` calls that claim the same rank of one id: one is rejected, and neither hangs
 /// (the communicator can never complete, so the other times out).
 fn duplicate_rank(ctx: &Ctx) -> CaseResult {
@@ -1174,6 +1211,10 @@ pub fn cases() -> Vec<Case> {
     );
     v.push(
         Case::new("ccl.misuse.init_all_device_twice", device_twice)
+            .needs(&[Need::InProcess, all_reduce]),
+    );
+    v.push(
+        Case::new("ccl.misuse.unique_id_of_wrong_length", wrong_length_id)
             .needs(&[Need::InProcess, all_reduce]),
     );
     v.push(
