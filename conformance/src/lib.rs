@@ -23,6 +23,7 @@
 pub mod blocker;
 pub mod case;
 pub mod cases;
+pub mod dead_rank;
 pub mod faults;
 pub mod harness;
 pub mod manifest;
