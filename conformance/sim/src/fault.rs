@@ -164,21 +164,6 @@ pub fn clear_process() -> usize {
     left
 }
 
-/// Objects of every simulated device alive in this process (see [`live`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Live {
-    /// Device allocations.
-    pub allocations: i64,
-    /// Their bytes.
-    pub bytes: i64,
-    /// Streams (a device's legacy default stream included once created).
-    pub streams: i64,
-    /// Events.
-    pub events: i64,
-    /// Loaded modules.
-    pub modules: i64,
-}
-
 pub(crate) static LIVE_ALLOCATIONS: AtomicI64 = AtomicI64::new(0);
 pub(crate) static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 pub(crate) static LIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
@@ -190,15 +175,17 @@ pub(crate) fn track(counter: &AtomicI64, delta: i64) {
     counter.fetch_add(delta, Ordering::SeqCst);
 }
 
-/// The simulated objects alive now, over every device of this process.
-pub fn live() -> Live {
-    Live {
-        allocations: LIVE_ALLOCATIONS.load(Ordering::SeqCst),
-        bytes: LIVE_BYTES.load(Ordering::SeqCst),
-        streams: LIVE_STREAMS.load(Ordering::SeqCst),
-        events: LIVE_EVENTS.load(Ordering::SeqCst),
-        modules: LIVE_MODULES.load(Ordering::SeqCst),
-    }
+/// The simulated objects alive now, over every device of this process: allocations, their
+/// bytes, streams (a device's legacy default stream included once created), events, modules.
+pub fn live() -> [i64; 5] {
+    [
+        &LIVE_ALLOCATIONS,
+        &LIVE_BYTES,
+        &LIVE_STREAMS,
+        &LIVE_EVENTS,
+        &LIVE_MODULES,
+    ]
+    .map(|c| c.load(Ordering::SeqCst))
 }
 
 static VIOLATIONS: AtomicU32 = AtomicU32::new(0);

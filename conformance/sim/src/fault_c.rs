@@ -116,8 +116,7 @@ pub unsafe extern "C" fn unihal_sim_live(out: *mut i64) -> c_int {
     if out.is_null() {
         return 1;
     }
-    let l = fault::live();
-    let v = [l.allocations, l.bytes, l.streams, l.events, l.modules];
+    let v = fault::live();
     // SAFETY: `out` holds 5 `i64` (the caller's contract).
     unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out, 5) };
     0
