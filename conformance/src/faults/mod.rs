@@ -391,15 +391,22 @@ pub fn sweep(
                 }
                 Some(Ok(Err(e))) => {
                     let text = e.to_string();
-                    let names = text.contains(&code.code.to_string())
-                        || match code.kind {
-                            Some(Kind::OutOfMemory) => matches!(
-                                e,
-                                HalError::OutOfMemory { .. } | HalError::AllocatorOutOfMemory(_)
-                            ),
-                            Some(Kind::Timeout) => matches!(e, HalError::Timeout { .. }),
-                            None => false,
-                        };
+                    // A vendor error carries the code itself; another kind must name the
+                    // number as a word of its message (not merely contain its digits).
+                    let number = code.code.to_string();
+                    let names = match &e {
+                        HalError::Vendor { code: c, .. } => *c == i64::from(code.code),
+                        _ => text
+                            .split(|ch: char| !ch.is_ascii_digit() && ch != '-')
+                            .any(|w| w == number),
+                    } || match code.kind {
+                        Some(Kind::OutOfMemory) => matches!(
+                            e,
+                            HalError::OutOfMemory { .. } | HalError::AllocatorOutOfMemory(_)
+                        ),
+                        Some(Kind::Timeout) => matches!(e, HalError::Timeout { .. }),
+                        None => false,
+                    };
                     if matches!(e, HalError::Internal(_)) {
                         report
                             .problems
