@@ -88,6 +88,8 @@ pub struct TargetReport {
     pub collectives: Option<unihal_hal::CclCaps>,
     pub counts: Counts,
     pub results: Vec<CaseReport>,
+    /// The validation layer's mode when the backend ran under it (`report`, `error`).
+    pub validation: Option<String>,
 }
 
 impl TargetReport {
@@ -103,6 +105,8 @@ impl TargetReport {
                 .map(|c| c.capabilities().clone()),
             counts: Counts::of(&results),
             results,
+            validation: crate::runner::validation_layer(target)
+                .map(|v| format!("{:?}", v.mode()).to_lowercase()),
         }
     }
 }
@@ -236,6 +240,14 @@ impl Report {
                     format!(", libraries: {}", libs.join(", "))
                 }
             );
+            if let Some(mode) = &t.validation {
+                let _ = writeln!(
+                    s,
+                    "backend {} ran under the validation layer ({mode} mode): a case that made \
+                     findings failed with them",
+                    t.backend.name
+                );
+            }
             if t.backend.simulated {
                 let _ = writeln!(
                     s,

@@ -458,9 +458,42 @@ pub fn run_case(case: &Case, target: &Target, opts: &RunOptions) -> CaseReport {
     };
     CaseReport {
         id: case.id.clone(),
-        outcome,
+        outcome: with_validation_findings(target, outcome),
         duration_ms: start.elapsed().as_secs_f64() * 1e3,
     }
+}
+
+/// Under the validation layer (`UNIHAL_VALIDATE`), a case that ran and made findings fails with
+/// them: the suite must be silent under it (cases run one at a time, so what the layer found
+/// since the last case is this case's).
+fn with_validation_findings(target: &Target, outcome: Outcome) -> Outcome {
+    let Some(v) = validation_layer(target) else {
+        return outcome;
+    };
+    let found = v.take_findings();
+    if found.is_empty() || matches!(outcome, Outcome::Skipped { .. }) {
+        return outcome;
+    }
+    let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
+    let findings = format!(
+        "validation layer: {} finding(s): {}",
+        found.len(),
+        list.join("; ")
+    );
+    match outcome {
+        Outcome::Failed { message } => Outcome::Failed {
+            message: format!("{message}; {findings}"),
+        },
+        _ => Outcome::Failed { message: findings },
+    }
+}
+
+/// The validation layer `target`'s backend runs under, if any.
+pub fn validation_layer(target: &Target) -> Option<&unihal_validate::ValidatingBackend> {
+    target
+        .backend
+        .as_any()
+        .downcast_ref::<unihal_validate::ValidatingBackend>()
 }
 
 fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -> Outcome {

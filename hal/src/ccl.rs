@@ -329,6 +329,7 @@ pub trait Communicator: Send + Sync {
     /// # Errors
     /// [`crate::HalError::InvalidArgument`] for buffers too small or of another device;
     /// [`crate::HalError::Unsupported`] outside the capabilities; sticky Timeout/Aborted later.
+    #[track_caller]
     fn all_reduce(
         &self,
         send: &Buffer,
@@ -339,6 +340,7 @@ pub trait Communicator: Send + Sync {
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
     /// `recv = send of root` (root's `send` is read; every rank's `recv` is written).
+    #[track_caller]
     fn broadcast(
         &self,
         send: &Buffer,
@@ -350,6 +352,7 @@ pub trait Communicator: Send + Sync {
     ) -> Result<()>;
     /// Root's `recv = reduce(send of every rank)`; other ranks' `recv` is untouched.
     #[allow(clippy::too_many_arguments)] // mirrors ncclReduce's argument list
+    #[track_caller]
     fn reduce(
         &self,
         send: &Buffer,
@@ -361,6 +364,7 @@ pub trait Communicator: Send + Sync {
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
     /// `recv[r*count..] = send of rank r` (`count` elements per rank).
+    #[track_caller]
     fn all_gather(
         &self,
         send: &Buffer,
@@ -370,6 +374,7 @@ pub trait Communicator: Send + Sync {
         stream: &Arc<dyn Stream>,
     ) -> Result<()>;
     /// `recv = reduce over ranks of send[rank*count..]` (`count` elements per rank).
+    #[track_caller]
     fn reduce_scatter(
         &self,
         send: &Buffer,
@@ -384,6 +389,7 @@ pub trait Communicator: Send + Sync {
     ///
     /// # Errors
     /// As [`Communicator::group`].
+    #[track_caller]
     fn send(
         &self,
         buf: &Buffer,
@@ -407,6 +413,7 @@ pub trait Communicator: Send + Sync {
     ///
     /// # Errors
     /// As [`Communicator::group`].
+    #[track_caller]
     fn recv(
         &self,
         buf: &Buffer,
@@ -427,6 +434,7 @@ pub trait Communicator: Send + Sync {
         )
     }
     /// `recv[j*count..] = send of rank j at [rank*count..]` (`count` elements per peer).
+    #[track_caller]
     fn all_to_all(
         &self,
         send: &Buffer,
@@ -444,6 +452,7 @@ pub trait Communicator: Send + Sync {
     /// # Errors
     /// As `send`/`recv` for each call (nothing is enqueued when one call is invalid);
     /// [`crate::HalError::Unsupported`] when the capabilities say `groups: false`.
+    #[track_caller]
     fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()>;
 
     /// Personalised exchange with per-peer counts: rank `j` receives `send_counts[j]` elements
@@ -456,6 +465,7 @@ pub trait Communicator: Send + Sync {
     /// `size()`, ranges outside the buffers, or `send` and `recv` of one allocation; then as
     /// [`Communicator::group`]. A count that differs from the peer's becomes a sticky error.
     #[allow(clippy::too_many_arguments)] // mirrors MPI_Alltoallv's argument list
+    #[track_caller]
     fn all_to_allv(
         &self,
         send: &Buffer,

@@ -38,6 +38,47 @@ pub unsafe trait HostAllocation: Send + Sync + 'static {
 
 const MAPPED: u64 = 1 << 63;
 
+/// Told of every successful [`HostBuffer::map`] and [`HostBuffer::lend`]: how a validation layer
+/// learns that the host touched a buffer, with the caller's location, to check that the host knew
+/// the buffer's queued work had completed (a map succeeds whenever the work *has* completed, which
+/// may be luck of timing rather than a synchronisation).
+///
+/// Thread safety: called from the mapping thread, with no HAL lock held; must not map.
+pub trait MapObserver: Send + Sync {
+    /// `buffer` was just mapped (or lent) at `site`.
+    fn mapped(&self, buffer: &HostBuffer, site: &'static std::panic::Location<'static>);
+}
+
+/// Observers registered with [`observe_maps`]; dead ones are pruned as new ones come.
+static MAP_OBSERVERS: std::sync::RwLock<Vec<Weak<dyn MapObserver>>> =
+    std::sync::RwLock::new(Vec::new());
+/// True once an observer was registered: maps skip the lock until then.
+static MAP_OBSERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Registers `observer` for every later map of every host buffer of the process, for as long as
+/// it lives. Thread safety: any thread.
+pub fn observe_maps(observer: Weak<dyn MapObserver>) {
+    let mut all = MAP_OBSERVERS.write().unwrap_or_else(|e| e.into_inner());
+    all.retain(|o| o.strong_count() > 0);
+    all.push(observer);
+    MAP_OBSERVED.store(true, std::sync::atomic::Ordering::Release);
+}
+
+fn notify_map_observers(buffer: &HostBuffer, site: &'static std::panic::Location<'static>) {
+    if !MAP_OBSERVED.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let live: Vec<std::sync::Arc<dyn MapObserver>> = MAP_OBSERVERS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for o in live {
+        o.mapped(buffer, site);
+    }
+}
+
 /// Something that holds uses of host buffers for queued work and learns that the work completed
 /// only when asked: a GPU stream keeps what its work uses behind vendor events and releases it
 /// when it checks them. [`HostBuffer::map`] and [`HostBuffer::pending_uses`] ask the holders of a
@@ -172,8 +213,10 @@ impl HostBuffer {
     /// # Errors
     /// [`Invalid::Busy`] when queued work still uses the buffer (wait for it first) or when it is
     /// already mapped.
+    #[track_caller]
     pub fn map(&self) -> Result<HostMap<'_>> {
         self.set_mapped()?;
+        notify_map_observers(self, std::panic::Location::caller());
         Ok(HostMap { buf: self })
     }
 
@@ -184,8 +227,10 @@ impl HostBuffer {
     ///
     /// # Errors
     /// As [`HostBuffer::map`].
+    #[track_caller]
     pub fn lend(&self) -> Result<HostLoan> {
         self.set_mapped()?;
+        notify_map_observers(self, std::panic::Location::caller());
         Ok(HostLoan { buf: self.clone() })
     }
 

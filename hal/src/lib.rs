@@ -78,7 +78,9 @@ pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
 pub use error::{check_range, HalError, Invalid, OomReport, Result};
 pub use event::{Event, EventFlags};
-pub use host::{HostAllocation, HostBuffer, HostLoan, HostMap, HostUse, UseHolder};
+pub use host::{
+    observe_maps, HostAllocation, HostBuffer, HostLoan, HostMap, HostUse, MapObserver, UseHolder,
+};
 pub use launch::{Dim3, KernelArgs, LaunchConfig};
 pub use module::{
     Function, HostKernel, HostKernelFn, HostLaunchCtx, HostSymbolTable, Module, ModuleFormat,

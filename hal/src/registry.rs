@@ -14,6 +14,9 @@ pub const BACKENDS_ENV: &str = "UNIHAL_BACKENDS";
 
 type Factory = Box<dyn Fn() -> Arc<dyn Backend> + Send + Sync>;
 
+/// What [`Registry::set_layer`] wraps every backend in.
+pub type Layer = Box<dyn Fn(Arc<dyn Backend>) -> Arc<dyn Backend> + Send + Sync>;
+
 struct Entry {
     name: String,
     factory: Factory,
@@ -26,6 +29,7 @@ struct Entry {
 #[derive(Default)]
 pub struct Registry {
     entries: RwLock<Vec<Arc<Entry>>>,
+    layer: OnceLock<Layer>,
 }
 
 impl Registry {
@@ -96,6 +100,21 @@ impl Registry {
         self.entries.read().iter().map(|e| e.name.clone()).collect()
     }
 
+    /// Wraps every backend this registry constructs from now on in `layer` (a validation layer,
+    /// see `unihal-validate`): callers get the wrapped backend. Set it before the first lookup;
+    /// backends already constructed stay unwrapped.
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] when a layer is already set.
+    pub fn set_layer(&self, layer: Layer) -> Result<()> {
+        self.layer.set(layer).map_err(|_| {
+            HalError::invalid(
+                "layer",
+                Invalid::Other("this registry already wraps its backends in a layer".into()),
+            )
+        })
+    }
+
     /// The backend registered under `name`.
     ///
     /// # Errors
@@ -103,7 +122,16 @@ impl Registry {
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
         let entry = self.entries.read().iter().find(|e| e.name == name).cloned();
         match entry {
-            Some(e) => Ok(e.instance.get_or_init(|| (e.factory)()).clone()),
+            Some(e) => Ok(e
+                .instance
+                .get_or_init(|| {
+                    let backend = (e.factory)();
+                    match self.layer.get() {
+                        Some(layer) => layer(backend),
+                        None => backend,
+                    }
+                })
+                .clone()),
             None => Err(HalError::Unavailable {
                 what: format!("backend {name:?}"),
                 reason: format!(

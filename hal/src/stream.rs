@@ -133,6 +133,7 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// [`HalError::InvalidArgument`] for a buffer of another device, a freed buffer, a busy host
     /// buffer or a range out of bounds.
+    #[track_caller]
     fn copy_h2d(
         &self,
         src: &HostBuffer,
@@ -147,12 +148,14 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// As [`Stream::copy_h2d`], plus [`HalError::OutOfMemory`] for the staging buffer.
+    #[track_caller]
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()>;
 
     /// Copies `len` bytes from device memory to HAL-owned host memory.
     ///
     /// # Errors
     /// As [`Stream::copy_h2d`].
+    #[track_caller]
     fn copy_d2h(
         &self,
         src: &Buffer,
@@ -167,6 +170,7 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// As [`Stream::copy_h2d`]; [`crate::Invalid::Overlap`] when the ranges overlap (vendor copies
     /// do not define overlap, so no backend accepts it).
+    #[track_caller]
     fn copy_d2d(
         &self,
         src: &Buffer,
@@ -182,6 +186,7 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// [`HalError::Unsupported`] without peer access; otherwise as [`Stream::copy_h2d`].
+    #[track_caller]
     fn copy_peer(
         &self,
         src: &Buffer,
@@ -196,6 +201,7 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// As [`Stream::copy_h2d`]; [`HalError::InvalidArgument`] when `offset`/`len` are not multiples
     /// of the pattern width; [`HalError::Unsupported`] for wide patterns without `wide_fill`.
+    #[track_caller]
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()>;
 
     /// Launches a kernel.
@@ -208,6 +214,7 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// [`HalError::InvalidArgument`] for a function of another device or backend, a shape outside the
     /// device limits, or argument sizes that do not match the recorded parameter sizes.
+    #[track_caller]
     unsafe fn launch(
         &self,
         function: &Arc<dyn Function>,
@@ -220,6 +227,7 @@ pub trait Stream: Send + Sync {
     /// # Errors
     /// [`HalError::Unsupported`] when the op/dtype pair is not in `OptionalCaps::ops`;
     /// [`HalError::InvalidArgument`] from [`OpCall::validate`] or for buffers of another device.
+    #[track_caller]
     fn run_op(&self, call: &OpCall) -> Result<()> {
         Err(HalError::unsupported(format!(
             "op {} on {}",
@@ -233,12 +241,14 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// [`HalError::Unsupported`] without `OptionalCaps::host_callbacks`.
+    #[track_caller]
     fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()>;
 
     /// Records `event` at the current end of this stream.
     ///
     /// # Errors
     /// [`HalError::InvalidArgument`] for an event of another device or backend.
+    #[track_caller]
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()>;
 
     /// Makes later work on this stream wait for the event's most recent record. The event may belong
@@ -246,12 +256,14 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// [`HalError::InvalidArgument`] for an event of another backend.
+    #[track_caller]
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()>;
 
     /// Allocates device memory usable by work enqueued on this stream after this call.
     ///
     /// # Errors
     /// [`HalError::OutOfMemory`].
+    #[track_caller]
     fn alloc_async(&self, len: usize) -> Result<Buffer>;
 
     /// Frees the allocation behind `buffer` in stream order. Every handle of the allocation becomes
@@ -261,18 +273,21 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// [`crate::Invalid::FreeEnqueued`] when already freed; a buffer of another device.
+    #[track_caller]
     fn free_async(&self, buffer: &Buffer) -> Result<()>;
 
     /// Blocks until all enqueued work has completed.
     ///
     /// # Errors
     /// The sticky error, if any work failed.
+    #[track_caller]
     fn synchronize(&self) -> Result<()>;
 
     /// True when all enqueued work has completed.
     ///
     /// # Errors
     /// The sticky error, if any work failed.
+    #[track_caller]
     fn query(&self) -> Result<bool>;
 
     /// The sticky asynchronous error, if work on this stream has failed.
@@ -293,6 +308,7 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// As [`Stream::copy_h2d_staged`] and [`Stream::synchronize`].
+    #[track_caller]
     fn write(&self, dst: &Buffer, dst_offset: u64, src: &[u8]) -> Result<()> {
         self.copy_h2d_staged(src, dst, dst_offset)?;
         self.synchronize()
@@ -303,6 +319,7 @@ pub trait Stream: Send + Sync {
     ///
     /// # Errors
     /// As [`Stream::copy_d2h`] and [`Stream::synchronize`].
+    #[track_caller]
     fn read(&self, src: &Buffer, src_offset: u64, out: &mut [u8]) -> Result<()> {
         let staging = self.device().alloc_host(out.len())?;
         self.copy_d2h(src, src_offset, &staging, 0, out.len() as u64)?;

@@ -717,6 +717,20 @@ impl OpCall {
         self.tensors.get(k).map(|t| t.dtype)
     }
 
+    /// The tensors the op writes, as indices into `tensors`: the outputs (from the class's first
+    /// output on), and for the in-place multi-tensor classes every tensor they update (optimizer
+    /// steps and `amp_unscale`/`clip_grad_norm` write every tensor; `amp_update_scale` its scale and
+    /// growth tracker). The others are only read. The one statement of this rule: validation
+    /// ([`OpCall::validate`]) and a validation layer's access tracking both use it.
+    pub fn outputs(&self) -> std::ops::Range<usize> {
+        let n = self.tensors.len();
+        match self.op.class() {
+            OpClass::Optimizer | OpClass::AmpUnscale | OpClass::ClipGradNorm => 0..n,
+            OpClass::AmpUpdateScale => 0..n.min(2),
+            class => class.arity().3.min(n)..n,
+        }
+    }
+
     /// Checks the call against the rules in the module docs and returns the output shape.
     ///
     /// # Errors

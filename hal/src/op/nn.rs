@@ -842,7 +842,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 |w| w.is_finite() && w >= 0.0,
                 "a finite value >= 0",
             )?;
-            check_memory(call, 0..n, true)?;
+            check_memory(call, call.outputs(), true)?;
             return Ok(t[0].shape.clone());
         }
         OpClass::AmpUnscale | OpClass::ClipGradNorm => {
@@ -873,7 +873,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                 want_dtype(call, k, &[gd], "grads")?;
                 want_dense(call, k)?;
             }
-            check_memory(call, 0..n, true)?;
+            check_memory(call, call.outputs(), true)?;
             return Ok(t[0].shape.clone());
         }
         OpClass::AmpUpdateScale => {
@@ -901,11 +901,11 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
                     "at least 1",
                 ));
             }
-            check_memory(call, 0..2, false)?;
+            check_memory(call, call.outputs(), false)?;
             return Ok(t[0].shape.clone());
         }
         _ => unreachable!("elementwise classes are validated in mod.rs"),
     }
-    check_memory(call, first_out..n, false)?;
+    check_memory(call, call.outputs(), false)?;
     Ok(t[first_out].shape.clone())
 }

@@ -1,0 +1,494 @@
+//! Wrapped streams and events: every enqueue is tracked, every wait and synchronisation moves
+//! the clocks.
+
+use crate::finding::{Finding, FindingKind, Site};
+use crate::layer::Layer;
+use crate::tracker::{Clock, Space, Touch};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::panic::Location;
+use std::sync::Arc;
+use unihal_hal::{
+    Buffer, Device, DeviceId, Event, FillValue, Function, HostBuffer, KernelArgs, LaunchConfig,
+    NativeHandle, OpCall, Result, Stream, StreamId,
+};
+
+/// A touch of `len` bytes at `offset` of a device buffer view.
+pub(crate) fn device_touch(
+    arg: &'static str,
+    buf: &Buffer,
+    offset: u64,
+    len: u64,
+    write: bool,
+) -> Touch {
+    let base = buf.device_addr().wrapping_sub(buf.offset());
+    let start = buf.device_addr().saturating_add(offset);
+    Touch {
+        space: Space::Device(buf.device()),
+        base,
+        start,
+        end: start.saturating_add(len),
+        write,
+        arg,
+        refused_by_hal: buf.is_free_enqueued(),
+    }
+}
+
+fn host_touch(arg: &'static str, buf: &HostBuffer, offset: u64, len: u64, write: bool) -> Touch {
+    let base = buf.host_addr() as u64;
+    let start = base.saturating_add(offset);
+    Touch {
+        space: Space::Host,
+        base,
+        start,
+        end: start.saturating_add(len),
+        write,
+        arg,
+        refused_by_hal: false,
+    }
+}
+
+/// A finding for a handle the layer did not make.
+pub(crate) fn foreign(what: &str, site: Site) -> Finding {
+    Finding {
+        kind: FindingKind::ForeignHandle,
+        message: format!(
+            "{what} did not come through this validation layer (another backend instance, or \
+             the unwrapped backend): the ordering it carries is invisible to the layer and \
+             backends need not define it"
+        ),
+        site,
+        earlier: None,
+    }
+}
+
+/// A stream of a [`crate::ValidatingDevice`].
+///
+/// Ownership: owns the backend's stream; keeps its (wrapped) device alive. Thread safety: any
+/// thread; enqueues on one stream are serialised by the wrapper.
+pub struct ValidatingStream {
+    inner: Arc<dyn Stream>,
+    device: Arc<dyn Device>,
+    layer: Arc<Layer>,
+    key: u64,
+    enqueue: Mutex<()>,
+}
+
+impl ValidatingStream {
+    pub(crate) fn new(inner: Arc<dyn Stream>, device: Arc<dyn Device>, layer: Arc<Layer>) -> Self {
+        let key = inner.stream_id().get();
+        layer.tracker.lock().stream_created(key, device.id());
+        ValidatingStream {
+            inner,
+            device,
+            layer,
+            key,
+            enqueue: Mutex::new(()),
+        }
+    }
+
+    /// The backend's stream.
+    pub fn inner(&self) -> &Arc<dyn Stream> {
+        &self.inner
+    }
+
+    /// One tracked enqueue (see `Layer::enqueue`), serialised with this stream's others.
+    pub(crate) fn tracked(
+        &self,
+        what: &'static str,
+        site: Site,
+        touches: &[Touch],
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let _order = self.enqueue.lock();
+        self.layer.enqueue(self.key, what, site, touches, call)
+    }
+
+    /// `stream` as the backend must see it: `Ours` for a stream of this layer, otherwise the
+    /// stream itself (the backend's for another layer's) with the finding it makes.
+    pub(crate) fn unwrap_arg<'a>(
+        layer: &Arc<Layer>,
+        stream: &'a Arc<dyn Stream>,
+        site: Site,
+    ) -> Arg<'a, dyn Stream, ValidatingStream> {
+        match stream.as_any().downcast_ref::<ValidatingStream>() {
+            Some(v) if Arc::ptr_eq(&v.layer, layer) => Arg::Ours(&v.inner, v),
+            Some(v) => Arg::Foreign(
+                &v.inner,
+                foreign("a stream of another validated backend", site),
+            ),
+            None => Arg::Foreign(stream, foreign("a stream", site)),
+        }
+    }
+
+    fn event_arg<'a>(
+        &self,
+        event: &'a Arc<dyn Event>,
+        site: Site,
+    ) -> Arg<'a, dyn Event, ValidatingEvent> {
+        match event.as_any().downcast_ref::<ValidatingEvent>() {
+            Some(v) if Arc::ptr_eq(&v.layer, &self.layer) => Arg::Ours(&v.inner, v),
+            Some(v) => Arg::Foreign(
+                &v.inner,
+                foreign("an event of another validated backend", site),
+            ),
+            None => Arg::Foreign(event, foreign("an event", site)),
+        }
+    }
+}
+
+/// A handle argument as the backend must see it.
+pub(crate) enum Arg<'a, T: ?Sized, W> {
+    /// One of this layer's: the backend's handle and the wrapper.
+    Ours(&'a Arc<T>, &'a W),
+    /// Not this layer's: the handle to pass on and the finding it makes if the backend accepts it.
+    Foreign(&'a Arc<T>, Finding),
+}
+
+impl<'a, T: ?Sized, W> Arg<'a, T, W> {
+    /// Calls the backend with the handle: a foreign one is refused first in error mode, and
+    /// reported once the backend accepted it in report mode (a backend that refuses it already
+    /// said so).
+    pub(crate) fn call<R>(
+        self,
+        layer: &Layer,
+        f: impl FnOnce(&'a Arc<T>, Option<&'a W>) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            Arg::Ours(inner, w) => f(inner, Some(w)),
+            Arg::Foreign(inner, finding) => {
+                let found = vec![finding];
+                if let Some(e) = layer.refusal(&found) {
+                    layer.report(found);
+                    return Err(e);
+                }
+                let r = f(inner, None)?;
+                layer.report(found);
+                Ok(r)
+            }
+        }
+    }
+}
+
+impl Drop for ValidatingStream {
+    fn drop(&mut self) {
+        self.layer.tracker.lock().stream_dropped(self.key);
+    }
+}
+
+impl Stream for ValidatingStream {
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    fn stream_id(&self) -> StreamId {
+        self.inner.stream_id()
+    }
+
+    #[track_caller]
+    fn copy_h2d(
+        &self,
+        src: &HostBuffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let touches = [
+            host_touch("src", src, src_offset, len, false),
+            device_touch("dst", dst, dst_offset, len, true),
+        ];
+        self.tracked("copy_h2d", Location::caller(), &touches, || {
+            self.inner.copy_h2d(src, src_offset, dst, dst_offset, len)
+        })
+    }
+
+    #[track_caller]
+    fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
+        let touches = [device_touch("dst", dst, dst_offset, src.len() as u64, true)];
+        self.tracked("copy_h2d_staged", Location::caller(), &touches, || {
+            self.inner.copy_h2d_staged(src, dst, dst_offset)
+        })
+    }
+
+    #[track_caller]
+    fn copy_d2h(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &HostBuffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let touches = [
+            device_touch("src", src, src_offset, len, false),
+            host_touch("dst", dst, dst_offset, len, true),
+        ];
+        self.tracked("copy_d2h", Location::caller(), &touches, || {
+            self.inner.copy_d2h(src, src_offset, dst, dst_offset, len)
+        })
+    }
+
+    #[track_caller]
+    fn copy_d2d(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let touches = [
+            device_touch("src", src, src_offset, len, false),
+            device_touch("dst", dst, dst_offset, len, true),
+        ];
+        self.tracked("copy_d2d", Location::caller(), &touches, || {
+            self.inner.copy_d2d(src, src_offset, dst, dst_offset, len)
+        })
+    }
+
+    #[track_caller]
+    fn copy_peer(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let touches = [
+            device_touch("src", src, src_offset, len, false),
+            device_touch("dst", dst, dst_offset, len, true),
+        ];
+        self.tracked("copy_peer", Location::caller(), &touches, || {
+            self.inner.copy_peer(src, src_offset, dst, dst_offset, len)
+        })
+    }
+
+    #[track_caller]
+    fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
+        let touches = [device_touch("dst", dst, offset, len, true)];
+        self.tracked("fill", Location::caller(), &touches, || {
+            self.inner.fill(dst, offset, len, value)
+        })
+    }
+
+    #[track_caller]
+    unsafe fn launch(
+        &self,
+        function: &Arc<dyn Function>,
+        config: &LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        // What a kernel does with a buffer is invisible: every buffer it names counts as written.
+        let touches: Vec<Touch> = args
+            .buffers()
+            .iter()
+            .map(|b| device_touch("args", b, 0, b.len(), true))
+            .collect();
+        self.tracked("launch", Location::caller(), &touches, || {
+            // SAFETY: the caller's promise for `launch` is passed on unchanged: the same function,
+            // configuration and arguments reach the backend's stream.
+            unsafe { self.inner.launch(function, config, args) }
+        })
+    }
+
+    #[track_caller]
+    fn run_op(&self, call: &OpCall) -> Result<()> {
+        let outs = call.outputs();
+        let mut touches = Vec::with_capacity(call.tensors.len());
+        for (k, t) in call.tensors.iter().enumerate() {
+            // A view outside its buffer is refused by the backend: nothing to track. The span is
+            // in device addresses.
+            if let Ok(Some((lo, hi))) = t.byte_span("tensors") {
+                let arg = if outs.contains(&k) { "output" } else { "input" };
+                let from = lo.saturating_sub(t.buffer.device_addr());
+                touches.push(device_touch(
+                    arg,
+                    &t.buffer,
+                    from,
+                    hi - lo,
+                    outs.contains(&k),
+                ));
+            }
+        }
+        self.tracked(call.op.name(), Location::caller(), &touches, || {
+            self.inner.run_op(call)
+        })
+    }
+
+    #[track_caller]
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        // The callback runs once the work before it completed: what it (and whoever hears from
+        // it) does next is ordered after that work.
+        let _order = self.enqueue.lock();
+        let captured = {
+            let mut t = self.layer.tracker.lock();
+            t.tick(self.key);
+            t.snapshot(self.key)
+        };
+        let layer = self.layer.clone();
+        self.inner.host_callback(Box::new(move || {
+            layer.tracker.lock().host_learns(&captured);
+            f()
+        }))
+    }
+
+    #[track_caller]
+    fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let site = Location::caller();
+        self.event_arg(event, site)
+            .call(&self.layer, |inner, ours| {
+                let _order = self.enqueue.lock();
+                self.layer.tracker.lock().tick(self.key);
+                self.inner.record_event(inner)?;
+                if let Some(v) = ours {
+                    *v.clock.lock() = Some(self.layer.tracker.lock().snapshot(self.key));
+                }
+                Ok(())
+            })
+    }
+
+    #[track_caller]
+    fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
+        let site = Location::caller();
+        self.event_arg(event, site)
+            .call(&self.layer, |inner, ours| {
+                let _order = self.enqueue.lock();
+                let captured = ours.and_then(|v| v.clock.lock().clone());
+                self.inner.wait_event(inner)?;
+                let mut t = self.layer.tracker.lock();
+                t.tick(self.key);
+                if let Some(c) = captured {
+                    t.wait(self.key, &c);
+                }
+                Ok(())
+            })
+    }
+
+    #[track_caller]
+    fn alloc_async(&self, len: usize) -> Result<Buffer> {
+        let b = self.inner.alloc_async(len)?;
+        crate::backend::allocated(&self.layer, &b);
+        Ok(b)
+    }
+
+    #[track_caller]
+    fn free_async(&self, buffer: &Buffer) -> Result<()> {
+        let site = Location::caller();
+        let t = device_touch("buffer", buffer, 0, buffer.len(), true);
+        let _order = self.enqueue.lock();
+        self.inner.free_async(buffer)?;
+        self.layer
+            .tracker
+            .lock()
+            .freed(buffer.device(), t.start, t.end, self.key, site);
+        Ok(())
+    }
+
+    #[track_caller]
+    fn synchronize(&self) -> Result<()> {
+        // It returns once the work completed, also when it reports the stream's sticky error
+        // (the failed work ran as far as it will).
+        let captured = self.layer.tracker.lock().snapshot(self.key);
+        let r = self.inner.synchronize();
+        self.layer.tracker.lock().host_learns(&captured);
+        r
+    }
+
+    #[track_caller]
+    fn query(&self) -> Result<bool> {
+        let captured = self.layer.tracker.lock().snapshot(self.key);
+        let done = self.inner.query()?;
+        if done {
+            self.layer.tracker.lock().host_learns(&captured);
+        }
+        Ok(done)
+    }
+
+    fn async_error(&self) -> Option<unihal_hal::HalError> {
+        self.inner.async_error()
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        self.inner.native_handle()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// An event of a [`crate::ValidatingDevice`]: the backend's event and the clock its last record
+/// captured.
+///
+/// Ownership: owns the backend's event. Thread safety: any thread.
+pub struct ValidatingEvent {
+    inner: Arc<dyn Event>,
+    layer: Arc<Layer>,
+    clock: Mutex<Option<Clock>>,
+}
+
+impl ValidatingEvent {
+    pub(crate) fn new(inner: Arc<dyn Event>, layer: Arc<Layer>) -> Self {
+        ValidatingEvent {
+            inner,
+            layer,
+            clock: Mutex::new(None),
+        }
+    }
+
+    /// The backend's event.
+    pub fn inner(&self) -> &Arc<dyn Event> {
+        &self.inner
+    }
+
+    /// The clock of the record a wait made now refers to.
+    fn captured(&self) -> Option<Clock> {
+        self.clock.lock().clone()
+    }
+
+    fn host_learns(&self, captured: Option<Clock>) {
+        if let Some(c) = captured {
+            self.layer.tracker.lock().host_learns(&c);
+        }
+    }
+}
+
+impl Event for ValidatingEvent {
+    fn device_id(&self) -> DeviceId {
+        self.inner.device_id()
+    }
+
+    fn query(&self) -> Result<bool> {
+        let captured = self.captured();
+        let done = self.inner.query()?;
+        if done {
+            self.host_learns(captured);
+        }
+        Ok(done)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // As a stream's: it returns once the work completed, also with the sticky error.
+        let captured = self.captured();
+        let r = self.inner.synchronize();
+        self.host_learns(captured);
+        r
+    }
+
+    fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {
+        match end.as_any().downcast_ref::<ValidatingEvent>() {
+            Some(v) => self.inner.elapsed_ms(v.inner.as_ref()),
+            None => self.inner.elapsed_ms(end),
+        }
+    }
+
+    fn native_handle(&self) -> NativeHandle {
+        self.inner.native_handle()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
