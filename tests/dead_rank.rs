@@ -42,3 +42,76 @@ fn dead_ranks_on_rccl_over_the_simulated_runtime() {
 fn dead_ranks_on_hccl_over_the_simulated_cann_stack() {
     run("ascend (simulated HCCL)", simulated::ascend());
 }
+
+/// The planted defect: an engine that ignores the communicator's timeout (it waits an hour), as
+/// a backend that forgot to pass it on would. The trials must report the hang, not wait for it.
+struct IgnoresTimeout(Arc<dyn Backend>);
+
+impl Backend for IgnoresTimeout {
+    fn name(&self) -> &'static str {
+        "ignores-timeout"
+    }
+    fn info(&self) -> unihal::BackendInfo {
+        self.0.info()
+    }
+    fn probe(&self) -> unihal::Result<usize> {
+        self.0.probe()
+    }
+    fn open(&self, ordinal: usize) -> unihal::Result<Arc<dyn unihal::Device>> {
+        self.0.open(ordinal)
+    }
+    fn collectives(&self) -> Option<&dyn unihal::Collectives> {
+        Some(self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl unihal::Collectives for IgnoresTimeout {
+    fn capabilities(&self) -> &unihal::CclCaps {
+        self.0.collectives().unwrap().capabilities()
+    }
+    fn unique_id(&self) -> unihal::Result<unihal::UniqueId> {
+        self.0.collectives().unwrap().unique_id()
+    }
+    fn init_rank(
+        &self,
+        id: &unihal::UniqueId,
+        nranks: usize,
+        rank: usize,
+        device: &Arc<dyn unihal::Device>,
+        _config: &unihal::CommConfig,
+    ) -> unihal::Result<Arc<dyn unihal::Communicator>> {
+        let hour = unihal::CommConfig {
+            timeout: Some(std::time::Duration::from_secs(3600)),
+        };
+        self.0
+            .collectives()
+            .unwrap()
+            .init_rank(id, nranks, rank, device, &hour)
+    }
+    fn init_all(
+        &self,
+        devices: &[Arc<dyn unihal::Device>],
+        _config: &unihal::CommConfig,
+    ) -> unihal::Result<Vec<Arc<dyn unihal::Communicator>>> {
+        let hour = unihal::CommConfig {
+            timeout: Some(std::time::Duration::from_secs(3600)),
+        };
+        self.0.collectives().unwrap().init_all(devices, &hour)
+    }
+}
+
+#[test]
+fn the_trials_catch_an_engine_that_ignores_its_timeout() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let planted: Arc<dyn Backend> = Arc::new(IgnoresTimeout(simulated::cpu()));
+    let opts = DeadRankOptions {
+        trials: 1,
+        margin: std::time::Duration::from_millis(200),
+        ..DeadRankOptions::default()
+    };
+    let e = dead_rank_trials(&planted, &opts).expect_err("a hang passed the trials");
+    assert!(e.to_string().contains("a hang"), "{e}");
+}

@@ -111,3 +111,101 @@ fn bench_all_reduce_on_three_ranks_is_correct_and_compares_with_mpi() {
         "no comparison:\n{text}"
     );
 }
+
+/// Dead ranks under MPI: ranks are processes, so a dead rank is a killed one. Open MPI 4 has no
+/// fault tolerance (the engine says `survives_dead_rank: false`); what it documents is that the
+/// job ends: `mpirun` kills the other ranks and exits non-zero. 50 trials: rank 1 of a two-rank
+/// all-reduce benchmark gets SIGKILL at a random point (from start-up to mid-run); `mpirun` must
+/// exit with an error within 30 s of the kill, naming the killed process, and rank 0 must be
+/// gone (no survivor left spinning in a collective).
+#[test]
+fn a_killed_rank_ends_the_job_within_the_bound_and_leaves_no_survivor() {
+    const TRIALS: usize = 50;
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+    let dir = std::env::temp_dir().join(format!("unihal-mpi-kill-{}", std::process::id()));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut slowest = std::time::Duration::ZERO;
+    let started = std::time::Instant::now();
+    for trial in 0..TRIALS {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Each rank records its pid, then becomes the benchmark (long enough never to finish).
+        let launcher = std::env::var("UNIHAL_MPIRUN").unwrap_or_else(|_| "mpirun".into());
+        let mut c = Command::new(launcher);
+        c.args(["--allow-run-as-root", "--oversubscribe", "-n", "2", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {}/rank-$OMPI_COMM_WORLD_RANK.pid && exec {} bench all_reduce -b 1K -e 64K -f 2 -n 100000 -w 1",
+                dir.display(),
+                env!("CARGO_BIN_EXE_unihal")
+            ))
+            .env("UNIHAL_CPU_CCL", "mpi")
+            .env("UNIHAL_CCL_TIMEOUT", "60")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = c.spawn().expect("cannot start mpirun; install openmpi-bin");
+        let pid_of = |rank: usize| -> Option<u32> {
+            std::fs::read_to_string(dir.join(format!("rank-{rank}.pid")))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let wait_start = std::time::Instant::now();
+        let (pid0, pid1) = loop {
+            if let (Some(a), Some(b)) = (pid_of(0), pid_of(1)) {
+                break (a, b);
+            }
+            assert!(
+                wait_start.elapsed() < BOUND,
+                "trial {trial}: the ranks never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(std::time::Duration::from_millis(seed % 1500));
+        let killed = std::time::Instant::now();
+        let status = Command::new("kill")
+            .args(["-9", &pid1.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "trial {trial}: kill -9 {pid1} failed");
+        // mpirun must end the job; waited for on another thread so a hang is reported.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = rx
+            .recv_timeout(BOUND)
+            .unwrap_or_else(|_| {
+                panic!("trial {trial}: mpirun still runs {BOUND:?} after rank 1 was killed: a hang")
+            })
+            .unwrap();
+        let took = killed.elapsed();
+        slowest = slowest.max(took);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !out.status.success(),
+            "trial {trial}: mpirun succeeded after a rank was killed:\n{text}"
+        );
+        assert!(
+            text.contains("signal 9") || text.contains("Killed"),
+            "trial {trial}: mpirun does not say a rank was killed:\n{text}"
+        );
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid0}")).exists(),
+            "trial {trial}: rank 0 (pid {pid0}) outlived the job"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "MPI dead ranks: {TRIALS} trials, every job ended with mpirun naming the killed rank; slowest end {:.0} ms after the kill; {:.1} s",
+        slowest.as_secs_f64() * 1e3,
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -1,7 +1,7 @@
 //! What the loader refuses, each with a clear, typed error and no crash: a plugin of another ABI
 //! major (never called past its entry: every other entry of that build aborts the process), a
 //! plugin that refuses the host, a table without required entries, a library that is no plugin,
-//! a file that is no library, a built-in name without the user's consent, relative paths.
+//! a file that is no library, a plugin built for another architecture, a built-in name without the user's consent, relative paths.
 
 mod support;
 
@@ -74,6 +74,26 @@ fn a_file_that_is_no_library_is_refused_with_the_loaders_message() {
         Err(HalError::Unavailable { what, reason }) => {
             assert!(what.contains("libgarbage.so"), "{what}");
             assert!(!reason.is_empty());
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_plugin_built_for_another_architecture_is_refused_with_the_loaders_message() {
+    // A real plugin whose ELF header says AArch64 (e_machine 183): what a path to the wrong
+    // build of a vendor's plugin gives.
+    let lib = support::compile_c_plugin("otherarch", &[]);
+    let mut bytes = std::fs::read(&lib).unwrap();
+    assert_eq!(&bytes[..4], b"\x7fELF");
+    bytes[18..20].copy_from_slice(&183u16.to_le_bytes());
+    let f = lib.with_file_name("libunihal_aarch64_plugin.so");
+    std::fs::write(&f, &bytes).unwrap();
+    match host::register(&Registry::new(), &f, &[], &[]) {
+        Err(HalError::Unavailable { what, reason }) => {
+            assert!(what.contains("libunihal_aarch64_plugin.so"), "{what}");
+            // glibc alone says "No such file or directory" for the file it just found.
+            assert!(reason.contains("is built for AArch64"), "{reason}");
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }

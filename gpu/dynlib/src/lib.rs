@@ -25,8 +25,9 @@
 //! which vendors document as safe to run from any thread.
 
 pub mod abi;
+pub mod elf;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use unihal_hal::{HalError, Result};
 
 /// Where to look for one vendor library, in order.
@@ -161,8 +162,8 @@ impl Library {
                     })
                 }
                 Err(e) => tried.push(Attempt {
+                    error: elf::explain(Path::new(&name), e.to_string()),
                     name,
-                    error: e.to_string(),
                 }),
             }
         }

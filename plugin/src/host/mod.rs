@@ -167,7 +167,7 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
     // plugin (UNIHAL_PLUGIN_PATH or an explicit path), which is the trust the HAL asks for.
     let lib = unsafe { libloading::Library::new(path) }.map_err(|e| HalError::Unavailable {
         what: format!("plugin {shown}"),
-        reason: e.to_string(),
+        reason: unihal_dynlib::elf::explain(path, e.to_string()),
     })?;
     // SAFETY: the symbol's type is the header's entry type; a library that exports the name
     // with another type is not a unihal plugin, which the name forbids.
