@@ -520,8 +520,12 @@ impl Gate for RankGate {
                 changed = true;
             }
             let n = clique.nranks;
+            // A rank that aborted finished its operations without data: a round it had posted
+            // a part of never runs (its buffers may be freed by now), and the peers wait, as
+            // NCCL's do, until they abort or time out.
+            let any_aborted = st.aborted.iter().any(|&a| a);
             let round = clique.round(&mut st, *key);
-            if round.outcome.is_none() && round.parts.len() == round.expected {
+            if round.outcome.is_none() && round.parts.len() == round.expected && !any_aborted {
                 let outcome = execute(n, *key, &round.parts);
                 round.outcome = Some(outcome.clone());
                 changed = true;

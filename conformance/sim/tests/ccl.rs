@@ -20,6 +20,11 @@ struct Rank {
 
 /// `n` ranks on `n` deferred devices with the given watchdog, joined from one thread each.
 fn ranks(n: usize, watchdog: Duration) -> Vec<Rank> {
+    ranks_in(n, watchdog, Mode::Deferred)
+}
+
+/// As [`ranks`], the devices in `mode`.
+fn ranks_in(n: usize, watchdog: Duration, mode: Mode) -> Vec<Rank> {
     let registry = Arc::new(Registry::new());
     let id = fresh_id();
     let handles: Vec<_> = (0..n)
@@ -27,7 +32,7 @@ fn ranks(n: usize, watchdog: Duration) -> Vec<Rank> {
             let registry = registry.clone();
             std::thread::spawn(move || {
                 let d = Arc::new(
-                    Device::new(64 * MB, Mode::Deferred)
+                    Device::new(64 * MB, mode)
                         .with_ordinal(r as u32)
                         .with_watchdog(watchdog),
                 );
@@ -296,6 +301,29 @@ fn abort_finishes_the_aborting_rank_and_peers_see_it() {
     rs[1].comm.collective(rs[1].stream, c1).unwrap();
     let e = rs[1].comm.device().stream_synchronize(rs[1].stream);
     assert!(matches!(e, Err(SimError::Timeout(_))), "{e:?}");
+}
+
+#[test]
+fn a_round_an_aborted_rank_had_joined_never_runs() {
+    // Eager devices: rank 0's collective posts its part at once, then waits for rank 1.
+    let rs = ranks_in(2, SHORT, Mode::Eager);
+    let bufs: Vec<u64> = rs.iter().map(|me| upload(me, &[5; 4])).collect();
+    let c0 = call(Kind::AllReduce(ReduceOp::Sum), 4, bufs[0], bufs[0]);
+    rs[0].comm.collective(rs[0].stream, c0).unwrap();
+    rs[0].comm.abort();
+    let d0 = rs[0].comm.device();
+    d0.stream_synchronize(rs[0].stream).unwrap();
+    // Its operation is over: its memory may go (the backend frees it when the stream is done).
+    d0.free(bufs[0]).unwrap();
+    // The peer's matching call must not complete the round (that would read freed memory): it
+    // waits until the watchdog, as after any abort.
+    let c1 = call(Kind::AllReduce(ReduceOp::Sum), 4, bufs[1], bufs[1]);
+    rs[1].comm.collective(rs[1].stream, c1).unwrap();
+    let e = rs[1].comm.device().stream_synchronize(rs[1].stream);
+    assert!(
+        matches!(e, Err(SimError::Timeout(_))),
+        "the round ran: {e:?}"
+    );
 }
 
 #[test]
