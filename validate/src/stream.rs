@@ -34,6 +34,20 @@ pub(crate) fn device_touch(
     }
 }
 
+/// The touches of a device-to-device copy: `src` read, `dst` written.
+fn device_copy(
+    src: &Buffer,
+    src_offset: u64,
+    dst: &Buffer,
+    dst_offset: u64,
+    len: u64,
+) -> [Touch; 2] {
+    [
+        device_touch("src", src, src_offset, len, false),
+        device_touch("dst", dst, dst_offset, len, true),
+    ]
+}
+
 fn host_touch(arg: &'static str, buf: &HostBuffer, offset: u64, len: u64, write: bool) -> Touch {
     let base = buf.host_addr() as u64;
     let start = base.saturating_add(offset);
@@ -238,10 +252,7 @@ impl Stream for ValidatingStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let touches = [
-            device_touch("src", src, src_offset, len, false),
-            device_touch("dst", dst, dst_offset, len, true),
-        ];
+        let touches = device_copy(src, src_offset, dst, dst_offset, len);
         self.tracked("copy_d2d", Location::caller(), &touches, || {
             self.inner.copy_d2d(src, src_offset, dst, dst_offset, len)
         })
@@ -256,10 +267,7 @@ impl Stream for ValidatingStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let touches = [
-            device_touch("src", src, src_offset, len, false),
-            device_touch("dst", dst, dst_offset, len, true),
-        ];
+        let touches = device_copy(src, src_offset, dst, dst_offset, len);
         self.tracked("copy_peer", Location::caller(), &touches, || {
             self.inner.copy_peer(src, src_offset, dst, dst_offset, len)
         })
