@@ -126,6 +126,37 @@ fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
     ));
 }
 
+/// Every call that makes a device current, failing in turn (not a sample): the failure that
+/// found the GPU layer keeping BLAS operands, host-copy ranges and kernel-library operands by a
+/// second enqueue, which dropped them under the queued work when it failed (RELIABILITY.md,
+/// defect 24: a 256-byte buffer freed under a queued GEMM, the free refused, the memory leaked).
+#[test]
+fn every_failure_to_make_a_device_current_surfaces_on_hip_and_cuda() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let every = |point: &str| SweepOptions {
+        only: vec![point.to_string()],
+        ..SweepOptions::default()
+    };
+    let hip_inj = SimInjector::open(hip_library(), "the simulated HIP runtime, RCCL and rocBLAS")
+        .unwrap()
+        .with_quiesce(|| quiesce(hip));
+    check(&faults::sweep(
+        Arc::new(hip_inj),
+        hip,
+        faults::workload::training_step,
+        &every("hipSetDevice"),
+    ));
+    let cuda_inj = SimInjector::open(cuda_library(), "the simulated CUDA driver and NCCL")
+        .unwrap()
+        .with_quiesce(|| quiesce(cuda));
+    check(&faults::sweep(
+        Arc::new(cuda_inj),
+        cuda,
+        faults::workload::training_step,
+        &every("cuCtxSetCurrent"),
+    ));
+}
+
 #[test]
 fn every_failure_of_the_simulated_cann_stack_surfaces() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

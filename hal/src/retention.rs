@@ -211,8 +211,14 @@ impl<E: Copy> Retention<E> {
     /// Gives back uses taken for a callback that could not be queued: kept until a
     /// synchronisation (the work holding them may still run).
     pub fn give_back(&mut self, uses: Vec<HostUse>) {
-        self.unsealed
-            .extend(uses.into_iter().map(|u| Box::new(u) as Keep));
+        self.hold(uses.into_iter().map(|u| Box::new(u) as Keep).collect());
+    }
+
+    /// Keeps `keep` until a synchronisation, without sealing (no runtime call): for what queued
+    /// work uses when the runtime could not be reached to seal it (a device that could not be
+    /// made current). Never released earlier than the work it belongs to.
+    pub fn hold(&mut self, keep: Vec<Keep>) {
+        self.unsealed.extend(keep);
     }
 
     /// Number of sealed batches not yet released (tests, diagnostics).

@@ -40,6 +40,33 @@ fn still_running() {
     }
 }
 
+/// A copy is one enqueue with what it keeps: the context call after it (the next enqueue's)
+/// failing can no longer drop its host range and buffer under it (RELIABILITY.md, defect 24:
+/// they were kept by a second enqueue, whose failure left the queued copy without them).
+#[test]
+fn a_copy_keeps_its_buffers_in_the_enqueue_that_queues_it() {
+    let dev = device();
+    let d = dev.alloc(64).unwrap();
+    dev.create_stream()
+        .unwrap()
+        .write(&d, 0, &[7u8; 64])
+        .unwrap();
+    let s = dev.create_stream().unwrap();
+    let h = dev.alloc_host(64).unwrap();
+    // The copy's own call succeeds; the next one that makes the context current fails.
+    controls::fail("cuCtxSetCurrent", 2, 201);
+    let r = s.copy_d2h(&d, 0, &h, 0, 64);
+    controls::clear();
+    r.unwrap();
+    assert!(
+        busy(&h),
+        "the host range was released under its queued copy"
+    );
+    drop(d);
+    s.synchronize().unwrap();
+    assert_eq!(&*h.map().unwrap(), &[7u8; 64]);
+}
+
 #[test]
 fn a_failed_event_create_keeps_the_batch_until_a_synchronisation() {
     let dev = device();

@@ -129,8 +129,10 @@ impl<R: Runtime> GpuStream<R> {
     /// # Errors
     /// The stream's sticky error; the handle's creation or binding; `f`'s.
     pub fn blas(&self, f: impl FnOnce(&R::Blas, &mut Vec<Keep>) -> Result<()>) -> Result<()> {
-        let mut keep = Vec::new();
-        self.submit("BLAS", Vec::new(), |raw| {
+        // The operands are kept in the same locked enqueue as the BLAS call: kept by a second
+        // enqueue, they were dropped under the queued GEMM when that one failed (a device that
+        // could not be made current, a stream failed in between).
+        self.submit_locked("BLAS", Vec::new(), |_, raw, keep| {
             let mut h = self.blas.lock();
             if h.is_none() {
                 let pooled = self.dev.blas_pool.lock().pop();
@@ -144,9 +146,8 @@ impl<R: Runtime> GpuStream<R> {
                 }
                 *h = Some(handle);
             }
-            f(h.as_ref().expect("created above"), &mut keep)
-        })?;
-        self.keep(keep)
+            f(h.as_ref().expect("created above"), keep)
+        })
     }
 
     /// Fails the stream with `e` (a communicator's timeout or abort): later enqueues,
@@ -174,15 +175,17 @@ impl<R: Runtime> GpuStream<R> {
         keep: Vec<Keep>,
         f: impl FnOnce(Raw) -> Result<()>,
     ) -> Result<()> {
-        self.submit_locked(what, keep, |_, raw| f(raw))
+        self.submit_locked(what, keep, |_, raw, _| f(raw))
     }
 
-    /// As [`GpuStream::submit`], `f` also given the stream's state (under its lock).
+    /// As [`GpuStream::submit`], `f` also given the stream's state (under its lock) and the list
+    /// of what is kept, to which it adds what the work it enqueues uses (kept even when `f` fails
+    /// after pushing: work it enqueued before failing may use it).
     fn submit_locked(
         &self,
         what: &str,
         keep: Vec<Keep>,
-        f: impl FnOnce(&mut Inner, Raw) -> Result<()>,
+        f: impl FnOnce(&mut Inner, Raw, &mut Vec<Keep>) -> Result<()>,
     ) -> Result<()> {
         crate::deferred::refuse_in_callback(R::VENDOR, what)?;
         crate::deferred::flush();
@@ -191,18 +194,26 @@ impl<R: Runtime> GpuStream<R> {
             return Err(e);
         }
         let rt = self.rt();
+        let raw = self.raw;
         self.dev.call(what, || {
             self.retire(&mut inner, false);
-            if let Err(e) = f(&mut inner, self.raw) {
-                if rt.poisons(&e) {
+            let given = keep.len();
+            let mut keep = keep;
+            let r = f(&mut inner, raw, &mut keep);
+            if let Err(e) = &r {
+                if rt.poisons(e) {
                     inner.sticky = Some(e.clone());
                 }
-                return Err(e);
+                // What the caller gave was for work that was not queued; what `f` added may be
+                // used by work it queued before failing.
+                keep.drain(..given);
+                if keep.is_empty() {
+                    return r;
+                }
             }
             // The work is queued: what it uses is kept whatever happens below. When no event
             // can track it, it stays kept until a synchronisation (never released earlier, and
             // without waiting here for work that may wait for the caller).
-            let raw = self.raw;
             let sealed = inner.kept.keep(
                 keep,
                 || rt.event_create(false).map_err(|e| e.to_string()),
@@ -211,7 +222,7 @@ impl<R: Runtime> GpuStream<R> {
             if let Err(e) = sealed {
                 tracing::warn!(target: "unihal::gpu", "{e}; kept until a synchronisation");
             }
-            Ok(())
+            r
         })
     }
 
@@ -274,8 +285,12 @@ impl<R: Runtime> GpuStream<R> {
         }
         let rt = self.rt();
         let what = if to_device { "copy h2d" } else { "copy d2h" };
-        range.with_ptr(|p, n| {
-            self.submit(what, Vec::new(), |s| {
+        // The range and the device buffer are kept by the same locked enqueue as the copy: kept
+        // by a second one, they were dropped under the queued copy when that one failed.
+        let mut parts = Some((range, keep));
+        self.submit_locked(what, Vec::new(), |_, s, kept| {
+            let (range, keep) = parts.take().expect("submitted once");
+            range.with_ptr(|p, n| {
                 // SAFETY: the host range was checked by begin_use and stays in use (kept below)
                 // until the copy ran; the device range was checked and `keep` holds it.
                 unsafe {
@@ -285,14 +300,27 @@ impl<R: Runtime> GpuStream<R> {
                         rt.copy_d2h(p, device_addr, n, s)
                     }
                 }
-            })
-        })?;
-        self.keep(vec![Box::new(range), keep])
+            })?;
+            kept.push(Box::new(range));
+            kept.push(keep);
+            Ok(())
+        })
     }
 
-    /// Keeps objects until the work queued so far has run.
+    /// Keeps objects until the work queued so far has run. Kept whatever happens: the work that
+    /// uses them is queued already, so when the runtime cannot be reached to seal them (the
+    /// device cannot be made current, the stream failed meanwhile) they are held until a
+    /// synchronisation instead of being dropped under that work; the error is returned.
     fn keep(&self, keep: Vec<Keep>) -> Result<()> {
-        self.submit("keep", keep, |_| Ok(()))
+        let mut pending = Some(keep);
+        let r = self.submit_locked("keep", Vec::new(), |_, _, k| {
+            k.extend(pending.take().into_iter().flatten());
+            Ok(())
+        });
+        if let Some(k) = pending {
+            self.inner.lock().kept.hold(k);
+        }
+        r
     }
 }
 
@@ -546,13 +574,14 @@ impl<R: Runtime> Stream for GpuStream<R> {
         } else {
             None
         };
-        for (f, l) in functions.iter().zip(&plan.launches) {
+        let launched = functions.iter().zip(&plan.launches).try_for_each(|(f, l)| {
             let mut args = KernelArgs::new();
             args.push(l.args);
-            // SAFETY: the plan validated every operand against its buffer (the HAL's rules) and
-            // built the entry's one `uh_args` parameter; the buffers are kept below.
-            unsafe { self.launch(f, &l.config, &args)? };
-        }
+            // SAFETY: the plan validated every operand against its buffer (the HAL's rules)
+            // and built the entry's one `uh_args` parameter; the buffers are kept below.
+            unsafe { self.launch(f, &l.config, &args) }
+        });
+        // Kept also when a later launch failed: the earlier ones are queued.
         let mut keep: Vec<Keep> = call
             .tensors
             .iter()
@@ -561,7 +590,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
         if let Some(s) = scratch {
             keep.push(Box::new(s));
         }
-        self.keep(keep)
+        let kept = self.keep(keep);
+        launched.and(kept)
     }
 
     fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
@@ -573,7 +603,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         // given back if the callback cannot be queued.
         let failed = self.callback_error.clone();
         let rt = self.rt();
-        self.submit_locked("host callback", Vec::new(), |inner, s| {
+        self.submit_locked("host callback", Vec::new(), |inner, s, _| {
             let uses = Arc::new(Mutex::new(inner.kept.take_host_uses()));
             let taken = uses.clone();
             let r = launch_host_fn(
