@@ -4,9 +4,13 @@
 #    be found by a short run from the committed corpus, which itself holds no such fill (its
 #    replay must pass): proves the fuzzer's mutations reach the calls it drives and that a panic
 #    is reported with its input;
-# 2. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
+# 2. the uncounted view (a dropped `Buffer::slice` of an allocator block freed the block,
+#    RELIABILITY.md defect 25; feature `planted-uncounted-slice`) must make `alloc_blocks` fail
+#    with its own invariant's message, from a copy of its committed corpus within 120 s (its
+#    seeds reach it at once: a slice dropped at once, an all_to_allv);
+# 3. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
 #    fuzz/regressions/<target>) replays without a failure: they are the regression tests;
-# 3. a short run of each target from its corpus.
+# 4. a short run of each target from its corpus.
 # A soak is the same command with a longer FUZZ_SECONDS (docs/RELIABILITY.md has its figures).
 # Fails, never skips, when the nightly toolchain or cargo-fuzz cannot be had.
 set -euo pipefail
@@ -50,10 +54,24 @@ if out="$("$OUT/cpu_hal" target/planted-corpus -use_value_profile=1 -max_total_t
 fi
 grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
 echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
+
+# Before the plain build below: that one only relinks alloc_blocks without the feature (cargo keeps
+# the HAL built either way).
+step "planted uncounted view must be caught by alloc_blocks"
+cargo +nightly fuzz build -O --features planted-uncounted-slice alloc_blocks
+rm -rf target/planted-alloc-corpus && mkdir -p target/planted-alloc-corpus
+cp corpus/alloc_blocks/* target/planted-alloc-corpus/
+if out="$("$OUT/alloc_blocks" target/planted-alloc-corpus -max_total_time=120 -timeout=30 -detect_leaks=0 \
+        -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
+    echo "$out" | tail -5; echo "alloc_blocks did not catch the uncounted view in 120 s" >&2; exit 1
+fi
+grep -qE "alloc_blocks: (allocator statistics|live blocks overlap|live block .* is not allocated|bytes differ)" <<<"$out" \
+    || { echo "$out" | tail -30; echo "alloc_blocks failed, but not on a block invariant" >&2; exit 1; }
+echo "uncounted view caught: $(grep -m1 -o 'alloc_blocks: [^:]*' <<<"$out")"
 step "build (no planted bug)"
 cargo +nightly fuzz build -O
 
-for t in cpu_hal cuda_sim_hal; do
+for t in cpu_hal alloc_blocks cuda_sim_hal; do
     # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
     mkdir -p "corpus/$t" "regressions/$t" "target/work-corpus/$t"

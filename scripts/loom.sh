@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Model checking with loom (https://docs.rs/loom) of unihal's own concurrency protocols, over the
 # production code: the host buffer's map/use states (hal/tests/loom.rs, with a planted Relaxed
-# ordering loom must report) and the CPU backend's stream worker and collective rendezvous
+# ordering loom must report), the buffer lease of sub-allocated blocks (hal/tests/loom_lease.rs:
+# clones, views, drops, queued uses and reclaim racing, with the planted uncounted view of feature
+# `planted-defects` loom must report) and the CPU backend's stream worker and collective rendezvous
 # (backends/cpu/tests/loom.rs). Their primitives come from `unihal_hal::sync`, which is loom's
 # under `--cfg loom`; the loom build of unihal-cpu compiles only those protocols (not faer, rayon
 # or the kernels' C++).
@@ -16,8 +18,8 @@ cd "$(dirname "$0")/.."
 export RUSTFLAGS="--cfg loom"
 export CARGO_TARGET_DIR=target/loom
 
-echo "== loom: unihal-hal (host buffer) ($(date +%T))"
-cargo test --release -p unihal-hal --test loom
+echo "== loom: unihal-hal (host buffer, buffer lease) ($(date +%T))"
+cargo test --release -p unihal-hal --features planted-defects --test loom --test loom_lease -- --nocapture
 echo "== loom: unihal-cpu (stream worker, collective rendezvous) ($(date +%T))"
 cargo test --release -p unihal-cpu --test loom
 echo "== loom: all models passed ($(date +%T))"

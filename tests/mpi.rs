@@ -115,9 +115,16 @@ fn bench_all_reduce_on_three_ranks_is_correct_and_compares_with_mpi() {
 /// Dead ranks under MPI: ranks are processes, so a dead rank is a killed one. Open MPI 4 has no
 /// fault tolerance (the engine says `survives_dead_rank: false`); what it documents is that the
 /// job ends: `mpirun` kills the other ranks and exits non-zero. 50 trials: rank 1 of a two-rank
-/// all-reduce benchmark gets SIGKILL at a random point (from start-up to mid-run); `mpirun` must
-/// exit with an error within 30 s of the kill, naming the killed process, and rank 0 must be
-/// gone (no survivor left spinning in a collective).
+/// all-reduce benchmark gets SIGKILL at a random point from the end of both ranks' `MPI_Init`
+/// (the engine's INFO line) to mid-run; `mpirun` must exit with an error within 30 s of the kill,
+/// naming the killed process, and rank 0 must be gone (no survivor left spinning in a
+/// collective).
+///
+/// The window starts after `MPI_Init` because a kill inside it trips a defect of the launcher,
+/// not of the engine: Open MPI 4.1.4's `mpirun` (with Debian's PMIx 4.2) then reports the dead
+/// rank, both ranks are gone, and `mpirun` itself deadlocks in `PMIx_server_finalize` (a mutex
+/// in `pmix_rte_finalize`, after "PMIX ERROR: UNREACHABLE in ptl_base_connection_hdlr.c"); seen
+/// in about 1 of 20 kills in the first 40 ms (docs/RELIABILITY.md).
 #[test]
 fn a_killed_rank_ends_the_job_within_the_bound_and_leaves_no_survivor() {
     const TRIALS: usize = 50;
@@ -140,6 +147,7 @@ fn a_killed_rank_ends_the_job_within_the_bound_and_leaves_no_survivor() {
             ))
             .env("UNIHAL_CPU_CCL", "mpi")
             .env("UNIHAL_CCL_TIMEOUT", "60")
+            .env("UNIHAL_LOG", "INFO")
             // Files, not pipes: the job's end is mpirun's exit, not the last holder of a pipe.
             .stdout(std::fs::File::create(dir.join("out.txt")).unwrap())
             .stderr(std::fs::File::create(dir.join("err.txt")).unwrap());
@@ -152,13 +160,17 @@ fn a_killed_rank_ends_the_job_within_the_bound_and_leaves_no_survivor() {
                 .ok()
         };
         let wait_start = std::time::Instant::now();
+        let initialised = || {
+            let err = std::fs::read_to_string(dir.join("err.txt")).unwrap_or_default();
+            (0..2).all(|r| err.contains(&format!("MPI engine: rank {r} of 2 initialised")))
+        };
         let (pid0, pid1) = loop {
-            if let (Some(a), Some(b)) = (pid_of(0), pid_of(1)) {
+            if let (Some(a), Some(b), true) = (pid_of(0), pid_of(1), initialised()) {
                 break (a, b);
             }
             assert!(
                 wait_start.elapsed() < BOUND,
-                "trial {trial}: the ranks never started"
+                "trial {trial}: the ranks never started (or never logged MPI_Init's end)"
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         };

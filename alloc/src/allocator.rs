@@ -15,7 +15,9 @@ use unihal_hal::{
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AllocatorConfig {
     /// Cached blocks of this size or more are never split, and serve only requests that waste
-    /// less than a large segment (`max_split_size_mb`); `None`: no limit.
+    /// less than a large segment (`max_split_size_mb`); `None`: no limit. At least
+    /// [`crate::size::LARGE_SEGMENT`] (20 MiB, PyTorch's minimum): below it the 20 MiB segments
+    /// of mid-sized requests could never serve again once cached.
     pub max_split_size: Option<u64>,
     /// The share of the device's total memory the allocator may reserve
     /// (`torch.cuda.set_per_process_memory_fraction`); `None`: no limit.
@@ -37,6 +39,27 @@ impl Default for AllocatorConfig {
 }
 
 impl AllocatorConfig {
+    /// Checks the settings ([`CachingAllocator::new`] does).
+    ///
+    /// # Errors
+    /// [`HalError::InvalidArgument`] for a `max_split_size` below 20 MiB or a memory fraction
+    /// outside (0, 1].
+    pub fn check(&self) -> Result<()> {
+        if let Some(m) = self.max_split_size.filter(|&m| m < size::LARGE_SEGMENT) {
+            return Err(HalError::invalid(
+                "max_split_size",
+                Invalid::Value {
+                    value: format!("{m} bytes"),
+                    accepted: format!(
+                        "at least {} bytes (max_split_size_mb:20, PyTorch's minimum)",
+                        size::LARGE_SEGMENT
+                    ),
+                },
+            ));
+        }
+        self.memory_fraction.map_or(Ok(()), check_fraction)
+    }
+
     /// Parses `key:value` pairs separated by commas: `max_split_size_mb:<MiB>`,
     /// `memory_fraction:<0..=1>` and `thrifty:<true|false>` (the form of `UNIHAL_ALLOC_CONF`).
     ///
@@ -50,9 +73,10 @@ impl AllocatorConfig {
                     "UNIHAL_ALLOC_CONF",
                     Invalid::Value {
                         value: pair.to_string(),
-                        accepted: "max_split_size_mb:<MiB above 1>, memory_fraction:<0 to 1>, \
+                        accepted:
+                            "max_split_size_mb:<MiB, at least 20>, memory_fraction:<0 to 1>, \
                                    thrifty:<true|false>"
-                            .into(),
+                                .into(),
                     },
                 )
             };
@@ -60,10 +84,8 @@ impl AllocatorConfig {
             match k.trim() {
                 "max_split_size_mb" => {
                     let mb: u64 = v.trim().parse().map_err(|_| bad())?;
-                    if mb <= 1 {
-                        return Err(bad());
-                    }
                     c.max_split_size = Some(mb.checked_mul(1 << 20).ok_or_else(bad)?);
+                    c.check().map_err(|_| bad())?;
                 }
                 "memory_fraction" => {
                     let f: f64 = v.trim().parse().map_err(|_| bad())?;
@@ -141,9 +163,10 @@ impl CachingAllocator {
     /// An allocator for `device`.
     ///
     /// # Errors
-    /// The device's error when its memory cannot be queried; [`HalError::InvalidArgument`] for a
-    /// memory fraction outside (0, 1].
+    /// The device's error when its memory cannot be queried; [`HalError::InvalidArgument`] for
+    /// settings [`AllocatorConfig::check`] refuses.
     pub fn new(device: Arc<dyn Device>, config: AllocatorConfig) -> Result<CachingAllocator> {
+        config.check()?;
         let total = device.memory_info()?.total;
         let id = device.id();
         let a = CachingAllocator {
@@ -186,6 +209,15 @@ impl CachingAllocator {
     /// [`HalError::AllocatorOutOfMemory`] when neither the cache nor the device (after the cache
     /// is released) can serve the request; other device errors as they come.
     pub fn alloc(&self, stream: &Arc<dyn Stream>, len: usize) -> Result<Buffer> {
+        let block = self.alloc_block(stream, len)?;
+        if block.is_sub_allocated() {
+            self.device.block_handed_out(&block, stream);
+        }
+        Ok(block)
+    }
+
+    /// [`CachingAllocator::alloc`] without telling the device of the hand-out.
+    fn alloc_block(&self, stream: &Arc<dyn Stream>, len: usize) -> Result<Buffer> {
         if !std::ptr::addr_eq(Arc::as_ptr(stream.device()), Arc::as_ptr(&self.device)) {
             return Err(self.foreign_stream(stream));
         }
@@ -222,10 +254,15 @@ impl CachingAllocator {
             if let Some(i) = p.find(pool, size, sid, thrifty) {
                 return p.take(i, size, requested, sid);
             }
-            let within_limit = self
-                .limit
-                .lock()
-                .is_none_or(|l| p.stats.reserved_bytes.all.current + seg_size <= l);
+            // `checked_add`: a request near `u64::MAX` is over any limit, never a wrapped sum.
+            let within_limit = self.limit.lock().is_none_or(|l| {
+                p.stats
+                    .reserved_bytes
+                    .all
+                    .current
+                    .checked_add(seg_size)
+                    .is_some_and(|r| r <= l)
+            });
             drop(p);
             let got = if within_limit {
                 self.device.alloc(seg_size as usize)
@@ -240,10 +277,17 @@ impl CachingAllocator {
                     let owner: Arc<dyn BlockOwner> = self.shared.clone();
                     let segment = Segment::new(&whole, owner)?;
                     let mut p = self.shared.pools.lock();
-                    p.add_segment(segment, pool);
-                    // The new segment's block is the best fit unless another thread freed a
-                    // better one meanwhile; either way `find` now succeeds.
-                    continue;
+                    let first = p.add_segment(segment, pool);
+                    // The new segment's block serves the request it was made for. Searching
+                    // again (`find`) would apply the rules for cached blocks to it: under
+                    // `max_split_size` a segment can be one no cached-block rule lets a request
+                    // take, and every retry would reserve another segment until the device is
+                    // full.
+                    #[cfg(feature = "planted-defects")]
+                    if crate::planted::search_new_segment() {
+                        continue;
+                    }
+                    return p.take(first, size, requested, sid);
                 }
                 Err(e) if e.is_out_of_memory() && thrifty => thrifty = false,
                 Err(e) if e.is_out_of_memory() && !retried => {

@@ -32,6 +32,8 @@
 
 mod allocator;
 mod bins;
+#[cfg(feature = "planted-defects")]
+pub mod planted;
 mod pool;
 pub mod size;
 pub mod stats;

@@ -250,8 +250,11 @@ impl Pools {
         self.delete_slot(n);
     }
 
-    /// Adds a segment (one free block) of a fresh device allocation.
-    pub fn add_segment(&mut self, segment: Segment, pool: PoolKind) {
+    /// Adds a segment (one free block) of a fresh device allocation; returns that block, which
+    /// the request the segment was allocated for takes ([`Pools::take`]) whatever [`Pools::find`]
+    /// would say of it (PyTorch's rule: `max_split_size` decides which *cached* blocks may serve
+    /// a request, never the segment made for it).
+    pub fn add_segment(&mut self, segment: Segment, pool: PoolKind) -> Idx {
         let size = segment.len();
         let seg = match self.free_segments.pop() {
             Some(s) => s,
@@ -281,6 +284,7 @@ impl Pools {
         self.stats.reserved_bytes.add(pool, size);
         self.stats.num_device_alloc += 1;
         self.insert_free(first);
+        first
     }
 
     /// The best-fitting free block of `pool` for `size` bytes of new work on `stream`: the

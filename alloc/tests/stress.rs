@@ -8,16 +8,8 @@ use std::sync::Arc;
 use unihal_alloc::{AllocatorConfig, CachingAllocator};
 use unihal_hal::{Backend, Buffer, EventFlags, FillValue, Stream};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod support;
+use support::Rng;
 
 fn check(s: &Arc<dyn Stream>, b: &Buffer, byte: u8) {
     let mut out = vec![0u8; b.len() as usize];

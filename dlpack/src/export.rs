@@ -5,9 +5,9 @@ use crate::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLTensor, FLAG_READ_ONLY,
     VERSION,
 };
+use crate::import::checked_contiguous_strides;
 use std::ffi::c_void;
 use std::sync::Arc;
-use unihal_hal::op::contiguous_strides;
 use unihal_hal::{
     Buffer, DType, EventFlags, HalError, HostBuffer, HostLoan, Invalid, Result, Stream, TensorView,
 };
@@ -73,8 +73,9 @@ fn to_i64(v: u64, arg: &'static str) -> Result<i64> {
 /// pointer is the view's buffer's first byte.
 ///
 /// # Errors
-/// [`HalError::InvalidArgument`] for a view that does not fit its buffer, a freed buffer, a
-/// buffer or producer of another device, or dimensions beyond `int64_t`;
+/// [`HalError::InvalidArgument`] for a view that does not fit its buffer (an empty view too:
+/// its offset must lie in the buffer), a freed buffer, a buffer or producer of another device,
+/// or dimensions beyond `int64_t`;
 /// [`HalError::Unsupported`] for a backend without a DLPack device type; the producer's
 /// errors from recording, waiting or synchronising.
 pub fn export(
@@ -85,6 +86,17 @@ pub fn export(
     let id = producer.device_id();
     view.byte_span("view")?;
     view.buffer.check_use("view", id, 0, view.buffer.len())?;
+    // A view without elements has no span to check: its offset must still lie in its buffer,
+    // so that the consumer's `data + byte_offset` is an address of it.
+    let data = view.buffer.device_addr();
+    if view.offset > view.buffer.len() || data.checked_add(view.offset).is_none() {
+        return Err(HalError::out_of_range(
+            "view",
+            view.offset,
+            0,
+            view.buffer.len(),
+        ));
+    }
     let device_type = device_type_of(id)?;
     let shape = view
         .shape
@@ -93,7 +105,7 @@ pub fn export(
         .collect::<Result<Vec<_>>>()?;
     order(producer, consumer)?;
     Ok(Exported {
-        data: view.buffer.device_addr(),
+        data,
         byte_offset: view.offset,
         device: DLDevice {
             device_type,
@@ -131,8 +143,9 @@ fn order(producer: &Arc<dyn Stream>, consumer: ConsumerStream<'_>) -> Result<()>
 /// (CUDA host 3, ROCm host 11), else CPU.
 ///
 /// # Errors
-/// [`HalError::InvalidArgument`] when the shape does not match the buffer's length or the
-/// buffer is busy (queued work, or mapped).
+/// [`HalError::InvalidArgument`] when the shape does not match the buffer's length (its
+/// element count and byte size are computed with checked arithmetic), its row-major strides
+/// overflow `int64_t`, or the buffer is busy (queued work, or mapped).
 pub fn export_host(buffer: &HostBuffer, dtype: DType, shape: &[u64]) -> Result<Exported> {
     let numel = shape
         .iter()
@@ -147,8 +160,8 @@ pub fn export_host(buffer: &HostBuffer, dtype: DType, shape: &[u64]) -> Result<E
             },
         ));
     }
+    let strides = checked_contiguous_strides(shape)?;
     let loan = buffer.lend()?;
-    let strides = contiguous_strides(shape);
     let shape = shape
         .iter()
         .map(|&d| to_i64(d, "shape"))

@@ -95,8 +95,12 @@ fn null() -> HalError {
 ///
 /// # Errors
 /// [`HalError::AbiMismatch`] for another major version; [`HalError::InvalidArgument`] for a
-/// tensor of another device or a malformed description; [`HalError::Unsupported`] for a data
-/// type unihal has no dtype for, or a backend that cannot wrap foreign memory.
+/// tensor of another device or a malformed description, naming the `DLTensor` field at fault
+/// (`ndim`, `shape`, `strides`, `byte_offset`): a null array, a negative dimension, or numbers
+/// whose arithmetic overflows (the element count, a stride × (dimension − 1), their sum, its
+/// size in bytes, `data + byte_offset`) or whose elements reach outside the address space —
+/// every product and sum of the producer's numbers is checked; [`HalError::Unsupported`] for a
+/// data type unihal has no dtype for, or a backend that cannot wrap foreign memory.
 pub unsafe fn import_versioned(
     device: &Arc<dyn Device>,
     managed: *mut DLManagedTensorVersioned,
@@ -154,62 +158,157 @@ struct Described {
     hi: i128,
 }
 
-fn bad(what: String) -> HalError {
-    HalError::invalid("tensor", Invalid::Other(what))
+/// A malformed description: `field` names the `DLTensor` field at fault.
+fn bad(field: &'static str, what: String) -> HalError {
+    HalError::invalid(field, Invalid::Other(what))
+}
+
+/// Row-major strides (in elements) of `shape`, as DLPack's null `strides` means; a zero
+/// dimension counts as one, as [`unihal_hal::op::contiguous_strides`] counts it.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming `shape` when a stride does not fit `int64_t`.
+pub(crate) fn checked_contiguous_strides(shape: &[u64]) -> Result<Vec<i64>> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut s = 1i64;
+    for (i, &d) in shape.iter().enumerate().rev() {
+        strides[i] = s;
+        if i > 0 {
+            s = i64::try_from(d.max(1))
+                .ok()
+                .and_then(|d| s.checked_mul(d))
+                .ok_or_else(|| {
+                    bad(
+                        "shape",
+                        format!("the row-major strides of shape {shape:?} overflow int64_t"),
+                    )
+                })?;
+        }
+    }
+    Ok(strides)
+}
+
+/// The lowest and one-past-highest byte of a strided view's elements relative to its first
+/// element, `None` for a view without elements. Every product and sum is checked: the numbers
+/// come from outside (a producer's shape, strides and dtype).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming `shape` when the element count overflows `u64`, and
+/// `strides` when a dimension's reach (`stride × (dim − 1)`), their sum or its size in bytes
+/// overflows.
+fn byte_span(shape: &[u64], strides: &[i64], elem_size: usize) -> Result<Option<(i128, i128)>> {
+    if shape.contains(&0) {
+        return Ok(None);
+    }
+    // The element count itself (not needed for the span, but every consumer of the view
+    // multiplies the shape out: it must be a number).
+    shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            bad(
+                "shape",
+                format!("the element count of shape {shape:?} overflows u64"),
+            )
+        })?;
+    let overflow = || {
+        bad(
+            "strides",
+            format!(
+                "shape {shape:?} with strides {strides:?} (elements of {elem_size} bytes) spans \
+                 more than 2^127 bytes"
+            ),
+        )
+    };
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (&d, &s) in shape.iter().zip(strides) {
+        // d >= 1 here (no zero dimension).
+        let reach = i128::from(d - 1)
+            .checked_mul(i128::from(s))
+            .ok_or_else(overflow)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach).ok_or_else(overflow)?;
+        } else {
+            hi = hi.checked_add(reach).ok_or_else(overflow)?;
+        }
+    }
+    let es = i128::try_from(elem_size).map_err(|_| overflow())?;
+    let lo = lo.checked_mul(es).ok_or_else(overflow)?;
+    let hi = hi
+        .checked_add(1)
+        .and_then(|h| h.checked_mul(es))
+        .ok_or_else(overflow)?;
+    Ok(Some((lo, hi)))
 }
 
 /// Reads and checks a `DLTensor`.
 ///
 /// # Safety
 /// `shape` and `strides` (when not null) must point to `ndim` values.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming the field at fault (`ndim`, `shape`, `strides`,
+/// `byte_offset`): a count out of range, a null array, a negative dimension, or a shape,
+/// strides, element size and data address whose arithmetic overflows or whose elements reach
+/// outside the address space.
 unsafe fn describe(t: &DLTensor) -> Result<Described> {
     let dtype = dtype_of(t.dtype)?;
     let ndim = usize::try_from(t.ndim)
         .ok()
         .filter(|&n| n <= MAX_DIMS)
-        .ok_or_else(|| bad(format!("ndim {} (unihal takes 0 to {MAX_DIMS})", t.ndim)))?;
-    let read = |p: *mut i64, what: &str| -> Result<Vec<i64>> {
+        .ok_or_else(|| {
+            bad(
+                "ndim",
+                format!("ndim {} (unihal takes 0 to {MAX_DIMS})", t.ndim),
+            )
+        })?;
+    let read = |p: *mut i64, what: &'static str| -> Result<Vec<i64>> {
         if ndim == 0 {
             return Ok(Vec::new());
         }
         if p.is_null() {
-            return Err(bad(format!("a null {what} for {ndim} dims")));
+            return Err(bad(what, format!("a null {what} for {ndim} dims")));
         }
         // SAFETY: the caller's contract: `ndim` values.
         Ok(unsafe { std::slice::from_raw_parts(p, ndim) }.to_vec())
     };
     let shape = read(t.shape, "shape")?;
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
-        return Err(bad(format!("negative dimension {d} in shape {shape:?}")));
+        return Err(bad(
+            "shape",
+            format!("negative dimension {d} in shape {shape:?}"),
+        ));
     }
     let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     let strides = if t.strides.is_null() {
-        unihal_hal::op::contiguous_strides(&shape)
+        checked_contiguous_strides(&shape)?
     } else {
         read(t.strides, "strides")?
     };
-    let es = dtype.size() as i128;
-    let origin = (t.data as u64)
-        .checked_add(t.byte_offset)
-        .ok_or_else(|| bad("data + byte_offset overflows".into()))?;
-    let (lo, hi) = if shape.contains(&0) {
-        (0, 0)
-    } else {
-        let (mut lo, mut hi) = (0i128, 0i128);
-        for (&d, &s) in shape.iter().zip(&strides) {
-            let reach = (d as i128 - 1) * s as i128;
-            if reach < 0 {
-                lo += reach;
-            } else {
-                hi += reach;
-            }
-        }
-        (lo * es, (hi + 1) * es)
-    };
-    if (origin as i128) + lo < 0 || (origin as i128) + hi > u64::MAX as i128 {
-        return Err(bad(format!(
-            "shape {shape:?} with strides {strides:?} reaches outside the address space"
-        )));
+    let origin = (t.data as u64).checked_add(t.byte_offset).ok_or_else(|| {
+        bad(
+            "byte_offset",
+            format!(
+                "data {:#x} + byte_offset {} overflows u64",
+                t.data as u64, t.byte_offset
+            ),
+        )
+    })?;
+    let (lo, hi) = byte_span(&shape, &strides, dtype.size())?.unwrap_or((0, 0));
+    let inside = i128::from(origin)
+        .checked_add(lo)
+        .is_some_and(|start| start >= 0)
+        && i128::from(origin)
+            .checked_add(hi)
+            .is_some_and(|end| end <= i128::from(u64::MAX));
+    if !inside {
+        return Err(bad(
+            "strides",
+            format!(
+                "shape {shape:?} with strides {strides:?} from address {origin:#x} reaches \
+                 outside the address space"
+            ),
+        ));
     }
     Ok(Described {
         dtype,
@@ -231,7 +330,8 @@ unsafe fn import_tensor(
     check_device(device.id(), t.device.device_type, t.device.device_id)?;
     // SAFETY: the caller's contract covers shape and strides.
     let d = unsafe { describe(t) }?;
-    let start = (d.origin as i128 + d.lo) as u64;
+    // Both within [0, u64::MAX] (checked by `describe`): the casts are exact.
+    let start = (i128::from(d.origin) + d.lo) as u64;
     let len = (d.hi - d.lo) as u64;
     let aligned = (t.data as u64) % DLPACK_ALIGN == 0;
     if !aligned {

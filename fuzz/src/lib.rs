@@ -23,11 +23,13 @@ use unihal_hal::{
     HalError, HostBuffer, OpCall, OpId, ReduceOp, Stream, TensorView,
 };
 
+pub mod alloc_blocks;
+
 /// Reads the input a byte at a time; zeros once it runs out.
-struct Input<'a>(&'a [u8]);
+pub(crate) struct Input<'a>(pub(crate) &'a [u8]);
 
 impl Input<'_> {
-    fn u8(&mut self) -> u8 {
+    pub(crate) fn u8(&mut self) -> u8 {
         match self.0.split_first() {
             Some((&b, rest)) => {
                 self.0 = rest;
@@ -36,14 +38,14 @@ impl Input<'_> {
             None => 0,
         }
     }
-    fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.0.is_empty()
     }
     /// An index below `n` (n > 0).
-    fn pick(&mut self, n: usize) -> usize {
+    pub(crate) fn pick(&mut self, n: usize) -> usize {
         self.u8() as usize % n
     }
     /// A length or offset: mostly small, sometimes around a buffer's edge, sometimes absurd.

@@ -17,9 +17,13 @@
 use crate::device::DeviceId;
 use crate::error::{check_range, HalError, Invalid, Result};
 use crate::stream::{Keep, StreamId};
+// The lease protocol (handles, queued uses, reclaim) is built on `crate::sync`, so that the loom
+// build checks it (hal/tests/loom.rs); the backend allocation and the owner it reaches stay on
+// `std`'s `Arc` (loom's cannot hold a trait object made by coercion, and they take no part in
+// the protocol).
+use crate::sync::{fence, Arc as SharedArc, AtomicBool, AtomicUsize, Mutex, Ordering};
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// One device allocation, implemented by a backend. Dropping it returns the memory to the device.
@@ -95,17 +99,17 @@ struct Lease {
     /// Live `Buffer` handles (not counting keeps of queued work).
     handles: AtomicUsize,
     /// Queued uses per stream (keeps made by [`Buffer::use_on`]); entries with a count only.
-    uses: parking_lot::Mutex<Vec<(StreamId, usize)>>,
+    uses: Mutex<Vec<(StreamId, usize)>>,
     /// The sum of `uses`' counts, so that a block never used by queued work is released
     /// without taking the lock.
     live_uses: AtomicUsize,
-    /// What `handles_dropped` answered (a `Reclaim` as `u8`; `Later` until then).
-    reclaim: AtomicU8,
+    /// What `handles_dropped` answered (one of the `RECLAIM_*` values; `Later` until then).
+    reclaim: AtomicUsize,
 }
 
-const RECLAIM_LATER: u8 = 0;
-const RECLAIM_NOW: u8 = 1;
-const RECLAIM_FOR_STREAM: u8 = 2;
+const RECLAIM_LATER: usize = 0;
+const RECLAIM_NOW: usize = 1;
+const RECLAIM_FOR_STREAM: usize = 2;
 
 /// The memory a [`Shared`] stands for.
 enum Memory {
@@ -224,14 +228,14 @@ impl Segment {
         check_range("offset", offset, len, self.inner.len)?;
         let start = self.inner.start + offset;
         Ok(Buffer {
-            shared: Arc::new(Shared {
+            shared: SharedArc::new(Shared {
                 memory: Memory::Block(Lease {
                     segment: self.inner.clone(),
                     token,
                     handles: AtomicUsize::new(1),
-                    uses: parking_lot::Mutex::new(Vec::new()),
+                    uses: Mutex::new(Vec::new()),
                     live_uses: AtomicUsize::new(0),
-                    reclaim: AtomicU8::new(RECLAIM_LATER),
+                    reclaim: AtomicUsize::new(RECLAIM_LATER),
                 }),
                 start,
                 size: len,
@@ -246,7 +250,7 @@ impl Segment {
 /// A queued use of a sub-allocated buffer on one stream (see [`Buffer::use_on`]): keeps the
 /// memory alive without counting as a handle.
 struct BufferUse {
-    shared: Arc<Shared>,
+    shared: SharedArc<Shared>,
     stream: StreamId,
 }
 
@@ -270,7 +274,7 @@ impl Drop for BufferUse {
 /// Ownership: the memory lives while any handle lives (including handles held by queued work), or
 /// until `Stream::free_async` runs. Thread safety: `Send + Sync`; use from any thread.
 pub struct Buffer {
-    shared: Arc<Shared>,
+    shared: SharedArc<Shared>,
     offset: u64,
     len: u64,
 }
@@ -278,15 +282,7 @@ pub struct Buffer {
 impl Clone for Buffer {
     #[inline]
     fn clone(&self) -> Buffer {
-        if let Some(l) = self.shared.lease() {
-            // Relaxed: a new handle is made from a live one, which keeps the count above zero.
-            l.handles.fetch_add(1, Ordering::Relaxed);
-        }
-        Buffer {
-            shared: self.shared.clone(),
-            offset: self.offset,
-            len: self.len,
-        }
+        self.handle(self.offset, self.len)
     }
 }
 
@@ -296,10 +292,10 @@ impl Drop for Buffer {
         let Some(l) = self.shared.lease() else {
             return;
         };
-        let pending = if Arc::strong_count(&self.shared) == 1 {
-            // The only reference of any kind (no other handle, no queued use): nobody can make
-            // another, so the handle count needs no update and nothing is pending.
-            std::sync::atomic::fence(Ordering::Acquire);
+        let pending = if SharedArc::strong_count(&self.shared) == 1 {
+            // The only reference of any kind (no other handle or view, no queued use): nobody
+            // can make another, so the handle count needs no update and nothing is pending.
+            fence(Ordering::Acquire);
             PendingUses::None
         } else if l.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
@@ -332,7 +328,7 @@ impl Buffer {
     pub fn from_allocation<A: DeviceAllocation>(alloc: A) -> Buffer {
         let len = alloc.len();
         Buffer {
-            shared: Arc::new(Shared {
+            shared: SharedArc::new(Shared {
                 memory: Memory::Whole(Arc::new(alloc)),
                 start: 0,
                 size: len,
@@ -397,11 +393,32 @@ impl Buffer {
     /// [`Invalid::OutOfRange`] when the range does not fit.
     pub fn slice(&self, offset: u64, len: u64) -> Result<Buffer> {
         check_range("slice", offset, len, self.len)?;
-        Ok(Buffer {
+        #[cfg(feature = "planted-defects")]
+        if crate::planted::uncounted_slice() {
+            return Ok(Buffer {
+                shared: self.shared.clone(),
+                offset: self.offset + offset,
+                len,
+            });
+        }
+        Ok(self.handle(self.offset + offset, len))
+    }
+
+    /// A new handle viewing `[offset, offset+len)` of the memory (offsets as [`Buffer::offset`]).
+    /// The one place that makes a `Buffer` from another's shared state: every clone and every
+    /// view counts as a handle of a block, so its owner hears of the last handle only once the
+    /// views are gone too.
+    #[inline]
+    fn handle(&self, offset: u64, len: u64) -> Buffer {
+        if let Some(l) = self.shared.lease() {
+            // Relaxed: a new handle is made from a live one, which keeps the count above zero.
+            l.handles.fetch_add(1, Ordering::Relaxed);
+        }
+        Buffer {
             shared: self.shared.clone(),
-            offset: self.offset + offset,
+            offset,
             len,
-        })
+        }
     }
 
     /// The backend allocation behind this view (for the owning backend; for a block of a
@@ -443,7 +460,7 @@ impl Buffer {
     /// True when both handles view the same allocation (the same block, for sub-allocated
     /// buffers: two blocks of one segment never share bytes).
     pub fn same_allocation(&self, other: &Buffer) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
+        SharedArc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// True once `Stream::free_async` has been called for this allocation.

@@ -123,6 +123,19 @@ pub trait Device: Send + Sync {
         )))
     }
 
+    /// Told by a sub-allocator (the caching allocator) that `block`, carved out of memory this
+    /// device allocated, is handed out for work on `stream`: whatever earlier blocks over the
+    /// same bytes did is over, because the sub-allocator reuses a range only once its earlier
+    /// work is ordered before the new owner's (see [`crate::BlockOwner`]). For layers that track
+    /// memory, such as the validation layer, which then treats the hand-out as an allocation on
+    /// `stream`; backends need not care (the default does nothing).
+    ///
+    /// Thread safety: any thread; called with no allocator lock held. Errors: none (a layer
+    /// that cannot follow reports it its own way).
+    fn block_handed_out(&self, block: &Buffer, stream: &Arc<dyn Stream>) {
+        let _ = (block, stream);
+    }
+
     /// Creates an in-order stream on this device.
     ///
     /// # Errors

@@ -29,7 +29,8 @@
 //! ## Memory safety rules (they hold on every backend)
 //!
 //! 1. A [`Buffer`] is RAII: an opaque device address, a length and the owning device, with checked
-//!    sub-ranges ([`Buffer::slice`]). Safe code never gets a Rust reference into device memory, also
+//!    sub-ranges ([`Buffer::slice`]); a view is a handle like a clone, so memory (a caching
+//!    allocator's block included) stays its owner's until every clone and view is gone. Safe code never gets a Rust reference into device memory, also
 //!    on the CPU backend, so code written against the CPU backend runs on a GPU.
 //! 2. Asynchronous host↔device copies take a [`HostBuffer`] (HAL-owned, pinned where possible), or
 //!    stage the data at enqueue (`Stream::copy_h2d_staged`). A borrowed `&[u8]` / `&mut [u8]` is only
@@ -63,6 +64,8 @@ pub mod launch;
 pub mod log;
 pub mod module;
 pub mod op;
+#[cfg(feature = "planted-defects")]
+pub mod planted;
 pub mod registry;
 pub mod retention;
 pub mod stream;

@@ -1,5 +1,6 @@
 //! The synchronisation primitives of unihal's own concurrency protocols (host buffer states, the
-//! CPU stream worker, the collective rendezvous), in one place so that a model checker can replace
+//! buffer lease of sub-allocated blocks, the CPU stream worker, the collective rendezvous), in one
+//! place so that a model checker can replace
 //! them.
 //!
 //! Normally these are `parking_lot`'s lock and condition variable and `std`'s atomics. Built with
@@ -20,12 +21,12 @@
 //! item it wraps.
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub use loom::sync::Arc;
 

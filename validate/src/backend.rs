@@ -181,6 +181,17 @@ impl Device for ValidatingDevice {
         Ok(b)
     }
 
+    fn block_handed_out(&self, block: &Buffer, stream: &Arc<dyn Stream>) {
+        let t = crate::stream::device_touch("block", block, 0, block.len(), true);
+        self.layer.tracker.lock().handed_out(
+            t.space,
+            t.base,
+            (t.start, t.end),
+            stream.stream_id().get(),
+        );
+        self.inner.block_handed_out(block, stream);
+    }
+
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
         let inner = self.inner.create_stream()?;
         Ok(Arc::new(ValidatingStream::new(

@@ -39,8 +39,11 @@ impl ValidatingCollectives {
     fn device_arg(&self, device: &Arc<dyn Device>) -> Result<Arc<dyn Device>> {
         match device.as_any().downcast_ref::<ValidatingDevice>() {
             Some(v) if Arc::ptr_eq(v.layer(), &self.layer) => Ok(v.inner().clone()),
-            _ => Arg::<dyn Device, ()>::Foreign(device, foreign("a device", Location::caller()))
-                .call(&self.layer, |d, _| Ok(d.clone())),
+            _ => Arg::<dyn Device, ()>::Foreign(
+                device,
+                foreign("a device", device.id(), Location::caller()),
+            )
+            .call(&self.layer, |d, _| Ok(d.clone())),
         }
     }
 

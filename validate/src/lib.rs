@@ -28,7 +28,17 @@
 //! returned an error. In [`Mode::Report`] findings are logged (WARN, target `unihal::validate`)
 //! and kept ([`ValidatingBackend::findings`]); in [`Mode::Error`] the offending call returns
 //! [`unihal_hal::HalError::InvalidArgument`] with the finding and enqueues nothing (a map cannot
-//! be refused after the fact: its findings are reported).
+//! be refused after the fact: its findings are reported; nor can a call with a foreign handle,
+//! which the backend judges first in both modes: it refuses a handle it did not make with its
+//! own typed error, and one it accepts is reported).
+//!
+//! Sub-allocators tell the layer of every block they hand out (`Device::block_handed_out`, which
+//! the caching allocator calls): the history of those bytes on other streams is over (the
+//! allocator reuses memory for another stream only once its work completed), and so is a
+//! `free_async` of an earlier block there; the hand-out stream's own unfinished accesses stay,
+//! so a block reused at once by the stream whose queued work still uses it must be ordered
+//! after that work before another stream touches it. Accesses out of a view's range are the
+//! HAL's to refuse and make no finding.
 //!
 //! ## Design
 //! Streams, events, devices, communicators and the backend are wrapped; buffers, host buffers,

@@ -30,8 +30,15 @@ pub(crate) fn device_touch(
         end: start.saturating_add(len),
         write,
         arg,
-        refused_by_hal: buf.is_free_enqueued(),
+        refused_by_hal: buf.is_free_enqueued() || !fits(offset, len, buf.len()),
     }
+}
+
+/// True when `[offset, offset + len)` lies inside a view of `size` bytes. A range that does not
+/// is the HAL's to refuse (`OutOfRange`): it makes no finding, so that the program sees the
+/// HAL's own error, also in error mode.
+fn fits(offset: u64, len: u64, size: u64) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= size)
 }
 
 /// The touches of a device-to-device copy: `src` read, `dst` written.
@@ -58,18 +65,18 @@ fn host_touch(arg: &'static str, buf: &HostBuffer, offset: u64, len: u64, write:
         end: start.saturating_add(len),
         write,
         arg,
-        refused_by_hal: false,
+        refused_by_hal: !fits(offset, len, buf.len() as u64),
     }
 }
 
-/// A finding for a handle the layer did not make.
-pub(crate) fn foreign(what: &str, site: Site) -> Finding {
+/// The finding of a handle the layer did not make: `what` ("an event") of `device`, at `site`.
+pub(crate) fn foreign(what: &str, device: DeviceId, site: Site) -> Finding {
     Finding {
         kind: FindingKind::ForeignHandle,
         message: format!(
-            "{what} did not come through this validation layer (another backend instance, or \
-             the unwrapped backend): the ordering it carries is invisible to the layer and \
-             backends need not define it"
+            "{what} of {device} did not come through this validation layer (another backend \
+             instance, or the unwrapped backend): the ordering it carries is invisible to the \
+             layer and backends need not define it"
         ),
         site,
         earlier: None,
@@ -125,13 +132,14 @@ impl ValidatingStream {
         stream: &'a Arc<dyn Stream>,
         site: Site,
     ) -> Arg<'a, dyn Stream, ValidatingStream> {
+        let dev = stream.device_id();
         match stream.as_any().downcast_ref::<ValidatingStream>() {
             Some(v) if Arc::ptr_eq(&v.layer, layer) => Arg::Ours(&v.inner, v),
             Some(v) => Arg::Foreign(
                 &v.inner,
-                foreign("a stream of another validated backend", site),
+                foreign("a stream of another validated backend", dev, site),
             ),
-            None => Arg::Foreign(stream, foreign("a stream", site)),
+            None => Arg::Foreign(stream, foreign("a stream", dev, site)),
         }
     }
 
@@ -140,13 +148,14 @@ impl ValidatingStream {
         event: &'a Arc<dyn Event>,
         site: Site,
     ) -> Arg<'a, dyn Event, ValidatingEvent> {
+        let dev = event.device_id();
         match event.as_any().downcast_ref::<ValidatingEvent>() {
             Some(v) if Arc::ptr_eq(&v.layer, &self.layer) => Arg::Ours(&v.inner, v),
             Some(v) => Arg::Foreign(
                 &v.inner,
-                foreign("an event of another validated backend", site),
+                foreign("an event of another validated backend", dev, site),
             ),
-            None => Arg::Foreign(event, foreign("an event", site)),
+            None => Arg::Foreign(event, foreign("an event", dev, site)),
         }
     }
 }
@@ -160,9 +169,8 @@ pub(crate) enum Arg<'a, T: ?Sized, W> {
 }
 
 impl<'a, T: ?Sized, W> Arg<'a, T, W> {
-    /// Calls the backend with the handle: a foreign one is refused first in error mode, and
-    /// reported once the backend accepted it in report mode (a backend that refuses it already
-    /// said so).
+    /// Calls the backend with the handle: a foreign one is reported once the backend accepted
+    /// it, in either mode (a backend that refuses it already said so).
     pub(crate) fn call<R>(
         self,
         layer: &Layer,
@@ -171,13 +179,13 @@ impl<'a, T: ?Sized, W> Arg<'a, T, W> {
         match self {
             Arg::Ours(inner, w) => f(inner, Some(w)),
             Arg::Foreign(inner, finding) => {
-                let found = vec![finding];
-                if let Some(e) = layer.refusal(&found) {
-                    layer.report(found);
-                    return Err(e);
-                }
+                // In both modes the backend judges the handle first: one it did not make it
+                // refuses with its own typed error (no finding, as for every refused call);
+                // one it accepts (its own, unwrapped) is reported, in error mode too, because an
+                // accepted call cannot be taken back and the layer cannot tell the two apart
+                // before the backend has.
                 let r = f(inner, None)?;
-                layer.report(found);
+                layer.report(vec![finding]);
                 Ok(r)
             }
         }

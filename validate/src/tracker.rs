@@ -40,6 +40,20 @@ impl Clock {
     }
 }
 
+/// The parts of `[a, b)` outside `[lo, hi)` (none, one or two ranges).
+fn outside(a: u64, b: u64, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> {
+    let disjoint = b <= lo || hi <= a;
+    let left = if disjoint {
+        (a, b)
+    } else {
+        (a, a.max(lo).min(b))
+    };
+    let right = (b.min(hi).max(a), b);
+    [left, if disjoint { (0, 0) } else { right }]
+        .into_iter()
+        .filter(|(s, e)| s < e)
+}
+
 /// Where an access lands: device memory (records per allocation) or a host buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Space {
@@ -265,6 +279,53 @@ impl Tracker {
                 f.retain(|f| !(f.start < end && base < f.end));
             }
         }
+    }
+
+    /// A sub-allocator handed out bytes `[start, end)` of the allocation at `base` for work on
+    /// `stream` (see `Device::block_handed_out`). The sub-allocator reuses a range for another
+    /// stream only once the earlier work on it has completed, and for the stream whose queued
+    /// work still uses it at once (stream order puts the new work after it): so the records of
+    /// other streams over those bytes are over, as is a `free_async` of an earlier block there,
+    /// while the records of `stream` that the host has not seen complete stay: another stream
+    /// the new owner hands the block to must be ordered after them. Records of the allocation's
+    /// other bytes stay.
+    pub fn handed_out(&mut self, space: Space, base: u64, (start, end): (u64, u64), stream: u64) {
+        if let Space::Device(d) = space {
+            if let Some(f) = self.freed.get_mut(&d) {
+                let mut kept = Vec::with_capacity(f.len());
+                for x in f.drain(..) {
+                    for (s, e) in outside(x.start, x.end, start, end) {
+                        kept.push(Freed {
+                            start: s,
+                            end: e,
+                            ..x
+                        });
+                    }
+                }
+                *f = kept;
+            }
+        }
+        let host = &self.host;
+        let Some(list) = self.records.get_mut(&(space, base)) else {
+            return;
+        };
+        let mut kept = Vec::with_capacity(list.len() + 2);
+        for a in list.drain(..) {
+            if a.stream == stream && host.get(a.stream) < a.epoch {
+                kept.push(a);
+                continue;
+            }
+            for (s, e) in outside(a.start, a.end, start, end) {
+                kept.push(Access {
+                    start: s,
+                    end: e,
+                    ..a
+                });
+            }
+        }
+        let excess = kept.len().saturating_sub(MAX_RECORDS);
+        kept.drain(..excess);
+        *list = kept;
     }
 
     /// The program orders the accesses to the allocation at `base` itself: stop tracking it

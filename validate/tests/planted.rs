@@ -164,6 +164,19 @@ fn an_event_the_layer_did_not_make_is_reported() {
     );
 }
 
+/// In error mode too: the backend judges a handle the layer did not make first (one it made
+/// itself, unwrapped, it accepts, and the layer reports it; an accepted call cannot be refused
+/// after the fact).
+#[test]
+fn an_event_the_layer_did_not_make_is_reported_in_error_mode_once_the_backend_accepts_it() {
+    let s = setup(Mode::Error);
+    let raw = s.v.inner().open(0).unwrap();
+    let ev = raw.create_event(EventFlags::default()).unwrap();
+    s.a.record_event(&ev).unwrap();
+    s.a.synchronize().unwrap();
+    assert_eq!(kinds(&s.v), vec![FindingKind::ForeignHandle]);
+}
+
 #[test]
 fn collectives_and_library_ops_are_tracked() {
     let v = layer(Mode::Report);

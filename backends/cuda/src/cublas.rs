@@ -11,7 +11,7 @@ use crate::loader::guard;
 use crate::runtime::CudaStream;
 use cudarc::cublas::sys as blas;
 use std::sync::OnceLock;
-use unihal_gpu::gemm::{run_blas, Op};
+use unihal_gpu::gemm::{run_blas, Op, BLAS_DTYPES};
 use unihal_hal::{DType, HalError, OpCall, Result};
 
 /// True when cuBLAS can be opened (checked once, without panicking).
@@ -79,8 +79,7 @@ pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
     if !available() {
         return None;
     }
-    let dtypes = [DType::F32, DType::F64, DType::F16, DType::Bf16];
-    run_blas(stream, call, &dtypes, |h, bc| {
+    run_blas(stream, call, &BLAS_DTYPES, |h, bc| {
         let (data, compute) = match bc.dtype {
             DType::F64 => (
                 blas::cudaDataType::CUDA_R_64F,

@@ -65,14 +65,18 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                 // The portable library's Philox generator, as on every backend that runs it.
                 bitwise_rng: true,
                 negative_strides_copied: false,
-                // The portable library, when NVRTC is there to compile it.
-                ops: match crate::library::nvrtc() {
-                    Ok(_) => unihal_kernels::support(),
-                    Err(e) => {
-                        tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");
-                        BTreeMap::new()
-                    }
-                },
+                // The portable library, when NVRTC is there to compile it; cuBLAS's matmul with
+                // or without it.
+                ops: unihal_gpu::gemm::ops_with_blas(
+                    match crate::library::nvrtc() {
+                        Ok(_) => unihal_kernels::support(),
+                        Err(e) => {
+                            tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");
+                            BTreeMap::new()
+                        }
+                    },
+                    crate::cublas::available(),
+                ),
             },
         };
         let info = DeviceInfo {

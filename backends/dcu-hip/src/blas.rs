@@ -9,7 +9,7 @@ use crate::ffi::{self, Handle as RawHandle, RocblasApi};
 use crate::runtime::HipStream;
 use std::sync::OnceLock;
 use unihal_dynlib::{Candidates, Library};
-use unihal_gpu::gemm::{run_blas, Op};
+use unihal_gpu::gemm::{run_blas, Op, BLAS_DTYPES};
 use unihal_gpu::runtime::Raw;
 use unihal_hal::{DType, HalError, OpCall, Result};
 
@@ -110,8 +110,7 @@ fn op(o: Op) -> i32 {
 /// call (the caller then runs the portable GEMM).
 pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
     let (api, _) = rocblas().ok()?;
-    let dtypes = [DType::F32, DType::F64, DType::F16, DType::Bf16];
-    run_blas(stream, call, &dtypes, |h, bc| {
+    run_blas(stream, call, &BLAS_DTYPES, |h, bc| {
         let (data, compute) = match bc.dtype {
             DType::F64 => (ffi::ROCBLAS_F64, ffi::ROCBLAS_F64),
             DType::F16 => (ffi::ROCBLAS_F16, ffi::ROCBLAS_F32),

@@ -119,7 +119,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
             // on the null stream tells.
             None => probe_pools(rt),
         };
-        let ops = match crate::library::hiprtc() {
+        let kernel_ops = match crate::library::hiprtc() {
             Ok(_) if unihal_kernels::rtc::hiprtc::SAFE_ARCHS.contains(&arch.as_str())
                 || crate::library::helper_path().is_ok() =>
             {
@@ -134,6 +134,8 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 BTreeMap::new()
             }
         };
+        // rocBLAS runs matmul with or without the kernel library.
+        let ops = unihal_gpu::gemm::ops_with_blas(kernel_ops, crate::blas::rocblas().is_ok());
         let caps = Capabilities {
             mandatory: MandatoryCaps {
                 memory_bytes: total as u64,

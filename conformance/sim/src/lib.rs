@@ -401,6 +401,25 @@ impl Device {
         self.after_enqueue(&mut s, stream)
     }
 
+    /// Queues a host function on `stream`. As the vendors' runtimes do, it never runs on the
+    /// thread that enqueues it when device work runs concurrently with the host
+    /// ([`Mode::Concurrent`]: on a thread of its own, as a kernel, its stream held until it
+    /// returns), so a callback that blocks until the host releases it holds its stream, not the
+    /// host; in the other modes it runs where that mode runs kernels. `f` runs as a host function
+    /// (runtime calls from it are refused by the face, see `gpu::run_host_fn`).
+    ///
+    /// # Errors
+    /// The sticky error; [`SimError::InvalidHandle`].
+    pub fn enqueue_host_fn(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> SimResult<()> {
+        let run: KernelFn = Box::new(move || {
+            crate::gpu::run_host_fn(f);
+            Ok(())
+        });
+        let mut s = self.live()?;
+        s.push(stream, Op::Kernel(run))?;
+        self.after_enqueue(&mut s, stream)
+    }
+
     /// The execution mode.
     pub fn mode(&self) -> Mode {
         self.mode

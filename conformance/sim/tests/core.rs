@@ -227,3 +227,37 @@ fn the_legacy_stream_orders_blocking_streams_only() {
     d.stream_synchronize(legacy).unwrap();
     assert_eq!(read(&d, b, 64), vec![5; 64]);
 }
+
+/// A host function never runs on the thread that enqueues it while device work runs concurrently
+/// with the host, as in the vendors' runtimes (a runtime thread runs it): a callback that blocks
+/// until the host releases it holds its stream, and the host goes on. Before the fix the core ran
+/// it inline under the device lock, so such a callback deadlocked the enqueuing thread (the HIP
+/// suite's allocator cases without hiprtc timed out after 10 s).
+#[test]
+fn a_blocking_host_fn_holds_its_stream_not_the_enqueuing_thread() {
+    let d = Device::new(MB, Mode::Concurrent);
+    let s = d.create_stream().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let caller = std::thread::current().id();
+    let ran_on = Arc::new(std::sync::Mutex::new(None));
+    let seen = ran_on.clone();
+    d.enqueue_host_fn(
+        s,
+        Box::new(move || {
+            *seen.lock().unwrap() = Some(std::thread::current().id());
+            // Held until the host releases it (bounded, so a defect fails instead of hanging).
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(10));
+        }),
+    )
+    .unwrap();
+    // The enqueue returned: the stream is held, not done.
+    assert!(
+        d.query_stream_done(s).is_err(),
+        "the stream ran past a callback that is still blocked"
+    );
+    tx.send(()).unwrap();
+    d.stream_synchronize(s).unwrap();
+    d.query_stream_done(s).unwrap();
+    let on = ran_on.lock().unwrap().expect("the host function ran");
+    assert_ne!(on, caller, "the host function ran on the enqueuing thread");
+}

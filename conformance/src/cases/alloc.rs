@@ -21,6 +21,11 @@ pub fn cases() -> Vec<Case> {
         Case::new("alloc.stats.split_and_coalesce", split_and_coalesce),
         Case::new("alloc.stats.large_pool", large_pool),
         Case::new("alloc.blocks.are_ordinary_buffers", ordinary_buffers),
+        Case::new("alloc.blocks.views_keep_the_block", views_keep_the_block),
+        Case::new(
+            "alloc.max_split_size.serves_from_new_segments",
+            max_split_size,
+        ),
         Case::new("alloc.reuse.same_stream_at_once", same_stream).needs(&blocking),
         Case::new("alloc.reuse.other_stream_after_completion", other_stream).needs(&blocking),
         Case::new("alloc.reuse.two_streams_wait_for_both", two_streams).needs(&blocking),
@@ -191,6 +196,103 @@ fn ordinary_buffers(ctx: &Ctx) -> CaseResult {
         a.stats().allocation.all.current,
         0,
         "every block given back"
+    );
+    Ok(())
+}
+
+/// Views of a block are handles of it: dropping views (`slice`, a view of a view) while the block
+/// is held hands nothing back, so the next allocation gets other bytes and the block's data
+/// stays the caller's; the block goes back once the last view and the block are gone.
+fn views_keep_the_block(ctx: &Ctx) -> CaseResult {
+    let a = allocator(ctx)?;
+    let s = ctx.stream()?;
+    let x = a.alloc(&s, 4096)?;
+    s.write(&x, 0, &pattern(4096, 5))?;
+    for (off, len) in [(0, 4096), (100, 200), (4095, 1)] {
+        let view = x.slice(off, len)?;
+        let inner = view.slice(0, len.min(8))?;
+        drop(view);
+        drop(inner);
+    }
+    ensure_eq!(
+        a.stats().allocation.all.current,
+        1,
+        "dropping views of a held block freed it"
+    );
+    let y = a.alloc(&s, 4096)?;
+    let (xa, ya) = (x.device_addr(), y.device_addr());
+    ensure!(
+        ya + 4096 <= xa || xa + 4096 <= ya,
+        "a new block [{ya:#x}, +4096) overlaps a held one [{xa:#x}, +4096) after views of          the held one were dropped"
+    );
+    s.fill(&y, 0, 4096, FillValue::U8(0x77))?;
+    s.synchronize()?;
+    ensure_eq!(
+        ctx.download(&x)?,
+        pattern(4096, 5),
+        "the held block's bytes"
+    );
+    let last = x.slice(8, 16)?;
+    drop((x, y));
+    ensure_eq!(
+        a.stats().allocation.all.current,
+        1,
+        "a view that outlives its block keeps it"
+    );
+    drop(last);
+    ensure_eq!(
+        a.stats().allocation.all.current,
+        0,
+        "every block given back"
+    );
+    Ok(())
+}
+
+/// `max_split_size_mb:20` (PyTorch's smallest): a request whose segment is one no cached-block
+/// rule lets it take (5 MiB from a 20 MiB segment) is served from that segment, with one device
+/// allocation per request, never by reserving segment after segment until a false
+/// out-of-memory; values below 20 are refused.
+fn max_split_size(ctx: &Ctx) -> CaseResult {
+    let conf = AllocatorConfig::parse("max_split_size_mb:20")?;
+    let a = CachingAllocator::new(ctx.device.clone(), conf)?;
+    let s = ctx.stream()?;
+    let mut held = Vec::new();
+    for (i, len) in [5 * MIB, MIB + 1, 15 * MIB, 4096].into_iter().enumerate() {
+        let before = a.stats().num_device_alloc;
+        let b = a.alloc(&s, len as usize)?;
+        ensure!(
+            a.stats().num_device_alloc - before <= 1,
+            "request {i} of {len} bytes reserved {} segments",
+            a.stats().num_device_alloc - before
+        );
+        held.push(b);
+    }
+    drop(held);
+    a.empty_cache();
+    ensure_eq!(
+        a.stats().reserved_bytes.all.current,
+        0,
+        "everything back after empty_cache"
+    );
+    for bad in ["max_split_size_mb:2", "max_split_size_mb:19"] {
+        ensure!(
+            matches!(
+                AllocatorConfig::parse(bad),
+                Err(HalError::InvalidArgument { .. })
+            ),
+            "{bad} accepted"
+        );
+    }
+    let below = AllocatorConfig {
+        max_split_size: Some(2 * MIB),
+        ..AllocatorConfig::default()
+    };
+    ensure!(
+        matches!(
+            CachingAllocator::new(ctx.device.clone(), below),
+            Err(HalError::InvalidArgument { .. })
+        ),
+        "an allocator with max_split_size of 2 MiB was made"
     );
     Ok(())
 }

@@ -1035,6 +1035,51 @@ fn device_twice(ctx: &Ctx) -> CaseResult {
     }
 }
 
+/// One rank per device per communicator, also when ranks join by id from their own threads (as
+/// `init_all` refuses a device twice): two `init_rank` calls of one id on one device are refused
+/// (typed, at once for at least one of them), and no communicator is made. A collective between
+/// two ranks of one device would read and write one range as two.
+fn device_twice_by_rank(ctx: &Ctx) -> CaseResult {
+    let ccl = engine(ctx)?;
+    let id = ccl.unique_id()?;
+    let cfg = CommConfig {
+        timeout: Some(Duration::from_millis(500)),
+    };
+    let t0 = Instant::now();
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let (id, cfg) = (&id, &cfg);
+                sc.spawn(move || ccl.init_rank(id, 2, r, &ctx.device, cfg).map(drop))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(HalError::Internal("panicked".into())))
+            })
+            .collect()
+    });
+    ensure!(
+        results.iter().all(|r| r.is_err()),
+        "a communicator with two ranks on {} was made: {results:?}",
+        ctx.device.id()
+    );
+    ensure!(
+        results.iter().any(|r| matches!(
+            r,
+            Err(HalError::InvalidArgument { .. }) | Err(HalError::Vendor { .. })
+        )),
+        "two ranks on one device were not refused as such: {results:?}"
+    );
+    ensure!(
+        t0.elapsed() < Duration::from_secs(10),
+        "init_rank with two ranks on one device took {:?}",
+        t0.elapsed()
+    );
+    Ok(())
+}
+
 /// An id of another length than the engine's `unique_id` (empty, truncated, one byte more, a
 /// megabyte: a hostile or garbled bootstrap message) is `InvalidArgument` naming `id`, at once:
 /// never a read past the id, a panic, or a wait for peers.
@@ -1117,6 +1162,75 @@ fn duplicate_rank(ctx: &Ctx) -> CaseResult {
         t0.elapsed()
     );
     Ok(())
+}
+
+/// Collectives over caching-allocator blocks keep the blocks their caller's: an engine's own
+/// views of them (the default `all_to_allv` slices its buffers, an emulated average divides in
+/// place) must not hand them back to the allocator, so afterwards both blocks are still
+/// allocated, a new block does not overlap them, and the results survive writes to it.
+fn blocks_kept(ctx: &Ctx, alltoallv: bool) -> CaseResult {
+    let caps = engine(ctx)?.capabilities().clone();
+    on_ranks(ctx, 2, &config(), |rk| {
+        let (r, s) = (rk.comm.rank(), &rk.stream);
+        let a = unihal_alloc::CachingAllocator::new(rk.device.clone(), Default::default())?;
+        let d = DType::F32;
+        let count = 256u64;
+        let bytes = (count * 4) as usize;
+        let sends: Vec<Vec<f64>> = (0..2)
+            .map(|q| (0..count).map(|i| (q * 1000) as f64 + i as f64).collect())
+            .collect();
+        let image = |q: usize| -> Vec<u8> { sends[q].iter().flat_map(|&v| encode(d, v)).collect() };
+        let send = a.alloc(s, bytes)?;
+        let recv = a.alloc(s, bytes)?;
+        let want: Vec<f64> = if alltoallv {
+            // Half to each rank: block j of rank r's result is rank j's half r.
+            let (counts, displs) = ([128u64, 128], [0u64, 128]);
+            s.write(&send, 0, &image(r))?;
+            rk.comm
+                .all_to_allv(&send, &counts, &displs, &recv, &counts, &displs, d, s)?;
+            (0..count as usize)
+                .map(|i| sends[i / 128][128 * r + i % 128])
+                .collect()
+        } else {
+            let reds = reductions(&caps, CollectiveOp::AllReduce, d)?;
+            let mut want = Vec::new();
+            for red in reds.into_iter().flatten() {
+                s.write(&send, 0, &image(r))?;
+                rk.comm.all_reduce(&send, &recv, count, d, red, s)?;
+                s.synchronize()?;
+                want = (0..count as usize)
+                    .map(|i| reduce_ref(red, &[sends[0][i], sends[1][i]]))
+                    .collect();
+                check_vals(
+                    &format!("all_reduce {} over blocks", red.name()),
+                    &download(s, d, &recv)?,
+                    &want,
+                )?;
+            }
+            want
+        };
+        s.synchronize()?;
+        ensure_eq!(
+            a.stats().allocation.all.current,
+            2,
+            "rank {r}: allocator blocks still held after the collective"
+        );
+        let fresh = a.alloc(s, bytes)?;
+        for (name, b) in [("send", &send), ("recv", &recv)] {
+            let (x, y) = (b.device_addr(), fresh.device_addr());
+            ensure!(
+                y + bytes as u64 <= x || x + bytes as u64 <= y,
+                "rank {r}: a new block overlaps the {name} block the collective ran on"
+            );
+        }
+        s.fill(&fresh, 0, bytes as u64, unihal_hal::FillValue::U8(0xEE))?;
+        s.synchronize()?;
+        check_vals(
+            &format!("rank {r}: the result after a new block was written"),
+            &download(s, d, &recv)?,
+            &want,
+        )
+    })
 }
 
 /// The collective cases.
@@ -1208,6 +1322,26 @@ pub fn cases() -> Vec<Case> {
             Need::Collective(CollectiveOp::AllGather, DType::U8),
             Need::Collective(CollectiveOp::SendRecv, DType::F64),
         ]),
+    );
+    v.push(
+        Case::new("ccl.blocks.all_reduce_keeps_them", |c| {
+            blocks_kept(c, false)
+        })
+        .needs(&[Need::Ranks(2), all_reduce]),
+    );
+    v.push(
+        Case::new("ccl.blocks.all_to_allv_keeps_them", |c| {
+            blocks_kept(c, true)
+        })
+        .needs(&[
+            Need::Ranks(2),
+            Need::Collective(CollectiveOp::SendRecv, DType::F32),
+            Need::CclGroups,
+        ]),
+    );
+    v.push(
+        Case::new("ccl.misuse.init_rank_device_twice", device_twice_by_rank)
+            .needs(&[Need::InProcess, all_reduce]),
     );
     v.push(
         Case::new("ccl.misuse.init_all_device_twice", device_twice)

@@ -288,13 +288,24 @@ fn callback_self_wait(ctx: &Ctx) -> CaseResult {
     let ev = ctx.device.create_event(Default::default())?;
     let got = Arc::new(Mutex::new(Vec::new()));
     let (s2, ev2, dev, got2) = (s.clone(), ev.clone(), ctx.device.clone(), got.clone());
+    // The event is recorded after the callback; the callback waits (bounded) until the host has
+    // enqueued that record, or its event wait would rightly find a never-recorded event complete.
+    let recorded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recorded2 = recorded.clone();
     s.host_callback(Box::new(move || {
+        let t0 = std::time::Instant::now();
+        while !recorded2.load(std::sync::atomic::Ordering::Acquire)
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let mut g = got2.lock().unwrap();
         g.push(("stream synchronize", s2.synchronize()));
         g.push(("event synchronize", ev2.synchronize()));
         g.push(("device synchronize", dev.synchronize()));
     }))?;
     s.record_event(&ev)?;
+    recorded.store(true, std::sync::atomic::Ordering::Release);
     let b = ctx.device.alloc(4)?;
     s.fill(&b, 0, 4, FillValue::U8(9))?;
     s.synchronize()?;

@@ -119,6 +119,28 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if rank0 {
         summarise(&report);
     }
+    // Under UNIHAL_VALIDATE: say so, and fail a run the layer found unordered work in.
+    if let Some(v) = backend
+        .as_any()
+        .downcast_ref::<unihal::validate::ValidatingBackend>()
+    {
+        let found = v.findings();
+        println!(
+            "  ran under the validation layer ({} mode): {} finding(s)",
+            match v.mode() {
+                unihal::validate::Mode::Report => "report",
+                unihal::validate::Mode::Error => "error",
+            },
+            found.len()
+        );
+        if let Some(f) = found.first() {
+            return Err(format!(
+                "the validation layer made {} finding(s), the first: {f}",
+                found.len()
+            )
+            .into());
+        }
+    }
     if let (Some(path), true) = (&a.json, rank0) {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }

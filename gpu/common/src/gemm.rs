@@ -7,7 +7,32 @@
 //! express (non-unit inner strides, batches that do not collapse to one stride, a transposed
 //! output, `k == 0`, sizes beyond `i32`) give `None`: the backend runs the portable GEMM.
 
-use unihal_hal::TensorView;
+use std::collections::BTreeMap;
+
+use unihal_hal::{DType, OpId, TensorView};
+
+/// The element types the vendor BLAS libraries' `*GemmStridedBatchedEx` take (f16 and bf16 with
+/// f32 accumulation), for cuBLAS, hipBLAS and rocBLAS alike.
+pub const BLAS_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::Bf16];
+
+/// A device's library ops: the kernel library's `kernel_ops` (empty without a runtime compiler)
+/// plus matmul in [`BLAS_DTYPES`] when a BLAS library is loaded, so that a machine with the BLAS
+/// library but no runtime compiler keeps BLAS matmul. Layouts BLAS cannot express then fail with
+/// `Unsupported` (see `GpuStream::run_op`).
+pub fn ops_with_blas(
+    mut kernel_ops: BTreeMap<OpId, Vec<DType>>,
+    blas_loaded: bool,
+) -> BTreeMap<OpId, Vec<DType>> {
+    if blas_loaded {
+        let dtypes = kernel_ops.entry(OpId::Matmul).or_default();
+        for d in BLAS_DTYPES {
+            if !dtypes.contains(&d) {
+                dtypes.push(d);
+            }
+        }
+    }
+    kernel_ops
+}
 
 /// A BLAS operand operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +272,7 @@ impl BlasCall {
 pub fn run_blas<R: crate::runtime::Runtime>(
     stream: &crate::stream::GpuStream<R>,
     call: &unihal_hal::OpCall,
-    dtypes: &[unihal_hal::DType],
+    dtypes: &[DType],
     gemm: impl FnOnce(&R::Blas, &BlasCall) -> unihal_hal::Result<()>,
 ) -> Option<unihal_hal::Result<()>> {
     let device = stream.gpu_device().core().id;

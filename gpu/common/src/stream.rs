@@ -559,7 +559,16 @@ impl<R: Runtime> Stream for GpuStream<R> {
         if plan.launches.is_empty() {
             return Ok(()); // no elements
         }
-        let lib = self.dev.library()?;
+        // Without a kernel library (no runtime compiler) an op is supported only through the
+        // vendor's library (BLAS matmul): a call it does not take is unsupported, not a failure.
+        let lib = self.dev.library().map_err(|e| match e {
+            HalError::Unavailable { what, reason } => HalError::unsupported(format!(
+                "op {} with these operands: the vendor library does not take them and the \
+                 kernel library is unavailable ({what}: {reason})",
+                call.op
+            )),
+            e => e,
+        })?;
         let functions = plan
             .launches
             .iter()

@@ -19,7 +19,9 @@
  *     reordered, renumbered or removed within a major version.
  *  3. NULL means unsupported. A NULL entry in uh_plugin_api is an unsupported operation: the host
  *     reports HalError::Unsupported naming it (and the suite skips or fails it by the device's
- *     capabilities, as for any backend). The entries marked REQUIRED must be present.
+ *     capabilities, as for any backend). The entries marked REQUIRED must be present. The host
+ *     checks every handle, pointer, length and count a plugin returns (docs/PLUGIN_ABI.md,
+ *     "What the host checks") and refuses the call, the device or the plugin that breaks them.
  *  4. Errors. Every fallible call returns uh_status (UH_OK = 0) and, on failure, fills the
  *     uh_error the host passes (never NULL): a code, typed details and a message. Strings are
  *     NUL-terminated UTF-8, truncated to their arrays.
@@ -441,7 +443,8 @@ typedef struct uh_plugin_api {
   uint32_t abi_minor; /* frozen across majors */
   uint32_t reserved;
 
-  /* Backend. REQUIRED: info, probe, device_open, device_release, device_props. */
+  /* Backend. REQUIRED: info, probe, device_open, device_release, device_props,
+   * device_memory_info, device_synchronize. */
   const uh_plugin_info *(*info)(void);
   uh_status (*probe)(uint32_t *count, uh_error *err);
   uh_status (*device_open)(uint32_t ordinal, uh_device **out, uh_error *err);
@@ -461,8 +464,10 @@ typedef struct uh_plugin_api {
   uh_status (*mem_import)(uh_device *dev, uint64_t addr, uint64_t len, uh_release_fn release,
                           void *user, uh_mem **out, uh_error *err);
 
-  /* Streams. REQUIRED: stream_create, stream_release, copy_h2d, copy_d2h, copy_d2d,
-   * stream_synchronize, stream_query. */
+  /* Streams. REQUIRED: stream_create, stream_release, copy_h2d, copy_d2h, copy_d2d, fill,
+   * stream_synchronize, stream_query, stream_async_error; copy_peer of a device whose props list
+   * peers, run_op of one that lists ops, host_callback of one that claims
+   * UH_CAP_HOST_CALLBACKS. */
   uh_status (*stream_create)(uh_device *dev, uh_stream **out, uh_error *err);
   void (*stream_release)(uh_stream *s);
   uh_status (*copy_h2d)(uh_stream *s, uh_host_mem *src, uint64_t src_offset, uh_mem *dst,
@@ -487,7 +492,8 @@ typedef struct uh_plugin_api {
   uh_status (*stream_async_error)(uh_stream *s, uh_error *err);
   uh_status (*stream_native)(uh_stream *s, uh_native *out);
 
-  /* Events. REQUIRED: all but event_elapsed and event_native. flags bit 0: disable timing. */
+  /* Events. REQUIRED: all but event_elapsed and event_native (event_elapsed is REQUIRED of a
+   * device whose props claim UH_CAP_EVENT_TIMING). flags bit 0: disable timing. */
   uh_status (*event_create)(uh_device *dev, uint32_t flags, uh_event **out, uh_error *err);
   void (*event_release)(uh_event *e);
   uh_status (*event_record)(uh_stream *s, uh_event *e, uh_error *err);
@@ -497,7 +503,8 @@ typedef struct uh_plugin_api {
   uh_status (*event_elapsed)(uh_event *start, uh_event *end, float *ms, uh_error *err);
   uh_status (*event_native)(uh_event *e, uh_native *out);
 
-  /* Modules. */
+  /* Modules. REQUIRED of a device whose props list module formats: module_load, module_release,
+   * module_function, function_release (and launch). */
   uh_status (*module_load)(uh_device *dev, const uh_module_source *src, uh_module **out, uh_error *err);
   void (*module_release)(uh_module *m);
   /* *has_sizes = 1 and n_params/param_sizes (valid while the function lives) when known. */
@@ -508,7 +515,9 @@ typedef struct uh_plugin_api {
    * UH_ERR_UNSUPPORTED when the plugin has none. */
   uh_status (*test_kernels)(uh_device *dev, uh_module_source *out, uh_error *err);
 
-  /* Collectives: NULL ccl_caps means no collective engine. */
+  /* Collectives: NULL ccl_caps means no collective engine. With one, REQUIRED: ccl_unique_id,
+   * ccl_init_rank, ccl_init_all, comm_release, comm_rank_size, comm_collective, comm_abort,
+   * comm_async_error; comm_group with UH_CCL_GROUPS, comm_split with UH_CCL_SPLIT. */
   const uh_ccl_caps *(*ccl_caps)(void);
   /* Writes up to `cap` bytes; *len the id's length (NCCL: 128, HCCL: 4108). */
   uh_status (*ccl_unique_id)(uint8_t *buf, uint64_t cap, uint64_t *len, uh_error *err);

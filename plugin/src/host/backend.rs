@@ -2,6 +2,7 @@
 
 use super::ccl::PluginCollectives;
 use super::device::PluginDevice;
+use super::module::check_source;
 use super::Plugin;
 use crate::conv;
 use std::any::Any;
@@ -24,13 +25,8 @@ pub struct PluginBackend {
 impl PluginBackend {
     /// The backend of a loaded plugin (see [`super::load`]).
     pub fn new(p: &'static Plugin) -> PluginBackend {
-        // SAFETY: `ccl_caps` returns data valid forever or NULL (header rule 5).
-        let ccl = p.api.ccl_caps.and_then(|f| {
-            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            let c = unsafe { f() };
-            // SAFETY: non-null: valid as the header documents.
-            (!c.is_null()).then(|| PluginCollectives::new(p, unsafe { conv::get_ccl_caps(&*c) }))
-        });
+        // `ccl_caps` was read and checked at load.
+        let ccl = p.ccl.clone().map(|c| PluginCollectives::new(p, c));
         PluginBackend {
             p,
             devices: parking_lot::Mutex::new(Vec::new()),
@@ -85,7 +81,7 @@ impl Backend for PluginBackend {
         if let Some((_, d)) = devices.iter().find(|(o, _)| *o == ord) {
             return Ok(d.clone() as Arc<dyn Device>);
         }
-        let d = PluginDevice::open(self.p, ord)?;
+        let d = PluginDevice::open(self.p, ord, n)?;
         devices.push((ord, d.clone()));
         Ok(d as Arc<dyn Device>)
     }
@@ -107,16 +103,24 @@ impl Backend for PluginBackend {
             .call(self.p.api.test_kernels, "test kernels", |f, e| unsafe {
                 f(d.raw(), src.as_mut_ptr(), e)
             });
+        // SAFETY: filled by the plugin, or left all zero (a valid source: no bytes, no symbols).
+        let src = unsafe { src.assume_init() };
+        let r = r.and_then(|()| check_source(self.p, "test_kernels", &src));
         match r {
-            // SAFETY: filled by the plugin (valid forever, header), an all-zero source otherwise.
-            Ok(()) => match unsafe { conv::get_module_source(&src.assume_init()) } {
+            // SAFETY: filled by the plugin, its arrays checked (valid forever, header).
+            Ok(()) => match unsafe { conv::get_module_source(&src) } {
                 Ok(s) => Some(s),
                 Err(e) => {
                     tracing::warn!(target: "unihal::plugin", "{}: test kernels refused: {e}", self.p.path);
                     None
                 }
             },
-            Err(_) => None,
+            Err(e) => {
+                if !matches!(e, HalError::Unsupported { .. }) {
+                    tracing::warn!(target: "unihal::plugin", "{}: test kernels refused: {e}", self.p.path);
+                }
+                None
+            }
         }
     }
 

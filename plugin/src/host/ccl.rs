@@ -39,21 +39,67 @@ impl PluginCollectives {
             })
     }
 
-    fn comm(&self, raw: *mut UhComm, device: Arc<dyn Device>) -> Arc<dyn Communicator> {
-        let (mut rank, mut size) = (0u32, 0u32);
+    /// Wraps a communicator `entry` returned, after checking it: not NULL, and the rank and
+    /// size `comm_rank_size` reports within `expect`. A handle that fails is released here.
+    fn comm(
+        &self,
+        entry: &str,
+        raw: *mut UhComm,
+        device: Arc<dyn Device>,
+        expect: Expect,
+    ) -> Result<Arc<dyn Communicator>> {
+        if raw.is_null() {
+            return Err(self
+                .p
+                .broke(entry, "returned UH_OK with a NULL communicator"));
+        }
+        // What a plugin that writes nothing reports: refused below.
+        let (mut rank, mut size) = (u32::MAX, 0u32);
         if let Some(f) = self.p.api.comm_rank_size {
             // SAFETY: the entry's contract; a live handle.
             unsafe { f(raw, &mut rank, &mut size) };
         }
-        Arc::new(PluginComm {
+        let (rank, size) = (rank as usize, size as usize);
+        let fits = rank < size
+            && match expect {
+                Expect::Exactly { rank: r, size: n } => rank == r && size == n,
+                Expect::AtMost(n) => size <= n,
+            };
+        if !fits {
+            if let Some(f) = self.p.api.comm_release {
+                // SAFETY: the handle the plugin just returned, released once, never kept.
+                unsafe { f(raw) }
+            }
+            let wanted = match expect {
+                Expect::Exactly { rank, size } => format!("rank {rank} of {size}"),
+                Expect::AtMost(n) => format!("a communicator of at most {n} ranks"),
+            };
+            return Err(self.p.broke(
+                entry,
+                format!(
+                    "returned a communicator of rank {rank} of {size} (`comm_rank_size`) for \
+                     {wanted}"
+                ),
+            ));
+        }
+        Ok(Arc::new(PluginComm {
             p: self.p,
             raw,
-            rank: rank as usize,
-            size: size as usize,
+            rank,
+            size,
             device,
             caps: self.caps.clone(),
-        })
+        }))
     }
+}
+
+/// The rank and size a new communicator must have.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// What `init_rank` asked for, or rank i of `init_all`'s n.
+    Exactly { rank: usize, size: usize },
+    /// A split's child: no more ranks than its parent.
+    AtMost(usize),
 }
 
 fn timeout_ms(c: &CommConfig) -> u64 {
@@ -73,6 +119,15 @@ impl Collectives for PluginCollectives {
             .call(self.p.api.ccl_unique_id, "unique id", |f, e| unsafe {
                 f(buf.as_mut_ptr(), buf.len() as u64, &mut len, e)
             })?;
+        if len > buf.len() as u64 {
+            return Err(self.p.broke(
+                "ccl_unique_id",
+                format!(
+                    "returned an id of {len} bytes into a buffer of {}",
+                    buf.len()
+                ),
+            ));
+        }
         buf.truncate(len as usize);
         Ok(UniqueId(buf))
     }
@@ -103,7 +158,12 @@ impl Collectives for PluginCollectives {
                     e,
                 )
             })?;
-        Ok(self.comm(raw, device.clone()))
+        self.comm(
+            "ccl_init_rank",
+            raw,
+            device.clone(),
+            Expect::Exactly { rank, size: nranks },
+        )
     }
 
     fn init_all(
@@ -127,11 +187,29 @@ impl Collectives for PluginCollectives {
                     e,
                 )
             })?;
-        Ok(out
-            .into_iter()
-            .zip(devices)
-            .map(|(raw, d)| self.comm(raw, d.clone()))
-            .collect())
+        // Every handle is checked; after a refusal, the rest are released unwrapped (and the
+        // ones wrapped so far when `comms` drops).
+        let n = devices.len();
+        let mut comms = Vec::with_capacity(n);
+        let mut refused = None;
+        for (i, (raw, d)) in out.into_iter().zip(devices).enumerate() {
+            if refused.is_some() {
+                if let (false, Some(f)) = (raw.is_null(), self.p.api.comm_release) {
+                    // SAFETY: a handle the plugin just returned, released once, never kept.
+                    unsafe { f(raw) }
+                }
+                continue;
+            }
+            let expect = Expect::Exactly { rank: i, size: n };
+            match self.comm("ccl_init_all", raw, d.clone(), expect) {
+                Ok(c) => comms.push(c),
+                Err(e) => refused = Some(e),
+            }
+        }
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(comms),
+        }
     }
 }
 
@@ -330,11 +408,28 @@ impl Communicator for PluginComm {
         self.p.call(self.p.api.comm_split, "split", |f, e| unsafe {
             f(self.raw, c, key, timeout_ms(config), &mut raw, e)
         })?;
-        if raw.is_null() {
-            return Ok(None);
+        match (color, raw.is_null()) {
+            (None, true) => return Ok(None),
+            (None, false) => {
+                if let Some(f) = self.p.api.comm_release {
+                    // SAFETY: the handle the plugin just returned, released once, never kept.
+                    unsafe { f(raw) }
+                }
+                return Err(self.p.broke(
+                    "comm_split",
+                    "returned a communicator for a rank that joins none (color < 0)",
+                ));
+            }
+            (Some(_), _) => {}
         }
         let ccl = PluginCollectives::new(self.p, self.caps.clone());
-        Ok(Some(ccl.comm(raw, self.device.clone())))
+        ccl.comm(
+            "comm_split",
+            raw,
+            self.device.clone(),
+            Expect::AtMost(self.size),
+        )
+        .map(Some)
     }
 
     fn abort(&self) {

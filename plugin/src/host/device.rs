@@ -3,15 +3,15 @@
 use super::event::PluginEvent;
 use super::module::PluginModule;
 use super::stream::PluginStream;
-use super::Plugin;
+use super::{check_array, Plugin, MAX_ARRAY_ENTRIES};
 use crate::conv;
 use std::any::Any;
 use std::ffi::c_void;
 use std::sync::{Arc, Weak};
 use unihal_hal::{
     Buffer, Capabilities, Device, DeviceAllocation, DeviceId, DeviceInfo, Event, EventFlags,
-    HostAllocation, HostBuffer, Keep, MemoryInfo, Module, ModuleSource, NativeHandle, Result,
-    Stream,
+    HalError, HostAllocation, HostBuffer, Invalid, Keep, MemoryInfo, Module, ModuleSource,
+    NativeHandle, Result, Stream,
 };
 use unihal_plugin_abi::*;
 
@@ -33,25 +33,39 @@ unsafe impl Send for PluginDevice {}
 unsafe impl Sync for PluginDevice {}
 
 impl PluginDevice {
-    pub(super) fn open(p: &'static Plugin, ordinal: u32) -> Result<Arc<PluginDevice>> {
+    /// Opens device `ordinal` of the `count` the plugin reported, checking what the plugin
+    /// returns: a device handle, and properties whose counts and capabilities hold together.
+    pub(super) fn open(
+        p: &'static Plugin,
+        ordinal: u32,
+        count: usize,
+    ) -> Result<Arc<PluginDevice>> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract; `raw` outlives the call.
         p.call(p.api.device_open, "device open", |f, e| unsafe {
             f(ordinal, &mut raw, e)
         })?;
+        if raw.is_null() {
+            return Err(p.broke(
+                "device_open",
+                format!("returned UH_OK with a NULL device for ordinal {ordinal}"),
+            ));
+        }
         let mut props = std::mem::MaybeUninit::<UhDeviceProps>::zeroed();
         // SAFETY: as above.
         let r = p.call(p.api.device_props, "device props", |f, e| unsafe {
             f(raw, props.as_mut_ptr(), e)
         });
-        if let Err(e) = r {
+        // SAFETY: filled by the plugin or left all zero (a valid value: integers and pointers).
+        let props = unsafe { props.assume_init() };
+        if let Err(e) = r.and_then(|()| check_props(p, ordinal, count, &props)) {
             // SAFETY: our handle, released once.
             unsafe { (p.api.device_release.expect("required"))(raw) };
             return Err(e);
         }
-        // SAFETY: filled by the plugin, pointers valid while the device lives (header); the
-        // strings are copied here.
-        let (name, vendor, caps) = unsafe { conv::get_props(&props.assume_init()) };
+        // SAFETY: filled by the plugin, its arrays checked, pointers valid while the device
+        // lives (header); the strings are copied here.
+        let (name, vendor, caps) = unsafe { conv::get_props(&props) };
         Ok(Arc::new_cyclic(|me| PluginDevice {
             p,
             raw,
@@ -83,6 +97,69 @@ impl PluginDevice {
     }
 }
 
+/// Checks the properties `device_props` returned for device `ordinal` of `count`: the
+/// allocation alignment a power of two, the peer and op arrays in range (peers devices of this
+/// plugin), and every entry a claimed capability relies on present.
+fn check_props(p: &Plugin, ordinal: u32, count: usize, props: &UhDeviceProps) -> Result<()> {
+    let broke = |what: String| p.broke("device_props", format!("{what} for device {ordinal}"));
+    if !props.alloc_alignment.is_power_of_two() {
+        return Err(broke(format!(
+            "returned an allocation alignment of {} (not a power of two)",
+            props.alloc_alignment
+        )));
+    }
+    check_array(props.peers, props.n_peers.into(), count as u64, "peers").map_err(broke)?;
+    check_array(
+        props.ops,
+        props.n_ops.into(),
+        MAX_ARRAY_ENTRIES,
+        "op supports",
+    )
+    .map_err(broke)?;
+    // SAFETY: `n_peers` ordinals (checked above), valid while the device lives (header).
+    let peers = unsafe { conv::slice(props.peers, props.n_peers as usize) };
+    if let Some(peer) = peers.iter().find(|&&o| o as usize >= count) {
+        return Err(broke(format!(
+            "returned peer device {peer} of {count} devices"
+        )));
+    }
+    let claims: [(bool, &str, &[&str]); 5] = [
+        (
+            props.flags & UH_CAP_EVENT_TIMING != 0,
+            "event timing",
+            &["event_elapsed"],
+        ),
+        (
+            props.flags & UH_CAP_HOST_CALLBACKS != 0,
+            "host callbacks",
+            &["host_callback"],
+        ),
+        (props.n_peers > 0, "peer devices", &["copy_peer"]),
+        (props.n_ops > 0, "library ops", &["run_op"]),
+        (
+            props.module_formats != 0,
+            "module formats",
+            &[
+                "module_load",
+                "module_release",
+                "module_function",
+                "function_release",
+                "launch",
+            ],
+        ),
+    ];
+    for (claimed, what, entries) in claims {
+        let absent = super::missing(&p.api, entries.iter().copied());
+        if claimed && !absent.is_empty() {
+            return Err(broke(format!(
+                "claims {what}, but the plugin leaves out `{}`",
+                absent.join("`, `")
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Drop for PluginDevice {
     fn drop(&mut self) {
         if let Some(f) = self.p.api.device_release {
@@ -109,8 +186,8 @@ unsafe impl Send for PluginMem {}
 // SAFETY: as above.
 unsafe impl Sync for PluginMem {}
 
-// SAFETY: the plugin's allocation is `len` bytes at `addr`, owned by the handle until released
-// in our drop; none of the values change.
+// SAFETY: the plugin's allocation is `len` bytes at `addr` (checked when made not to wrap past
+// 2^64), owned by the handle until released in our drop; none of the values change.
 unsafe impl DeviceAllocation for PluginMem {
     fn device(&self) -> DeviceId {
         self.device
@@ -149,7 +226,8 @@ unsafe impl Send for PluginHostMem {}
 unsafe impl Sync for PluginHostMem {}
 
 // SAFETY: the plugin's host allocation is `len` zeroed bytes at `ptr` (header: host memory is
-// zeroed), owned by the handle until released in our drop.
+// zeroed; checked when made: not NULL, not wrapping), owned by the handle until released in
+// our drop.
 unsafe impl HostAllocation for PluginHostMem {
     fn device(&self) -> DeviceId {
         self.device
@@ -201,6 +279,12 @@ impl Device for PluginDevice {
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, &mut total, &mut free, e) },
         )?;
+        if free > total {
+            return Err(self.p.broke(
+                "device_memory_info",
+                format!("returned {free} bytes free of {total} on {}", self.info.id),
+            ));
+        }
         Ok(MemoryInfo { total, free })
     }
 
@@ -210,6 +294,27 @@ impl Device for PluginDevice {
         self.p.call(self.p.api.mem_alloc, "alloc", |f, e| unsafe {
             f(self.raw, len as u64, &mut raw, &mut addr, e)
         })?;
+        let align = self.caps.mandatory.alloc_alignment;
+        let wrong = if raw.is_null() {
+            Some("returned UH_OK with a NULL allocation".to_string())
+        } else if addr.checked_add(len as u64).is_none() {
+            Some(format!(
+                "returned address {addr:#x} for {len} bytes: the range wraps past 2^64"
+            ))
+        } else if len > 0 && addr % align != 0 {
+            Some(format!(
+                "returned address {addr:#x}, off the device's {align}-byte alignment"
+            ))
+        } else {
+            None
+        };
+        if let Some(what) = wrong {
+            if !raw.is_null() {
+                // SAFETY: the handle the plugin just returned, released once, never kept.
+                unsafe { (self.p.api.mem_release.expect("required"))(raw) };
+            }
+            return Err(self.p.broke("mem_alloc", what));
+        }
         Ok(Buffer::from_allocation(PluginMem {
             p: self.p,
             raw,
@@ -227,6 +332,26 @@ impl Device for PluginDevice {
             .call(self.p.api.host_alloc, "alloc host", |f, e| unsafe {
                 f(self.raw, len as u64, &mut raw, &mut ptr, e)
             })?;
+        let wrong = if raw.is_null() {
+            Some("returned UH_OK with a NULL host allocation".to_string())
+        } else if ptr.is_null() && len > 0 {
+            Some(format!(
+                "returned UH_OK with a NULL pointer for {len} bytes"
+            ))
+        } else if (ptr as usize).checked_add(len).is_none() || len > isize::MAX as usize {
+            Some(format!(
+                "returned pointer {ptr:p} for {len} bytes: the range wraps the address space"
+            ))
+        } else {
+            None
+        };
+        if let Some(what) = wrong {
+            if !raw.is_null() {
+                // SAFETY: the handle the plugin just returned, released once, never kept.
+                unsafe { (self.p.api.host_release.expect("required"))(raw) };
+            }
+            return Err(self.p.broke("host_alloc", what));
+        }
         Ok(HostBuffer::from_allocation(Box::new(PluginHostMem {
             p: self.p,
             raw,
@@ -241,6 +366,16 @@ impl Device for PluginDevice {
         let Some(entry) = self.p.api.mem_import else {
             return Err(self.p.unsupported("wrapping foreign memory"));
         };
+        if addr.checked_add(len).is_none() {
+            // Refused before the plugin sees it: `owner` is dropped here, once.
+            return Err(HalError::invalid(
+                "len",
+                Invalid::Value {
+                    value: format!("{len} bytes at {addr:#x}"),
+                    accepted: "a range that ends at or below 2^64".into(),
+                },
+            ));
+        }
         let user = Box::into_raw(Box::new(owner)) as *mut c_void;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract; the caller vouches for the range.
@@ -250,6 +385,11 @@ impl Device for PluginDevice {
         // Refused or not, the plugin calls `drop_owner` exactly once (header): the owner is
         // never freed here.
         r?;
+        if raw.is_null() {
+            return Err(self
+                .p
+                .broke("mem_import", "returned UH_OK with a NULL allocation"));
+        }
         Ok(Buffer::from_allocation(PluginMem {
             p: self.p,
             raw,

@@ -35,6 +35,9 @@ impl PluginEvent {
         p.call(p.api.event_create, "event create", |f, e| unsafe {
             f(dev.raw(), flags.disable_timing as u32, &mut raw, e)
         })?;
+        if raw.is_null() {
+            return Err(p.broke("event_create", "returned UH_OK with a NULL event"));
+        }
         Ok(PluginEvent {
             p,
             raw,
@@ -132,6 +135,11 @@ impl Event for PluginEvent {
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, end.raw, &mut ms, e) },
         )?;
+        if !ms.is_finite() {
+            return Err(self
+                .p
+                .broke("event_elapsed", format!("returned {ms} milliseconds")));
+        }
         Ok(ms)
     }
 

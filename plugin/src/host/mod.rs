@@ -2,7 +2,17 @@
 //!
 //! [`load`] opens one library and refuses, with a typed error and nothing else called, anything
 //! that is not a plugin of this ABI major: a file the loader cannot open, a library without the
-//! entry symbol, a plugin of another major, a table without a required entry, a bad name.
+//! entry symbol, a plugin of another major, a table without a required entry, a bad name, a
+//! plugin description (`info`, `ccl_caps`) whose counts or pointers do not hold together.
+//!
+//! The host trusts no value a plugin returns: every handle, pointer, length and count that comes
+//! back from an entry is checked before the host keeps or uses it (a NULL handle or pointer on
+//! success, a device range that wraps past 2^64, an address off the device's alignment, a length
+//! longer than the host's buffer, a rank outside its communicator, an array count out of
+//! range). A value that fails refuses the call with [`HalError::AbiMismatch`] naming the entry
+//! and the plugin ([`Plugin::broke`]), after releasing whatever valid handle came with it; it
+//! never reaches a HAL object. Entries the device's capabilities rely on (`event_elapsed` for
+//! event timing, ...) are checked when the device opens, and the device is refused without them.
 //! [`register_from_env`] loads every plugin `UNIHAL_PLUGIN_PATH` names into a registry; every
 //! attempt, loaded or refused, is logged and kept for `unihal devices` ([`attempts`]).
 //!
@@ -46,6 +56,9 @@ pub struct Plugin {
     pub info: BackendInfo,
     /// The conformance manifest the plugin ships.
     pub manifest: &'static str,
+    /// The collective engine's capabilities (`ccl_caps`, read and checked at load), when the
+    /// plugin has one.
+    pub(crate) ccl: Option<unihal_hal::CclCaps>,
 }
 
 impl Plugin {
@@ -70,6 +83,66 @@ impl Plugin {
 
     pub(crate) fn unsupported(&self, what: &str) -> HalError {
         HalError::unsupported(format!("{what} (the plugin {} leaves it out)", self.name))
+    }
+
+    /// The error for a value `entry` returned that breaks the ABI's contract (a NULL handle on
+    /// success, a range that wraps, a count out of range): [`HalError::AbiMismatch`] naming the
+    /// entry and the plugin. The caller has released whatever valid handle came with it.
+    pub fn broke(&self, entry: &str, what: impl std::fmt::Display) -> HalError {
+        abi(format!(
+            "the plugin {} ({}) broke the ABI: `{entry}` {what}",
+            self.name, self.path
+        ))
+    }
+}
+
+/// The most entries the host reads from an array a plugin returns (libraries, peers, op
+/// supports, accumulation types, host kernels, kernel parameters): a larger count is refused as
+/// out of range, before any element is read.
+pub const MAX_ARRAY_ENTRIES: u64 = 1 << 16;
+
+/// Checks an array a plugin returned: `n` entries at `p`, NULL only when `n` is 0, and at most
+/// `max` of them. `Err` says what is wrong (the caller names the entry).
+pub(crate) fn check_array<T>(
+    p: *const T,
+    n: u64,
+    max: u64,
+    field: &str,
+) -> std::result::Result<(), String> {
+    if n > max {
+        return Err(format!("returned {n} {field} (at most {max})"));
+    }
+    if n > 0 && p.is_null() {
+        return Err(format!("returned {n} {field} at NULL"));
+    }
+    if (n as u128) * (std::mem::size_of::<T>() as u128) > isize::MAX as u128 {
+        return Err(format!(
+            "returned {n} {field}: more than the address space holds"
+        ));
+    }
+    Ok(())
+}
+
+/// A copy of a size-prefixed struct a plugin returned, reading only the `size` bytes the plugin
+/// wrote (header rule 2): fields past them read as zero (absent).
+///
+/// # Safety
+/// `p` points to a struct whose first field is its `uint32_t size`, valid for `size` bytes;
+/// an all-zero `T` is a valid value (integers, raw pointers, `Option` of functions).
+unsafe fn read_sized<T: Copy>(p: *const T) -> T {
+    // SAFETY: the caller's promise: the first four bytes are the struct's size.
+    let size = unsafe { *(p as *const u32) } as usize;
+    let mut out = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: at most `size` bytes of the plugin's struct (valid by the caller's promise) into
+    // a zeroed `T` of ours, which any all-zero or partly copied value leaves valid (the
+    // caller's promise: every field is plain data).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            p as *const u8,
+            out.as_mut_ptr() as *mut u8,
+            size.min(std::mem::size_of::<T>()),
+        );
+        out.assume_init()
     }
 }
 
@@ -153,14 +226,13 @@ fn abi(what: String) -> HalError {
 }
 
 /// Loads the plugin library at `path` (never searched for: the path is used as given) and
-/// checks it, calling nothing but its entry and `info` (and nothing after the entry when the
-/// major differs).
+/// checks it, calling nothing but its entry, `info` and `ccl_caps` (and nothing after the entry
+/// when the major differs).
 ///
 /// # Errors
 /// [`HalError::Unavailable`] when the library cannot be opened (the loader's message);
-/// [`HalError::AbiMismatch`] for a library without `unihal_plugin_entry`, a plugin of another
-/// major version, a table without a required entry or a plugin without a valid name; the
-/// plugin's own error when its entry refuses the host.
+/// [`HalError::AbiMismatch`] for a library without `unihal_plugin_entry`, and as
+/// [`load_entry`]; the plugin's own error when its entry refuses the host.
 pub fn load(path: &Path) -> Result<&'static Plugin> {
     let shown = path.display().to_string();
     // SAFETY: loading a library runs its initialisers; the user named this file as a unihal
@@ -180,8 +252,116 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
     let entry = *entry;
     // Plugins are never unloaded (module docs).
     std::mem::forget(lib);
+    // SAFETY: the library's entry symbol, which is the header's entry by its name.
+    unsafe { load_entry(&shown, entry) }
+}
+
+/// The entries a plugin must have (header rule 3, and what the HAL requires of every backend:
+/// a fill, memory info, the sticky error).
+const REQUIRED: &[&str] = &[
+    "info",
+    "probe",
+    "device_open",
+    "device_release",
+    "device_props",
+    "device_memory_info",
+    "device_synchronize",
+    "mem_alloc",
+    "mem_release",
+    "host_alloc",
+    "host_release",
+    "stream_create",
+    "stream_release",
+    "copy_h2d",
+    "copy_d2h",
+    "copy_d2d",
+    "fill",
+    "stream_synchronize",
+    "stream_query",
+    "stream_async_error",
+    "event_create",
+    "event_release",
+    "event_record",
+    "stream_wait_event",
+    "event_query",
+    "event_synchronize",
+];
+
+/// Whether the table has the entry named `name` (the names of [`REQUIRED`] and of the entries
+/// capabilities rely on).
+fn has_entry(api: &UhPluginApi, name: &str) -> bool {
+    match name {
+        "info" => api.info.is_some(),
+        "probe" => api.probe.is_some(),
+        "device_open" => api.device_open.is_some(),
+        "device_release" => api.device_release.is_some(),
+        "device_props" => api.device_props.is_some(),
+        "device_memory_info" => api.device_memory_info.is_some(),
+        "device_synchronize" => api.device_synchronize.is_some(),
+        "mem_alloc" => api.mem_alloc.is_some(),
+        "mem_release" => api.mem_release.is_some(),
+        "host_alloc" => api.host_alloc.is_some(),
+        "host_release" => api.host_release.is_some(),
+        "stream_create" => api.stream_create.is_some(),
+        "stream_release" => api.stream_release.is_some(),
+        "copy_h2d" => api.copy_h2d.is_some(),
+        "copy_d2h" => api.copy_d2h.is_some(),
+        "copy_d2d" => api.copy_d2d.is_some(),
+        "copy_peer" => api.copy_peer.is_some(),
+        "fill" => api.fill.is_some(),
+        "run_op" => api.run_op.is_some(),
+        "host_callback" => api.host_callback.is_some(),
+        "stream_synchronize" => api.stream_synchronize.is_some(),
+        "stream_query" => api.stream_query.is_some(),
+        "stream_async_error" => api.stream_async_error.is_some(),
+        "event_create" => api.event_create.is_some(),
+        "event_release" => api.event_release.is_some(),
+        "event_record" => api.event_record.is_some(),
+        "stream_wait_event" => api.stream_wait_event.is_some(),
+        "event_query" => api.event_query.is_some(),
+        "event_synchronize" => api.event_synchronize.is_some(),
+        "event_elapsed" => api.event_elapsed.is_some(),
+        "module_load" => api.module_load.is_some(),
+        "module_release" => api.module_release.is_some(),
+        "module_function" => api.module_function.is_some(),
+        "function_release" => api.function_release.is_some(),
+        "launch" => api.launch.is_some(),
+        "ccl_unique_id" => api.ccl_unique_id.is_some(),
+        "ccl_init_rank" => api.ccl_init_rank.is_some(),
+        "ccl_init_all" => api.ccl_init_all.is_some(),
+        "comm_release" => api.comm_release.is_some(),
+        "comm_rank_size" => api.comm_rank_size.is_some(),
+        "comm_collective" => api.comm_collective.is_some(),
+        "comm_group" => api.comm_group.is_some(),
+        "comm_split" => api.comm_split.is_some(),
+        "comm_abort" => api.comm_abort.is_some(),
+        "comm_async_error" => api.comm_async_error.is_some(),
+        _ => false,
+    }
+}
+
+/// The entries of `names` the table leaves NULL.
+fn missing<'a>(api: &UhPluginApi, names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    names.into_iter().filter(|n| !has_entry(api, n)).collect()
+}
+
+/// Loads a plugin from its entry point (a plugin linked into the program, or whose library the
+/// caller opened itself) and checks it exactly as [`load`] does; `shown` names it in messages
+/// and as its [`Plugin::path`]. Calls nothing but the entry, `info` and `ccl_caps`.
+///
+/// # Safety
+/// `entry` is a unihal plugin entry point as `unihal_plugin.h` documents it, whose code stays
+/// loaded for the rest of the process.
+///
+/// # Errors
+/// [`HalError::AbiMismatch`] for a plugin of another major version, a table without a required
+/// entry, a plugin without a valid name, or an `info` or `ccl_caps` whose counts and pointers
+/// do not hold together (or a collective engine without the entries it needs); the plugin's
+/// own error when its entry refuses the host.
+pub unsafe fn load_entry(shown: &str, entry: UhPluginEntryFn) -> Result<&'static Plugin> {
     let mut rec = Box::new(UhError::new());
-    // SAFETY: the entry's contract: our services (valid forever) and an error record.
+    // SAFETY: the entry's contract (the caller's promise): our services (valid forever) and an
+    // error record.
     let table = unsafe { entry(&HOST_API, &mut *rec) };
     if table.is_null() {
         let e = conv::get_error(
@@ -210,47 +390,14 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
         return Err(abi(format!("{shown}: a table of {size} bytes")));
     }
     // Entries past the plugin's table size read as NULL (header rule 2).
-    let mut api = std::mem::MaybeUninit::<UhPluginApi>::zeroed();
-    // SAFETY: the plugin's table holds `size` bytes; we copy at most our struct's size into a
-    // zeroed struct, and an all-zero UhPluginApi is valid (integers and NULL `Option<fn>`s).
-    let api = unsafe {
-        std::ptr::copy_nonoverlapping(
-            table as *const u8,
-            api.as_mut_ptr() as *mut u8,
-            size.min(std::mem::size_of::<UhPluginApi>()),
-        );
-        api.assume_init()
-    };
-    let required = [
-        ("info", api.info.is_some()),
-        ("probe", api.probe.is_some()),
-        ("device_open", api.device_open.is_some()),
-        ("device_release", api.device_release.is_some()),
-        ("device_props", api.device_props.is_some()),
-        ("device_synchronize", api.device_synchronize.is_some()),
-        ("mem_alloc", api.mem_alloc.is_some()),
-        ("mem_release", api.mem_release.is_some()),
-        ("host_alloc", api.host_alloc.is_some()),
-        ("host_release", api.host_release.is_some()),
-        ("stream_create", api.stream_create.is_some()),
-        ("stream_release", api.stream_release.is_some()),
-        ("copy_h2d", api.copy_h2d.is_some()),
-        ("copy_d2h", api.copy_d2h.is_some()),
-        ("copy_d2d", api.copy_d2d.is_some()),
-        ("stream_synchronize", api.stream_synchronize.is_some()),
-        ("stream_query", api.stream_query.is_some()),
-        ("event_create", api.event_create.is_some()),
-        ("event_release", api.event_release.is_some()),
-        ("event_record", api.event_record.is_some()),
-        ("stream_wait_event", api.stream_wait_event.is_some()),
-        ("event_query", api.event_query.is_some()),
-        ("event_synchronize", api.event_synchronize.is_some()),
-    ];
-    let missing: Vec<&str> = required.iter().filter(|r| !r.1).map(|r| r.0).collect();
-    if !missing.is_empty() {
+    // SAFETY: the plugin's table holds `size` bytes and begins with its size; an all-zero
+    // UhPluginApi is valid (integers and NULL `Option<fn>`s).
+    let api = unsafe { read_sized(table) };
+    let absent = missing(&api, REQUIRED.iter().copied());
+    if !absent.is_empty() {
         return Err(abi(format!(
             "{shown} leaves out required entries: {}",
-            missing.join(", ")
+            absent.join(", ")
         )));
     }
     // SAFETY: `info` is present (checked) and returns data valid forever (header rule 5).
@@ -258,9 +405,10 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
     if info.is_null() {
         return Err(abi(format!("{shown}: `info` returned NULL")));
     }
-    // SAFETY: non-null, valid forever; fields read within its size only.
-    let info = unsafe { &*info };
-    let has = |end: usize| info.size as usize >= end;
+    // SAFETY: non-null, valid forever, beginning with its size; fields past the plugin's size
+    // read as absent.
+    let info: UhPluginInfo = unsafe { read_sized(info) };
+    let broke = |what: String| abi(format!("{shown}: `info` {what}"));
     // SAFETY: strings and arrays valid forever (header rule 5).
     let name = unsafe { conv::opt_cstr(info.name) }.unwrap_or_default();
     if name.is_empty()
@@ -272,37 +420,53 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
             "{shown}: backend name {name:?} is not [a-z0-9_-]+"
         )));
     }
-    let libraries = if has(std::mem::size_of::<UhPluginInfo>()) {
-        // SAFETY: as above.
-        unsafe { conv::slice(info.libraries, info.n_libraries as usize) }
-            .iter()
-            .map(|l| {
-                // SAFETY: as above.
-                let s = |p| unsafe { conv::opt_cstr(p) };
-                LibraryInfo {
-                    role: s(l.role).unwrap_or_default(),
-                    name: s(l.name).unwrap_or_default(),
-                    path: s(l.path),
-                    version: s(l.version),
-                    error: s(l.error),
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    check_array(
+        info.libraries,
+        info.n_libraries.into(),
+        MAX_ARRAY_ENTRIES,
+        "libraries",
+    )
+    .map_err(broke)?;
+    // SAFETY: checked above: `n_libraries` entries (valid forever, header rule 5).
+    let libraries = unsafe { conv::slice(info.libraries, info.n_libraries as usize) }
+        .iter()
+        .map(|l| {
+            // SAFETY: as above.
+            let l: UhLibraryInfo = unsafe { read_sized(l) };
+            // SAFETY: as above.
+            let s = |p| unsafe { conv::opt_cstr(p) };
+            LibraryInfo {
+                role: s(l.role).unwrap_or_default(),
+                name: s(l.name).unwrap_or_default(),
+                path: s(l.path),
+                version: s(l.version),
+                error: s(l.error),
+            }
+        })
+        .collect();
     // SAFETY: as above.
     let manifest = unsafe { conv::opt_cstr(info.manifest) }.unwrap_or_default();
+    let ccl = match api.ccl_caps {
+        // SAFETY: the entry's contract: data valid forever, or NULL (header rule 5).
+        Some(f) => match unsafe { f() } {
+            c if c.is_null() => None,
+            c => {
+                // SAFETY: non-null, valid forever, beginning with its size.
+                let c: UhCclCaps = unsafe { read_sized(c) };
+                Some(check_ccl_caps(shown, &api, &c)?)
+            }
+        },
+        None => None,
+    };
     let plugin = Plugin {
         api,
-        path: shown.clone(),
+        path: shown.to_string(),
         name: conv::intern(&name),
         info: BackendInfo {
             name: name.clone(),
-            // SAFETY: as above.
             version: format!(
                 "{} (plugin {shown}, ABI {}.{})",
-                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                // SAFETY: a string valid forever, or NULL (header rule 5).
                 unsafe { conv::opt_cstr(info.version) }.unwrap_or_default(),
                 head.abi_major,
                 head.abi_minor
@@ -312,10 +476,48 @@ pub fn load(path: &Path) -> Result<&'static Plugin> {
             concurrent: info.concurrent != 0,
         },
         manifest: Box::leak(manifest.into_boxed_str()),
+        ccl,
     };
     let plugin: &'static Plugin = Box::leak(Box::new(plugin));
     LOADED.lock().push(plugin);
     Ok(plugin)
+}
+
+/// The capabilities of a plugin's collective engine, checked: the accumulation array in range,
+/// and the entries a collective engine needs present (groups and split when it claims them).
+fn check_ccl_caps(shown: &str, api: &UhPluginApi, c: &UhCclCaps) -> Result<unihal_hal::CclCaps> {
+    check_array(
+        c.accumulation,
+        c.n_accumulation.into(),
+        MAX_ARRAY_ENTRIES,
+        "accumulation types",
+    )
+    .map_err(|what| abi(format!("{shown}: `ccl_caps` {what}")))?;
+    let mut needed = vec![
+        "ccl_unique_id",
+        "ccl_init_rank",
+        "ccl_init_all",
+        "comm_release",
+        "comm_rank_size",
+        "comm_collective",
+        "comm_abort",
+        "comm_async_error",
+    ];
+    if c.flags & UH_CCL_GROUPS != 0 {
+        needed.push("comm_group");
+    }
+    if c.flags & UH_CCL_SPLIT != 0 {
+        needed.push("comm_split");
+    }
+    let absent = missing(api, needed);
+    if !absent.is_empty() {
+        return Err(abi(format!(
+            "{shown} has a collective engine (`ccl_caps`) but leaves out entries it needs: {}",
+            absent.join(", ")
+        )));
+    }
+    // SAFETY: the array was checked above; the strings are valid forever (header rule 5).
+    Ok(unsafe { conv::get_ccl_caps(c) })
 }
 
 /// Every plugin loaded in this process (they are never unloaded, and stay reachable here).

@@ -1,7 +1,7 @@
 //! A plugin's modules and functions as HAL objects.
 
 use super::device::PluginDevice;
-use super::Plugin;
+use super::{check_array, Plugin, MAX_ARRAY_ENTRIES};
 use crate::conv::{self, SourceStore};
 use std::any::Any;
 use std::ffi::CString;
@@ -37,6 +37,9 @@ impl PluginModule {
         p.call(p.api.module_load, "module load", |f, e| unsafe {
             f(dev.raw(), &src, &mut raw, e)
         })?;
+        if raw.is_null() {
+            return Err(p.broke("module_load", "returned UH_OK with a NULL module"));
+        }
         Ok(PluginModule {
             p,
             raw,
@@ -91,8 +94,27 @@ impl Module for PluginModule {
                 )
             },
         )?;
+        let checked = if raw.is_null() {
+            Err("returned UH_OK with a NULL function".to_string())
+        } else if has != 0 {
+            check_array(sizes, n, MAX_ARRAY_ENTRIES, "parameter sizes")
+        } else {
+            Ok(())
+        };
+        if let Err(what) = checked {
+            if !raw.is_null() {
+                if let Some(f) = self.p.api.function_release {
+                    // SAFETY: the handle the plugin just returned, released once, never kept.
+                    unsafe { f(raw) }
+                }
+            }
+            return Err(self
+                .p
+                .broke("module_function", format!("{what} for {name:?}")));
+        }
         let param_sizes = (has != 0).then(|| {
-            // SAFETY: `n` sizes valid while the function lives (header); copied here.
+            // SAFETY: `n` sizes (checked above) valid while the function lives (header);
+            // copied here.
             unsafe { conv::slice(sizes, n as usize) }
                 .iter()
                 .map(|&s| s as usize)
@@ -159,4 +181,26 @@ impl Function for PluginFunction {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Checks a module source a plugin returned (`entry` names the entry): its bytes, host kernels
+/// and their parameter sizes in range and not at NULL, before any of them is read.
+///
+/// # Errors
+/// [`HalError::AbiMismatch`] naming the entry and the plugin.
+pub(super) fn check_source(p: &Plugin, entry: &str, s: &UhModuleSource) -> Result<()> {
+    let broke = |what: String| p.broke(entry, what);
+    check_array(s.bytes, s.len, isize::MAX as u64, "bytes of module image").map_err(broke)?;
+    check_array(s.symbols, s.n_symbols, MAX_ARRAY_ENTRIES, "host kernels").map_err(broke)?;
+    // SAFETY: `n_symbols` entries (checked above), valid forever (header rule 5).
+    for sym in unsafe { conv::slice(s.symbols, s.n_symbols as usize) } {
+        check_array(
+            sym.param_sizes,
+            sym.n_params,
+            MAX_ARRAY_ENTRIES,
+            "parameter sizes of a host kernel",
+        )
+        .map_err(broke)?;
+    }
+    Ok(())
 }

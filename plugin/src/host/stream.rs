@@ -59,6 +59,9 @@ impl PluginStream {
         p.call(p.api.stream_create, "stream create", |f, e| unsafe {
             f(dev.raw(), &mut raw, e)
         })?;
+        if raw.is_null() {
+            return Err(p.broke("stream_create", "returned UH_OK with a NULL stream"));
+        }
         let id = dev.id();
         Ok(Arc::new_cyclic(|me| PluginStream {
             p,
@@ -162,7 +165,13 @@ impl PluginStream {
                 p.call(p.api.event_create, "event create", |f, e| unsafe {
                     f(dev, 1, &mut ev, e)
                 })
-                .map(|_| ev as usize)
+                .and_then(|_| {
+                    if ev.is_null() {
+                        Err(p.broke("event_create", "returned UH_OK with a NULL event"))
+                    } else {
+                        Ok(ev as usize)
+                    }
+                })
                 .map_err(|e| e.to_string())
             },
             |ev| {

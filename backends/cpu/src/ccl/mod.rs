@@ -21,8 +21,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use unihal_hal::ccl::{timeout_from_env, Accumulation};
 use unihal_hal::{
-    CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, HalError, Invalid,
-    ReduceOp, Result, UniqueId,
+    CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, DeviceId,
+    HalError, Invalid, ReduceOp, Result, UniqueId,
 };
 
 /// The engine.
@@ -82,16 +82,29 @@ fn engine_caps() -> CclCaps {
 /// Communicators being formed by `init_rank`, by id.
 struct Pending {
     shared: Arc<CommShared>,
-    /// Which ranks have joined.
-    ranks: Vec<bool>,
+    /// The device of each rank that has joined.
+    ranks: Vec<Option<DeviceId>>,
     joined: usize,
 }
 
-/// An id's state: being joined, or spent (its communicator was formed; an id makes one
-/// communicator, as NCCL's, whose bootstrap root is gone once every rank connected).
+/// An id's state: being joined, spent (its communicator was formed; an id makes one
+/// communicator, as NCCL's, whose bootstrap root is gone once every rank connected), or refused
+/// (two ranks came on one device: every rank of the id fails, as NCCL's init does).
 enum Slot {
     Joining(Pending),
     Spent,
+    Refused(String),
+}
+
+/// The error of every rank of a communicator whose ranks share a device (`why` names them).
+fn shared_device(why: &str) -> HalError {
+    HalError::invalid(
+        "device",
+        Invalid::Value {
+            value: why.to_string(),
+            accepted: "each device at most once per communicator (one rank per device)".into(),
+        },
+    )
 }
 
 type PendingTable = (Mutex<HashMap<Vec<u8>, Slot>>, Condvar);
@@ -217,18 +230,22 @@ impl Collectives for CpuCollectives {
         let slot = g.entry(id.0.clone()).or_insert_with(|| {
             Slot::Joining(Pending {
                 shared: self.shared(nranks, config),
-                ranks: vec![false; nranks],
+                ranks: vec![None; nranks],
                 joined: 0,
             })
         });
-        let Slot::Joining(p) = slot else {
-            return Err(HalError::invalid(
-                "id",
-                Invalid::Value {
-                    value: "an id whose communicator was already formed".into(),
-                    accepted: "a fresh id from unique_id (an id makes one communicator)".into(),
-                },
-            ));
+        let p = match slot {
+            Slot::Joining(p) => p,
+            Slot::Refused(why) => return Err(shared_device(why)),
+            Slot::Spent => {
+                return Err(HalError::invalid(
+                    "id",
+                    Invalid::Value {
+                        value: "an id whose communicator was already formed".into(),
+                        accepted: "a fresh id from unique_id (an id makes one communicator)".into(),
+                    },
+                ))
+            }
         };
         if p.shared.rv.nranks != nranks {
             return Err(HalError::invalid(
@@ -239,7 +256,7 @@ impl Collectives for CpuCollectives {
                 },
             ));
         }
-        if p.ranks[rank] {
+        if p.ranks[rank].is_some() {
             return Err(HalError::invalid(
                 "rank",
                 Invalid::Value {
@@ -248,7 +265,16 @@ impl Collectives for CpuCollectives {
                 },
             ));
         }
-        p.ranks[rank] = true;
+        // One rank per device: two ranks on one device would share its memory, and a collective
+        // between them would read and write one range as two (a broadcast's root send and
+        // receive overlapping). Every rank of the id fails, those waiting included.
+        if let Some(other) = p.ranks.iter().position(|d| *d == Some(device.id())) {
+            let why = format!("{} as ranks {other} and {rank}", device.id());
+            *slot = Slot::Refused(why.clone());
+            cv.notify_all();
+            return Err(shared_device(&why));
+        }
+        p.ranks[rank] = Some(device.id());
         p.joined += 1;
         let shared = p.shared.clone();
         cv.notify_all();
@@ -263,9 +289,11 @@ impl Collectives for CpuCollectives {
                 // Leave: a rank that comes later must not count this one as present.
                 let mut missing = Vec::new();
                 if let Some(Slot::Joining(p)) = g.get_mut(&id.0) {
-                    p.ranks[rank] = false;
+                    p.ranks[rank] = None;
                     p.joined -= 1;
-                    missing = (0..nranks).filter(|&r| !p.ranks[r] && r != rank).collect();
+                    missing = (0..nranks)
+                        .filter(|&r| p.ranks[r].is_none() && r != rank)
+                        .collect();
                     if p.joined == 0 {
                         g.remove(&id.0);
                     }
@@ -275,6 +303,9 @@ impl Collectives for CpuCollectives {
                     millis: timeout.as_millis() as u64,
                 });
             }
+        }
+        if let Some(Slot::Refused(why)) = g.get(&id.0) {
+            return Err(shared_device(why));
         }
         g.insert(id.0.clone(), Slot::Spent);
         drop(g);

@@ -167,14 +167,19 @@ fn the_workspace_is_checked_and_used() {
         "host memory"
     );
     assert!(msg().contains("not device memory"), "{}", msg());
-    let mut w = null_mut();
+    let (mut w, mut stream) = (null_mut(), null_mut());
     // SAFETY: a live out-pointer.
     unsafe { ok(aclrtMalloc(&mut w, ws as usize, 0)) };
-    ok(aclnnAdd(w, ws, ex, null_mut()));
+    // A stream of its own: the default stream is shared with the tests running beside this one,
+    // and one of them synchronising it would run the operator before the free below.
+    // SAFETY: a live out-pointer.
+    unsafe { ok(aclrtCreateStream(&mut stream)) };
+    ok(aclnnAdd(w, ws, ex, stream));
     // Deferred mode: the operator has not run; its workspace cannot be freed under it.
     assert_eq!(aclrtFree(w), 207_002);
-    ok(aclrtSynchronizeStream(null_mut()));
+    ok(aclrtSynchronizeStream(stream));
     ok(aclrtFree(w));
+    ok(aclrtDestroyStream(stream));
     assert_eq!(host::<f32>(da, 64), vec![7f32; 64]);
 }
 

@@ -349,16 +349,8 @@ pub fn launch_host_fn(
     g: Box<dyn FnOnce() + Send>,
 ) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
-    let work = Work {
-        touches: Vec::new(),
-        run: Box::new(move |_| {
-            // It must not call the runtime (here the device is locked): such calls are refused
-            // and recorded as violations.
-            super::run_host_fn(g);
-            Ok(())
-        }),
-    };
-    Ok(dev.enqueue(id, work)?)
+    // It must not call the runtime: such calls are refused and recorded as violations.
+    Ok(dev.enqueue_host_fn(id, g)?)
 }
 
 /// Makes `stream` wait for `event`'s last record (an event of any device).

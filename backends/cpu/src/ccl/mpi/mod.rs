@@ -169,8 +169,13 @@ impl MpiCollectives {
                 "MPI_Comm_size",
             )?;
         }
+        let library = library_version();
+        tracing::info!(
+            target: "unihal::cpu::mpi",
+            "MPI engine: rank {rank} of {size} initialised ({library})"
+        );
         Ok(MpiCollectives {
-            caps: caps(library_version()),
+            caps: caps(library),
             timeout: timeout_from_env(),
             world_rank: rank as usize,
             world_size: size as usize,
