@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails:
-# the unit tests of hal and the CPU backend (collective early-leave tests included), the CPU
-# conformance suite (collectives included), the plugin boundary's tests, and the CUDA and HIP backends' whole suites (the
-# shared GPU layer under two runtimes) on the simulated driver and NCCL, the simulated HIP
-# runtime and RCCL, and the simulated CANN stack's own tests. First it proves the sanitizer works: planted bugs must be reported.
+# the unit tests of hal and the CPU backend (collective early-leave tests included), the caching
+# allocator and DLPack tests, the simulated CANN stack's and the Ascend backend's tests, the CPU
+# conformance suite (collectives included) with one simulated GPU backend's whole suite by
+# rotation (CUDA, HIP or Ascend: scripts/lib/rotation.sh), the plugin boundary's tests, and the
+# fault sweeps of every backend. First it proves the sanitizer works: planted bugs must be
+# reported.
 #
 # Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
 # --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
 # that loads the sanitized simulated driver must export the ASan runtime's symbols
-# (`-Wl,--export-dynamic`). Suppressions (scripts/lsan.supp) only for vendor libraries, each with
+# (`-Wl,--export-dynamic`). Suppressions (scripts/lsan.supp) only for vendor and system libraries, each with
 # its reason. Fails, never skips, when the nightly toolchain or NVRTC is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,10 +101,21 @@ plugin_tests() {
     $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}"
 }
 
-step "CPU conformance suite (collectives included), and the CUDA backend's on the simulated driver and NCCL"
-side_by_side cpu_suite cuda_suite
-step "HIP backend's suite on the simulated runtime, RCCL and rocBLAS (legacy numbering), and the Ascend backend's on the simulated CANN stack (HCCL included)"
-side_by_side hip_suite ascend_suite
+# The CPU suite runs every time; the three simulated GPU backends' suites rotate, one per run
+# (scripts/lib/rotation.sh; UNIHAL_CI_SLICE=all runs the three): each is a whole suite of
+# 4-6 minutes under the sanitizer, the fault sweeps below take every backend's failure paths on
+# every run, and each backend's suite runs unsanitized in CI every time.
+source scripts/lib/rotation.sh
+SUITES=(cpu_suite)
+in_slice "ASan suite of a simulated GPU backend: CUDA" 0 3 && SUITES+=(cuda_suite)
+in_slice "ASan suite of a simulated GPU backend: HIP" 1 3 && SUITES+=(hip_suite)
+in_slice "ASan suite of a simulated GPU backend: Ascend" 2 3 && SUITES+=(ascend_suite)
+step "conformance suites: ${SUITES[*]} (CUDA on the simulated driver and NCCL, HIP on the simulated runtime, RCCL and rocBLAS with the legacy numbering, Ascend on the simulated CANN stack with HCCL)"
+while [ "${#SUITES[@]}" -ge 2 ]; do
+    side_by_side "${SUITES[0]}" "${SUITES[1]}"
+    SUITES=("${SUITES[@]:2}")
+done
+if [ "${#SUITES[@]}" = 1 ]; then "${SUITES[0]}"; fi
 step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
 plugin_tests
 # The fault sweeps take every failure path of the training step on the four backends, where

@@ -193,17 +193,32 @@ pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Out
     let spawned = std::thread::Builder::new()
         .name(format!("case {}", case.id))
         .spawn(move || {
-            let mut ctx = Ctx::new(backend, device);
-            ctx.world = world;
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx)));
+            // The context (the case's devices, streams and buffers) is dropped inside the guard
+            // and the watchdog's time: a release that hangs or panics is the case's failure, and
+            // once the result is sent the thread has nothing left to do but exit.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut ctx = Ctx::new(backend, device);
+                ctx.world = world;
+                run(&ctx)
+            }));
             let _ = tx.send(r);
         });
-    if let Err(e) = spawned {
-        return Outcome::Failed {
-            message: format!("cannot start the case thread: {e}"),
-        };
+    let thread = match spawned {
+        Ok(t) => t,
+        Err(e) => {
+            return Outcome::Failed {
+                message: format!("cannot start the case thread: {e}"),
+            }
+        }
+    };
+    let result = rx.recv_timeout(timeout);
+    if result.is_ok() {
+        // It sent its result, its last act: joined, so no case thread is still exiting when the
+        // process exits (LeakSanitizer's exit-time check races an exiting thread,
+        // google/sanitizers#1836). An abandoned (timed-out) thread is left running.
+        let _ = thread.join();
     }
-    match rx.recv_timeout(timeout) {
+    match result {
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(f))) => Outcome::Failed { message: f.message },
         Ok(Err(p)) => {

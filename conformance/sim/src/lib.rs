@@ -11,7 +11,7 @@
 //! * **streams** ([`Device::enqueue`]): FIFO queues of work. In [`Mode::Deferred`] work runs only
 //!   at a synchronisation point (stream, event or device synchronise), so a missing cross-stream
 //!   wait gives wrong results instead of passing by luck; [`Mode::Eager`] runs work as it is
-//!   enqueued; [`Mode::Concurrent`] does too, with each kernel on its own thread outside the
+//!   enqueued; [`Mode::Concurrent`] does too, with each kernel on a pooled thread outside the
 //!   device lock, so the host and other streams go on while a kernel runs, as on a GPU;
 //! * **events**: markers in a stream, timestamped when the stream executes them; a stream waiting
 //!   on an event first runs the recording stream up to it (so dependencies, and only they, order
@@ -37,6 +37,7 @@ pub mod gpu;
 pub mod memory;
 pub mod module;
 pub mod peer;
+mod workers;
 
 pub use error::{SimError, SimResult};
 
@@ -1004,8 +1005,13 @@ impl State {
                 Op::Kernel(run) => {
                     if let Some(exec) = &self.exec {
                         // Counted as executed when it returns (on its thread).
+                        if let Err(e) = exec.start(stream, run) {
+                            self.fail(SimError::LaunchFailed(format!(
+                                "cannot start a thread for a kernel: {e}"
+                            )));
+                            continue;
+                        }
                         self.running.insert(stream);
-                        exec.start(stream, run);
                         return Ok(Progress::Blocked(self.running_blocker(stream)));
                     }
                     if let Err(e) = run() {
@@ -1093,15 +1099,18 @@ impl State {
 }
 
 impl Exec {
-    /// Runs `run` on a thread of its own; when it returns, its stream moves past it and every
-    /// stream runs on as far as it goes. The thread keeps the device's state (and so its memory)
-    /// alive while the kernel runs.
-    fn start(&self, stream: StreamId, run: KernelFn) {
+    /// Runs `run` on a kernel thread ([`workers`]); when it returns, its stream moves past it and
+    /// every stream runs on as far as it goes. The job keeps the device's state (and so its
+    /// memory) alive while the kernel runs.
+    ///
+    /// # Errors
+    /// The operating system's error when no thread can run it (`run` is dropped unrun).
+    fn start(&self, stream: StreamId, run: KernelFn) -> std::io::Result<()> {
         let Some(state) = self.state.upgrade() else {
-            return;
+            return Ok(());
         };
         let done = self.done.clone();
-        std::thread::spawn(move || {
+        workers::run(Box::new(move || {
             let r = run();
             let mut s = state.lock();
             s.running.remove(&stream);
@@ -1113,7 +1122,7 @@ impl Exec {
             }
             s.run_all();
             done.notify_all();
-        });
+        }))
     }
 }
 
