@@ -118,7 +118,14 @@ fn an_operation_whose_peer_never_comes_times_out_and_ends() {
         );
         let s = c.device().create_stream().unwrap();
         assert!(all_reduce(c, &s).is_err());
-        assert_eq!(native(c), 0, "given up");
+        // Handed to its reaper by the failing rank's thread once it has stopped every rank and
+        // issued their stand-ins: shortly after the sticky error is visible, not with it.
+        assert!(
+            eventually(Duration::from_secs(5), || native(c) == 0),
+            "rank {} not given up: {:#x}",
+            c.rank(),
+            native(c)
+        );
     }
     destroyed(&handles, Duration::from_secs(5));
 }

@@ -497,7 +497,9 @@ impl HcclComm {
     }
 
     /// The `HcclComm` handle as an address (for diagnostics and tests): 0 once the communicator
-    /// was given up after a failure (then destroyed, or leaked, by its reaper).
+    /// was given up after a failure (then destroyed, or leaked, by its reaper). The failing
+    /// rank's thread gives every rank up after it stopped them all and issued their stand-ins,
+    /// so a rank's sticky error can be seen a moment before its handle reads 0.
     pub fn native(&self) -> usize {
         *self.shared.raw.lock()
     }
