@@ -21,6 +21,8 @@ cd "$(dirname "$0")/.."
 
 [ "$(id -u)" = 0 ] || { echo "bare-machine.sh needs root (a private mount namespace)" >&2; exit 1; }
 command -v unshare >/dev/null || { echo "bare-machine.sh needs unshare (util-linux)" >&2; exit 1; }
+unshare -m --propagation private true \
+    || { echo "bare-machine.sh cannot make a private mount namespace (unshare -m): it needs root with CAP_SYS_ADMIN" >&2; exit 1; }
 
 # The test targets whose code opens a vendor library, compiler, Python or MPI when it finds one
 # (the rest run the same either way). Names are per workspace: a name several packages have runs
