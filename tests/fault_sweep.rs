@@ -208,6 +208,7 @@ fn planted(workload: faults::Workload) -> faults::SweepReport {
         max_n_per_point: 1,
         only: vec!["alloc".into()],
         trial_deadline: std::time::Duration::from_secs(2),
+        ..SweepOptions::default()
     };
     faults::sweep(Arc::new(CpuInjector), cpu, workload, &opts)
 }

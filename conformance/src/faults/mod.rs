@@ -132,6 +132,9 @@ pub struct SweepOptions {
     pub max_n_per_point: u32,
     /// A trial that has not ended by then is a hang.
     pub trial_deadline: Duration,
+    /// The deadline of the warm-up run before the clean run: with an empty kernel cache it
+    /// compiles the kernel library for each device (NVRTC, hiprtc), minutes on a 2-core machine.
+    pub warm_up_deadline: Duration,
     /// Only the points whose names contain one of these (all when empty).
     pub only: Vec<String>,
 }
@@ -141,6 +144,7 @@ impl Default for SweepOptions {
         SweepOptions {
             max_n_per_point: u32::MAX,
             trial_deadline: Duration::from_secs(60),
+            warm_up_deadline: Duration::from_secs(900),
             only: Vec::new(),
         }
     }
@@ -302,15 +306,34 @@ pub fn sweep(
         target: injector.describe(),
         ..SweepReport::default()
     };
-    let run = || {
-        with_deadline(opts.trial_deadline, move || {
+    let run_within = |deadline| {
+        with_deadline(deadline, move || {
             let backend = make();
             let r = workload(&backend);
             drop(backend);
             r
         })
     };
-    // Warm-up (kernel library, caches, per-device state), then the baseline.
+    let run = || run_within(opts.trial_deadline);
+    // Warm-up: the first run compiles the kernel library on each device, or reads it from the
+    // disk cache, into the process's cache. Its own deadline, and its result is not the clean
+    // one: while one rank compiles (minutes with an empty disk cache), its peer's collective may
+    // time out (the workload's communicator timeout is short). Only a hang fails here.
+    match run_within(opts.warm_up_deadline) {
+        None => {
+            report.problems.push(format!(
+                "the warm-up run did not end within {:?} (hang)",
+                opts.warm_up_deadline
+            ));
+            return report;
+        }
+        Some(Ok(Err(_))) => {
+            // Let what the failed run's communicators and streams still hold go first.
+            settle(&*injector, Live::default());
+        }
+        Some(_) => {}
+    }
+    // The clean run, then the baseline.
     let expected = match run() {
         Some(Ok(Ok(bytes))) => bytes,
         other => {
