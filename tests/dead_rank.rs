@@ -25,13 +25,31 @@ fn dead_ranks_on_every_in_process_engine() {
         ("hip (simulated RCCL)", simulated::hip),
         ("ascend (simulated HCCL)", simulated::ascend),
     ];
+    // Each engine's backend made and its two devices opened one engine at a time, before the
+    // timed trials run side by side: a first open loads the runtime and probes the device (CPU
+    // time), which must not delay another engine's ranks past its 300 ms timeout (a rank whose
+    // first round came late made the dying rank's own round time out, once, on a fresh machine).
+    let opened: Vec<(&str, Arc<dyn Backend>, Vec<Arc<dyn unihal::Device>>)> = engines
+        .iter()
+        .map(|&(name, make)| {
+            let backend = make();
+            let devices = (0..2)
+                .map(|i| {
+                    backend
+                        .open(i)
+                        .unwrap_or_else(|e| panic!("{name}: device {i}: {e}"))
+                })
+                .collect();
+            (name, backend, devices)
+        })
+        .collect();
     let failures: Vec<String> = std::thread::scope(|sc| {
-        let running: Vec<_> = engines
+        let running: Vec<_> = opened
             .iter()
-            .map(|&(name, make)| {
+            .map(|(name, backend, _devices)| {
                 (
-                    name,
-                    sc.spawn(move || dead_rank_trials(&make(), &DeadRankOptions::default())),
+                    *name,
+                    sc.spawn(move || dead_rank_trials(backend, &DeadRankOptions::default())),
                 )
             })
             .collect();
