@@ -29,7 +29,8 @@ fn dead_ranks_on_every_in_process_engine() {
     // timed trials run side by side: a first open loads the runtime and probes the device (CPU
     // time), which must not delay another engine's ranks past its 300 ms timeout (a rank whose
     // first round came late made the dying rank's own round time out, once, on a fresh machine).
-    let opened: Vec<(&str, Arc<dyn Backend>, Vec<Arc<dyn unihal::Device>>)> = engines
+    type Opened = (&'static str, Arc<dyn Backend>, Vec<Arc<dyn unihal::Device>>);
+    let opened: Vec<Opened> = engines
         .iter()
         .map(|&(name, make)| {
             let backend = make();
