@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails:
-# the unit tests of hal and the CPU backend (collective early-leave tests included), the caching
-# allocator and DLPack tests, the simulated CANN stack's and the Ascend backend's tests, the CPU
-# conformance suite (collectives included) with one simulated GPU backend's whole suite by
-# rotation (CUDA, HIP or Ascend: scripts/lib/rotation.sh), the plugin boundary's tests, and the
-# fault sweeps of every backend. First it proves the sanitizer works: planted bugs must be
-# reported.
+# AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails.
+# Every run (the core): the planted bugs must be reported (proof the sanitizer works), the CPU
+# conformance suite (collectives included) and the fault sweeps of every backend (every failure
+# path of the training step on CPU, CUDA, HIP and Ascend). By rotation, one slice of three per run
+# (scripts/lib/rotation.sh; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets, runs all):
+#   0: the unit and integration tests of hal and the CPU backend (collective early-leave tests
+#      included), and the CUDA backend's whole suite on the simulated driver;
+#   1: the caching allocator and DLPack tests, the plugin boundary's tests, and the HIP backend's
+#      whole suite on the simulated runtime;
+#   2: the simulated CANN stack's and the Ascend backend's tests, and the Ascend backend's whole
+#      suite on the simulated CANN stack.
+# Each slice is mostly compile time (a sanitized build of its test targets): the three take about
+# the same.
 #
 # Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
 # --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
@@ -32,6 +38,13 @@ CARGO="cargo +nightly"
 
 step() { echo "== asan: $* ($(date +%T))"; }
 
+source scripts/lib/rotation.sh
+source scripts/lib/side-by-side.sh
+SLICE0=false SLICE1=false SLICE2=false
+in_slice "ASan slice: hal and CPU tests, CUDA suite" 0 3 && SLICE0=true
+in_slice "ASan slice: allocator, DLPack and plugin tests, HIP suite" 1 3 && SLICE1=true
+in_slice "ASan slice: simulated CANN and Ascend tests, Ascend suite" 2 3 && SLICE2=true
+
 step "planted bugs must be reported"
 $CARGO build -q --target "$TRIPLE" -p unihal-hal --example asan_planted
 for bug in use-after-free:heap-use-after-free leak:detected\ memory\ leaks; do
@@ -43,27 +56,32 @@ for bug in use-after-free:heap-use-after-free leak:detected\ memory\ leaks; do
     echo "planted $arg: reported ($want)"
 done
 
-step "hal and CPU backend unit and integration tests"
-$CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
-step "caching allocator and DLPack tests (not the numpy one: Python would load a sanitized library)"
-$CARGO test -q --target "$TRIPLE" -p unihal-alloc
-$CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
-step "the simulated CANN stack's tests (descriptors, executors, workspaces, HCCL failure paths)"
-$CARGO test -q --target "$TRIPLE" -p unihal-sim-cann
-step "the Ascend backend's tests on the simulated CANN stack (layouts, ops, HCCL failure paths)"
-$CARGO test -q --target "$TRIPLE" -p unihal-ascend
+if $SLICE0; then
+    step "hal and CPU backend unit and integration tests"
+    $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
+fi
+if $SLICE1; then
+    step "caching allocator and DLPack tests (not the numpy one: Python would load a sanitized library)"
+    $CARGO test -q --target "$TRIPLE" -p unihal-alloc
+    $CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
+fi
+if $SLICE2; then
+    step "the simulated CANN stack's tests (descriptors, executors, workspaces, HCCL failure paths)"
+    $CARGO test -q --target "$TRIPLE" -p unihal-sim-cann
+    step "the Ascend backend's tests on the simulated CANN stack (layouts, ops, HCCL failure paths)"
+    $CARGO test -q --target "$TRIPLE" -p unihal-ascend
+fi
 
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time. The runs
 # are independent processes, two at a time (scripts/lib/side-by-side.sh).
-source scripts/lib/side-by-side.sh
 step "build the sanitized unihal binary, simulated runtimes and plugin tests"
 $CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip
 $CARGO build -q --target "$TRIPLE" -p unihal --bin unihal
 $CARGO build -q --target "$TRIPLE" -p unihal-sim-cann --lib --example make_layout
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
 PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test template_plugin)
-$CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run
+if $SLICE1; then $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run; fi
 SIM="$BIN/libunihal_sim_cuda.so"
 HIP_SIM="$BIN/libunihal_sim_hip.so"
 test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
@@ -101,23 +119,23 @@ plugin_tests() {
     $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}"
 }
 
-# The CPU suite runs every time; the three simulated GPU backends' suites rotate, one per run
-# (scripts/lib/rotation.sh; UNIHAL_CI_SLICE=all runs the three): each is a whole suite of
-# 4-6 minutes under the sanitizer, the fault sweeps below take every backend's failure paths on
-# every run, and each backend's suite runs unsanitized in CI every time.
-source scripts/lib/rotation.sh
+# The CPU suite runs every time; the three simulated GPU backends' suites come with their slices:
+# each is a whole suite of 4-6 minutes under the sanitizer, the fault sweeps below take every
+# backend's failure paths on every run, and each backend's suite runs unsanitized in CI every time.
 SUITES=(cpu_suite)
-in_slice "ASan suite of a simulated GPU backend: CUDA" 0 3 && SUITES+=(cuda_suite)
-in_slice "ASan suite of a simulated GPU backend: HIP" 1 3 && SUITES+=(hip_suite)
-in_slice "ASan suite of a simulated GPU backend: Ascend" 2 3 && SUITES+=(ascend_suite)
+if $SLICE0; then SUITES+=(cuda_suite); fi
+if $SLICE1; then SUITES+=(hip_suite); fi
+if $SLICE2; then SUITES+=(ascend_suite); fi
 step "conformance suites: ${SUITES[*]} (CUDA on the simulated driver and NCCL, HIP on the simulated runtime, RCCL and rocBLAS with the legacy numbering, Ascend on the simulated CANN stack with HCCL)"
 while [ "${#SUITES[@]}" -ge 2 ]; do
     side_by_side "${SUITES[0]}" "${SUITES[1]}"
     SUITES=("${SUITES[@]:2}")
 done
 if [ "${#SUITES[@]}" = 1 ]; then "${SUITES[0]}"; fi
-step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
-plugin_tests
+if $SLICE1; then
+    step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
+    plugin_tests
+fi
 # The fault sweeps take every failure path of the training step on the four backends, where
 # memory bugs hide: they found a heap-use-after-free in the simulated collectives (RELIABILITY.md,
 # defect 22) only under the sanitizer reliably. Leak checking off here: the sweeps account for

@@ -7,8 +7,9 @@
 # packages .ci/run installs (AMD's HIP runtime, hiprtc and comgr, ROCr, Open MPI, libclang) is
 # covered by a bind mount of /dev/null, and the private Python environments (NVIDIA's NVRTC and
 # NCCL, numpy) and the extracted torch-npu headers by an empty tmpfs. The environment is emptied
-# but for the toolchain's and the build's own settings (PATH, HOME, RUSTUP_*, CARGO_*), so no
-# UNIHAL_TEST_* requirement is set and nothing rebuilds.
+# but for the toolchain's and the build's own settings (PATH, HOME, RUSTUP_*, CARGO_*, the kernel
+# library's build cache, which its build script watches), so no UNIHAL_TEST_* requirement is set
+# and nothing rebuilds.
 #
 # It first proves the components are hidden (so the check can fail): `unihal devices --json`
 # must report the HIP and CUDA backends unavailable, naming their runtime libraries, and neither
@@ -58,7 +59,7 @@ for d in .venv-cuda .venv-numpy target/torch-npu-*; do [ -d "$d" ] && HIDE_DIRS+
 
 KEEP=(PATH="$PATH" HOME="$HOME")
 while IFS='=' read -r name _; do
-    case "$name" in RUSTUP_*|CARGO_*) KEEP+=("$name=${!name}") ;; esac
+    case "$name" in RUSTUP_*|CARGO_*|UNIHAL_KERNELS_BUILD_CACHE) KEEP+=("$name=${!name}") ;; esac
 done < <(env)
 
 echo "bare machine: hiding $(wc -l <"$HIDE_LIST") files of ${#PACKAGES[@]} packages and ${#HIDE_DIRS[@]} directories (${HIDE_DIRS[*]})"

@@ -10,7 +10,8 @@
 #    seeds reach it at once: a slice dropped at once, an all_to_allv);
 # 3. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
 #    fuzz/regressions/<target>) replays without a failure: they are the regression tests;
-# 4. a short run of each target from its corpus.
+# 4. a short run from its corpus of one target by rotation (scripts/lib/rotation.sh; every target
+#    with UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets).
 # A soak is the same command with a longer FUZZ_SECONDS (docs/RELIABILITY.md has its figures).
 # Fails, never skips, when the nightly toolchain or cargo-fuzz cannot be had.
 set -euo pipefail
@@ -71,12 +72,16 @@ echo "uncounted view caught: $(grep -m1 -o 'alloc_blocks: [^:]*' <<<"$out")"
 step "build (no planted bug)"
 cargo +nightly fuzz build -O
 
-for t in cpu_hal alloc_blocks cuda_sim_hal; do
+source ../scripts/lib/rotation.sh
+TARGETS=(cpu_hal alloc_blocks cuda_sim_hal)
+for i in "${!TARGETS[@]}"; do
+    t="${TARGETS[$i]}"
     # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
     mkdir -p "corpus/$t" "regressions/$t" "target/work-corpus/$t"
     step "$t: replay the corpus and the crash reproducers"
     "$OUT/$t" "${extra[@]}" -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
+    in_slice "fuzzing run: $t" "$i" "${#TARGETS[@]}" || continue
     step "$t: ${FUZZ_SECONDS} s from the corpus"
     cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
     rm -f target/artifacts-"$t"-*

@@ -35,19 +35,30 @@ pub fn options_from_env() -> RunOptions {
     }
 }
 
-/// The `main` of a `harness = false` test target running the suite on `registry`'s backends.
+/// The `main` of a `harness = false` test target running the suite on `registry`'s backends,
+/// every case on every device. Exits the process with libtest's status (2 when discovery fails).
 pub fn libtest_main(registry: &Registry) -> ! {
+    libtest_main_on_first(registry, usize::MAX)
+}
+
+/// As [`libtest_main`], with each case run on the first `max_devices` devices of each backend
+/// only (as `unihal conformance --max-devices`): the other devices still take part as peer ranks
+/// of the collective cases. For a route whose op cases another target already runs on every
+/// device (the CPU backend through its plugin), so that its trials prove the route, not the
+/// device count again.
+pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
     run_child_if_requested(registry);
     let args = Arguments::from_args();
     let opts = options_from_env();
     let started = Instant::now();
-    let (targets, unavailable) = match discover(registry, None) {
+    let (mut targets, unavailable) = match discover(registry, None) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("unihal conformance: {e}");
             std::process::exit(2);
         }
     };
+    targets.retain(|t| (t.device.id().ordinal as usize) < max_devices);
     for u in &unavailable {
         eprintln!(
             "unihal conformance: backend {} unavailable: {}",
