@@ -111,7 +111,16 @@ fn main() {
                     _ => false,
                 };
                 if !cached {
+                    // Each variant's objects in a directory of its own: all three compile the
+                    // same source, whose object file name cc derives from the source path, so
+                    // side by side in one directory they would overwrite one another.
+                    let own = out.join(variant);
+                    let mut b = b.clone();
+                    b.out_dir(&own);
                     b.compile(&lib);
+                    std::fs::copy(own.join(&file), out.join(&file)).unwrap_or_else(|e| {
+                        panic!("cannot copy {file} into {}: {e}", out.display())
+                    });
                     if let (Some(dir), Some(key)) = (cache, &key) {
                         build_cache::store(dir, key, &file, out);
                     }

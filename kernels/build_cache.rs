@@ -44,6 +44,9 @@ impl Fnv {
 pub fn key(build: &cc::Build, out: &Path, sources: &[PathBuf]) -> String {
     let tool = build.get_compiler();
     let mut h = Fnv::new();
+    // The layout of an entry: bumped when what an archive holds changes for the same inputs
+    // (v2: each variant compiled in its own object directory).
+    h.field(b"unihal-kernels archive v2");
     h.field(tool.path().as_os_str().as_encoded_bytes());
     let version = std::process::Command::new(tool.path())
         .arg("--version")
