@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Fuzzing in CI (cargo fuzz, libFuzzer, AddressSanitizer; the nightly toolchain):
-# 1. the planted panic (a fill whose value byte is in 0x4a..=0x4d, feature `planted-panic`) must
+# 1. the planted panic (a fill whose value byte is in 0x4a..=0x4d, UNIHAL_FUZZ_PLANTED=panic) must
 #    be found by a short run from the committed corpus, which itself holds no such fill (its
 #    replay must pass): proves the fuzzer's mutations reach the calls it drives and that a panic
 #    is reported with its input;
 # 2. the uncounted view (a dropped `Buffer::slice` of an allocator block freed the block,
-#    RELIABILITY.md defect 25; feature `planted-uncounted-slice`) must make `alloc_blocks` fail
+#    RELIABILITY.md defect 25; UNIHAL_FUZZ_PLANTED=uncounted-slice) must make `alloc_blocks` fail
 #    with its own invariant's message, from a copy of its committed corpus within 120 s (its
 #    seeds reach it at once: a slice dropped at once, an all_to_allv);
 # 3. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
 #    fuzz/regressions/<target>) replays without a failure: they are the regression tests;
 # 4. a short run from its corpus of one target by rotation (scripts/lib/rotation.sh; every target
 #    with UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets).
+# One fuzz build serves all four: the planted defects are chosen at run time (fuzz/src/planted.rs),
+# so no feature switch rebuilds the sanitized stack (each did: the HAL and everything above it).
 # A soak is the same command with a longer FUZZ_SECONDS (docs/RELIABILITY.md has its figures).
 # Fails, never skips, when the nightly toolchain or cargo-fuzz cannot be had.
 set -euo pipefail
@@ -39,39 +41,37 @@ export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 # CI filled earlier spares each fuzzing process a compile of the whole library.
 export UNIHAL_KERNEL_CACHE="${UNIHAL_KERNEL_CACHE:-$PWD/../target/kernel-cache}"
 
+# The real runs below plant nothing, whatever the caller's environment says.
+unset UNIHAL_FUZZ_PLANTED
+step "build (every target; the planted defects off unless UNIHAL_FUZZ_PLANTED names one)"
+cargo +nightly fuzz build -O
+
 step "planted panic must be found"
-cargo +nightly fuzz build -O --features planted-panic cpu_hal
 rm -rf target/planted-corpus target/planted-artifacts && mkdir -p target/planted-corpus target/planted-artifacts
 # The committed corpus alone must not reach the planted panic: the search below has to mutate.
-"$OUT/cpu_hal" -runs=0 -timeout=30 -detect_leaks=0 -artifact_prefix=target/planted-artifacts/ corpus/cpu_hal \
+UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" -runs=0 -timeout=30 -detect_leaks=0 -artifact_prefix=target/planted-artifacts/ corpus/cpu_hal \
     >target/planted-replay.log 2>&1 \
     || { tail -30 target/planted-replay.log; echo "the committed corpus already holds the planted fill" >&2; exit 1; }
 # From a copy of the committed corpus, as a short CI run starts. Four planted values of 256 put
 # the search at 14-20 s here (6 runs; the one value 0x42 took 10-290 s, 9.5 minutes once in CI).
 cp corpus/cpu_hal/* target/planted-corpus/
-if out="$("$OUT/cpu_hal" target/planted-corpus -use_value_profile=1 -max_total_time=300 -timeout=30 -detect_leaks=0 \
+if out="$(UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" target/planted-corpus -use_value_profile=1 -max_total_time=300 -timeout=30 -detect_leaks=0 \
         -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
     echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 300 s" >&2; exit 1
 fi
 grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
 echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
 
-# Before the plain build below: that one only relinks alloc_blocks without the feature (cargo keeps
-# the HAL built either way).
 step "planted uncounted view must be caught by alloc_blocks"
-cargo +nightly fuzz build -O --features planted-uncounted-slice alloc_blocks
 rm -rf target/planted-alloc-corpus && mkdir -p target/planted-alloc-corpus
 cp corpus/alloc_blocks/* target/planted-alloc-corpus/
-if out="$("$OUT/alloc_blocks" target/planted-alloc-corpus -max_total_time=120 -timeout=30 -detect_leaks=0 \
+if out="$(UNIHAL_FUZZ_PLANTED=uncounted-slice "$OUT/alloc_blocks" target/planted-alloc-corpus -max_total_time=120 -timeout=30 -detect_leaks=0 \
         -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
     echo "$out" | tail -5; echo "alloc_blocks did not catch the uncounted view in 120 s" >&2; exit 1
 fi
 grep -qE "alloc_blocks: (allocator statistics|live blocks overlap|live block .* is not allocated|bytes differ)" <<<"$out" \
     || { echo "$out" | tail -30; echo "alloc_blocks failed, but not on a block invariant" >&2; exit 1; }
 echo "uncounted view caught: $(grep -m1 -o 'alloc_blocks: [^:]*' <<<"$out")"
-step "build (no planted bug)"
-cargo +nightly fuzz build -O
-
 source ../scripts/lib/rotation.sh
 TARGETS=(cpu_hal alloc_blocks cuda_sim_hal)
 for i in "${!TARGETS[@]}"; do

@@ -9,10 +9,9 @@ use unihal_hal::Backend;
 fn backend() -> &'static Arc<dyn Backend> {
     static B: OnceLock<Arc<dyn Backend>> = OnceLock::new();
     B.get_or_init(|| {
-        // The fixed defect planted back (feature `planted-uncounted-slice`): a view does not
-        // count as a handle, so dropping one frees its block; this target must fail on it.
-        #[cfg(feature = "planted-uncounted-slice")]
-        unihal_hal::planted::set_uncounted_slice(true);
+        // The fixed defect planted back (`UNIHAL_FUZZ_PLANTED=uncounted-slice`): a view does
+        // not count as a handle, so dropping one frees its block; this target must fail on it.
+        unihal_hal::planted::set_uncounted_slice(unihal_fuzz::planted::uncounted_slice());
         let config = CpuConfig::from_values(Some("2"), Some("64M"), Some("1")).expect("config");
         Arc::new(CpuBackend::with_config(config))
     })
