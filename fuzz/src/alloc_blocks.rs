@@ -125,7 +125,9 @@ impl World {
             .collect();
         let allocs = devs
             .iter()
-            .map(|d| CachingAllocator::new(d.clone(), AllocatorConfig::default()).expect("allocator"))
+            .map(|d| {
+                CachingAllocator::new(d.clone(), AllocatorConfig::default()).expect("allocator")
+            })
             .collect();
         World {
             devs,
@@ -249,7 +251,8 @@ impl World {
                 let off = span(inp, l);
                 let len = (inp.u16() as u64 % (MAX_WRITE + 1)).min(l - off);
                 let bytes = pattern(self.byte(), len);
-                self.log.push(format!("write {len} bytes through handle {h} at {off}"));
+                self.log
+                    .push(format!("write {len} bytes through handle {h} at {off}"));
                 let dev = self.block(h).dev;
                 if let Err(e) = self.streams[dev].write(&self.handles[h].buf, off, &bytes) {
                     self.fail(format!("write in range refused: {e}"));
@@ -283,7 +286,9 @@ impl World {
                     return;
                 }
                 let len = (len.min(l - off) / w) * w;
-                self.log.push(format!("fill {len} bytes of {value:?} through handle {h} at {off}"));
+                self.log.push(format!(
+                    "fill {len} bytes of {value:?} through handle {h} at {off}"
+                ));
                 let dev = self.block(h).dev;
                 if let Err(e) = self.streams[dev].fill(&self.handles[h].buf, off, len, value) {
                     self.fail(format!("aligned fill in range refused: {e}"));
@@ -354,7 +359,9 @@ impl World {
 
     fn alloc(&mut self, dev: usize, len: u64) {
         let v = self.byte();
-        self.log.push(format!("alloc {len} bytes on device {dev}, filled with {v:#x}"));
+        self.log.push(format!(
+            "alloc {len} bytes on device {dev}, filled with {v:#x}"
+        ));
         let buf = match self.allocs[dev].alloc(&self.streams[dev], len as usize) {
             Ok(b) => b,
             Err(HalError::AllocatorOutOfMemory(_)) => return,
@@ -386,7 +393,10 @@ impl World {
     /// The communicators of the two ranks, made on first use.
     fn comms(&mut self) -> Vec<Arc<dyn Communicator>> {
         if self.comms.is_none() {
-            let ccl = self.backend.collectives().expect("the backend has collectives");
+            let ccl = self
+                .backend
+                .collectives()
+                .expect("the backend has collectives");
             match ccl.init_all(&self.devs, &CommConfig::default()) {
                 Ok(c) => self.comms = Some(c),
                 Err(e) => self.fail(format!("init_all: {e}")),
@@ -540,7 +550,9 @@ impl World {
         let mut c = [[0u64; 2]; 2];
         for (src, row) in c.iter_mut().enumerate() {
             for (dst, n) in row.iter_mut().enumerate() {
-                *n = (inp.u8() as u64 % 65).min(elems(pick[src].0)).min(half[dst]);
+                *n = (inp.u8() as u64 % 65)
+                    .min(elems(pick[src].0))
+                    .min(half[dst]);
             }
         }
         let mut sd = [[0u64; 2]; 2]; // sd[src][dst]: where in src's send view dst's part starts
