@@ -33,6 +33,14 @@ export RUSTDOCFLAGS="-Zsanitizer=address"
 # handler keeps its alternate stacks. Memory errors and leaks are reported as before.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1:use_sigaltstack=0"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+# One feature resolution for every cargo command below (nightly's workspace-wide unification,
+# dev-dependencies included): each command otherwise resolves features for the packages and
+# targets it selects, and the root package's dev-dependencies (criterion: serde's `alloc`,
+# either's `std`, regex's `meta`) and the fault sweeps' `unihal-cpu/fault-injection` gave the
+# fault sweeps' build other feature sets than the rest, so it compiled the sanitized stack a
+# second time (serde and all above it). Every command also builds a target that needs the
+# dev-dependencies (a test or an example), as the workspace-wide resolution then includes them.
+export CARGO_RESOLVER_FEATURE_UNIFICATION=workspace CARGO_UNSTABLE_FEATURE_UNIFICATION=true
 BIN="$CARGO_TARGET_DIR/$TRIPLE/debug"
 CARGO="cargo +nightly"
 
@@ -75,10 +83,9 @@ fi
 # The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
 # part as peer ranks): the whole suite once, at a quarter of the per-device run's time. The runs
 # are independent processes, two at a time (scripts/lib/side-by-side.sh).
-step "build the sanitized unihal binary, simulated runtimes and plugin tests"
-$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip
-$CARGO build -q --target "$TRIPLE" -p unihal --bin unihal
-$CARGO build -q --target "$TRIPLE" -p unihal-sim-cann --lib --example make_layout
+step "build the sanitized unihal binary, simulated runtimes, fault sweeps and plugin tests"
+$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip -p unihal-sim-cann -p unihal \
+    --lib --bin unihal --example make_layout --test fault_sweep
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
 PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test template_plugin)
 if $SLICE1; then $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run; fi
