@@ -46,41 +46,54 @@ unset UNIHAL_FUZZ_PLANTED
 step "build (every target; the planted defects off unless UNIHAL_FUZZ_PLANTED names one)"
 cargo +nightly fuzz build -O
 
-step "planted panic must be found"
-rm -rf target/planted-corpus target/planted-artifacts && mkdir -p target/planted-corpus target/planted-artifacts
-# The committed corpus alone must not reach the planted panic: the search below has to mutate.
-UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" -runs=0 -timeout=30 -detect_leaks=0 -artifact_prefix=target/planted-artifacts/ corpus/cpu_hal \
-    >target/planted-replay.log 2>&1 \
-    || { tail -30 target/planted-replay.log; echo "the committed corpus already holds the planted fill" >&2; exit 1; }
-# From a copy of the committed corpus, as a short CI run starts. Four planted values of 256 put
-# the search at 14-20 s here (6 runs; the one value 0x42 took 10-290 s, 9.5 minutes once in CI).
-cp corpus/cpu_hal/* target/planted-corpus/
-if out="$(UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" target/planted-corpus -use_value_profile=1 -max_total_time=300 -timeout=30 -detect_leaks=0 \
-        -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
-    echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 300 s" >&2; exit 1
-fi
-grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
-echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
-
-step "planted uncounted view must be caught by alloc_blocks"
-rm -rf target/planted-alloc-corpus && mkdir -p target/planted-alloc-corpus
-cp corpus/alloc_blocks/* target/planted-alloc-corpus/
-if out="$(UNIHAL_FUZZ_PLANTED=uncounted-slice "$OUT/alloc_blocks" target/planted-alloc-corpus -max_total_time=120 -timeout=30 -detect_leaks=0 \
-        -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
-    echo "$out" | tail -5; echo "alloc_blocks did not catch the uncounted view in 120 s" >&2; exit 1
-fi
-grep -qE "alloc_blocks: (allocator statistics|live blocks overlap|live block .* is not allocated|bytes differ)" <<<"$out" \
-    || { echo "$out" | tail -30; echo "alloc_blocks failed, but not on a block invariant" >&2; exit 1; }
-echo "uncounted view caught: $(grep -m1 -o 'alloc_blocks: [^:]*' <<<"$out")"
+# The checks before the rotated run are independent processes (each target's own controls and
+# directories): two at a time (scripts/lib/side-by-side.sh), the longest replay beside the rest.
+source ../scripts/lib/side-by-side.sh
+planted_panic() {
+    step "planted panic must be found"
+    rm -rf target/planted-corpus target/planted-artifacts && mkdir -p target/planted-corpus target/planted-artifacts
+    # The committed corpus alone must not reach the planted panic: the search below has to mutate.
+    UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" -runs=0 -timeout=30 -detect_leaks=0 -artifact_prefix=target/planted-artifacts/ corpus/cpu_hal \
+        >target/planted-replay.log 2>&1 \
+        || { tail -30 target/planted-replay.log; echo "the committed corpus already holds the planted fill" >&2; exit 1; }
+    # From a copy of the committed corpus, as a short CI run starts. Four planted values of 256 put
+    # the search at 14-20 s here (6 runs; the one value 0x42 took 10-290 s, 9.5 minutes once in CI).
+    cp corpus/cpu_hal/* target/planted-corpus/
+    if out="$(UNIHAL_FUZZ_PLANTED=panic "$OUT/cpu_hal" target/planted-corpus -use_value_profile=1 -max_total_time=300 -timeout=30 -detect_leaks=0 \
+            -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
+        echo "$out" | tail -5; echo "the fuzzer did not find the planted panic in 300 s" >&2; exit 1
+    fi
+    grep -q "planted panic" <<<"$out" || { echo "$out" | tail -30; echo "the fuzzer failed, but not on the planted panic" >&2; exit 1; }
+    echo "planted panic found after $(grep -o '^#[0-9]*' <<<"$out" | tail -1) executions"
+}
+planted_uncounted_view() {
+    step "planted uncounted view must be caught by alloc_blocks"
+    rm -rf target/planted-alloc-corpus && mkdir -p target/planted-alloc-corpus
+    cp corpus/alloc_blocks/* target/planted-alloc-corpus/
+    if out="$(UNIHAL_FUZZ_PLANTED=uncounted-slice "$OUT/alloc_blocks" target/planted-alloc-corpus -max_total_time=120 -timeout=30 -detect_leaks=0 \
+            -artifact_prefix=target/planted-artifacts/ 2>&1)"; then
+        echo "$out" | tail -5; echo "alloc_blocks did not catch the uncounted view in 120 s" >&2; exit 1
+    fi
+    grep -qE "alloc_blocks: (allocator statistics|live blocks overlap|live block .* is not allocated|bytes differ)" <<<"$out" \
+        || { echo "$out" | tail -30; echo "alloc_blocks failed, but not on a block invariant" >&2; exit 1; }
+    echo "uncounted view caught: $(grep -m1 -o 'alloc_blocks: [^:]*' <<<"$out")"
+}
+# Every committed corpus input and crash reproducer of target $1 replays without a failure.
+replay() {
+    local t="$1"
+    mkdir -p "corpus/$t" "regressions/$t"
+    step "$t: replay the corpus and the crash reproducers"
+    # (see ASAN_OPTIONS above)
+    "$OUT/$t" -detect_leaks=0 -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
+}
+side_by_side "replay cuda_sim_hal" "planted_panic; planted_uncounted_view; replay cpu_hal; replay alloc_blocks"
 source ../scripts/lib/rotation.sh
 TARGETS=(cpu_hal alloc_blocks cuda_sim_hal)
 for i in "${!TARGETS[@]}"; do
     t="${TARGETS[$i]}"
     # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
-    mkdir -p "corpus/$t" "regressions/$t" "target/work-corpus/$t"
-    step "$t: replay the corpus and the crash reproducers"
-    "$OUT/$t" "${extra[@]}" -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
+    mkdir -p "target/work-corpus/$t"
     in_slice "fuzzing run: $t" "$i" "${#TARGETS[@]}" || continue
     step "$t: ${FUZZ_SECONDS} s from the corpus"
     cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
