@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use unihal::bootstrap::{init_world, LaunchInfo, Launcher};
+use unihal::bootstrap::{init_world, LaunchInfo};
 use unihal::{Backend, CommConfig, DType, ReduceOp};
 
 #[test]
@@ -20,14 +20,7 @@ fn ranks_bootstrap_through_the_store_and_all_reduce() {
         .map(|rank| {
             let backend = backend.clone();
             std::thread::spawn(move || -> unihal::Result<Vec<u8>> {
-                let info = LaunchInfo {
-                    launcher: Launcher::Torchrun,
-                    rank,
-                    world_size: 3,
-                    local_rank: rank,
-                    local_world_size: 3,
-                    master: Some(("127.0.0.1".into(), port)),
-                };
+                let info = LaunchInfo::new(rank, 3, Some(("127.0.0.1".into(), port)));
                 let device = backend.open(rank)?;
                 let config = CommConfig {
                     timeout: Some(Duration::from_secs(20)),

@@ -159,6 +159,11 @@ pub struct CclCaps {
     /// NCCL: ending a timed-out kernel needs `ncclCommAbort`, which peers may see as
     /// `ncclRemoteError`. Engines without it fail each waiting rank with its own `Timeout`.
     pub timeout_aborts_peers: bool,
+    /// Whether the ranks of one communicator may live in different processes (NCCL, RCCL, HCCL,
+    /// MPI, gloo), or only in one (the CPU backend's in-process engine). A launch of several
+    /// processes on an engine without it fails at start instead of waiting for ranks that can
+    /// never join.
+    pub crosses_processes: bool,
 }
 
 impl CclCaps {
@@ -714,4 +719,37 @@ mod split_tests {
         assert_eq!(split_place(&asks, 1), None);
         assert_eq!(split_place(&asks, 9), None);
     }
+}
+
+/// This process among the processes of a job: its host name and a random value drawn once per
+/// process (process ids repeat across containers and hosts, so a pid cannot tell two processes
+/// apart). Engines that connect the ranks of one process only put it in their ids, and refuse at
+/// once an id made by another process instead of waiting for ranks that can never join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessTag {
+    /// The host name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else `unknown-host`).
+    pub host: String,
+    /// Random, drawn once per process.
+    pub nonce: u64,
+}
+
+/// This process's [`ProcessTag`] (computed once). Thread safety: any thread.
+pub fn process_tag() -> &'static ProcessTag {
+    static TAG: std::sync::OnceLock<ProcessTag> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown-host".into());
+        // std's hasher keys are drawn from the OS's random source once per process.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        ProcessTag {
+            host,
+            nonce: h.finish(),
+        }
+    })
 }

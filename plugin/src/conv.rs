@@ -514,6 +514,7 @@ pub fn put_ccl_caps(c: &CclCaps, keep: &mut CclCapsStore) -> UhCclCaps {
         (c.survives_dead_rank, UH_CCL_SURVIVES_DEAD_RANK),
         (c.names_missing_ranks, UH_CCL_NAMES_MISSING_RANKS),
         (c.timeout_aborts_peers, UH_CCL_TIMEOUT_ABORTS_PEERS),
+        (c.crosses_processes, UH_CCL_CROSSES_PROCESSES),
     ]
     .iter()
     .fold(0, |m, (on, bit)| if *on { m | bit } else { m });
@@ -585,6 +586,7 @@ pub unsafe fn get_ccl_caps(c: &UhCclCaps) -> CclCaps {
         survives_dead_rank: c.flags & UH_CCL_SURVIVES_DEAD_RANK != 0,
         names_missing_ranks: c.flags & UH_CCL_NAMES_MISSING_RANKS != 0,
         timeout_aborts_peers: c.flags & UH_CCL_TIMEOUT_ABORTS_PEERS != 0,
+        crosses_processes: c.flags & UH_CCL_CROSSES_PROCESSES != 0,
     }
 }
 

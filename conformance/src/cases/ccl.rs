@@ -1393,6 +1393,7 @@ mod tests {
             survives_dead_rank: true,
             names_missing_ranks: true,
             timeout_aborts_peers: false,
+            crosses_processes: false,
         }
     }
 

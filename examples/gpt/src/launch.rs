@@ -1,12 +1,13 @@
 //! One rank per process: the launcher's variables say who this process is (torchrun's `RANK`,
 //! `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`/`MASTER_PORT`, or `mpirun`'s), the rank drives device
 //! `LOCAL_RANK` of the backend, and the world communicator comes from unihal's bootstrap: the
-//! MPI engine's own world under `mpirun`, else a unique id served by rank 0's TCP store.
+//! MPI engine's own world under `mpirun`, else a unique id through the job's c10d store
+//! (torchrun's agent store, or rank 0's). A failing rank writes torchrun's error file.
 
 use crate::data::Corpus;
 use crate::train::{train_rank, Report, StepStats, TrainConfig};
 use crate::Error;
-use unihal::bootstrap::{init_world, LaunchInfo};
+use unihal::bootstrap::{init_world, report_failure, LaunchInfo};
 use unihal::{Backend, CommConfig};
 
 /// This process's launch, when a launcher started more than one process.
@@ -40,10 +41,16 @@ pub fn train_process(
     let dev = backend
         .open(info.local_rank % have)
         .map_err(Error::hal("open"))?;
-    let (comm, _store) =
-        init_world(backend, &dev, info, &CommConfig::default()).map_err(Error::hal("bootstrap"))?;
+    let (comm, _store) = match init_world(backend, &dev, info, &CommConfig::default()) {
+        Ok(w) => w,
+        Err(e) => {
+            report_failure(info, &e);
+            return Err(Error::hal("bootstrap")(e));
+        }
+    };
     let r = train_rank(backend, dev, Some(comm.clone()), corpus, cfg, on_step);
-    if r.is_err() {
+    if let Err(e) = &r {
+        report_failure(info, e);
         comm.abort();
     }
     r

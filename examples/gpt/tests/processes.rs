@@ -3,7 +3,7 @@
 //! in-process engine joins them) train exactly as the in-process data-parallel run.
 
 use gpt::{Corpus, TrainConfig};
-use unihal::bootstrap::{LaunchInfo, Launcher};
+use unihal::bootstrap::LaunchInfo;
 
 #[test]
 fn store_bootstrapped_ranks_match_in_process_data_parallel() {
@@ -23,14 +23,7 @@ fn store_bootstrapped_ranks_match_in_process_data_parallel() {
             .map(|rank| {
                 let (backend, corpus, cfg) = (&backend, &corpus, &cfg);
                 s.spawn(move || {
-                    let info = LaunchInfo {
-                        launcher: Launcher::Torchrun,
-                        rank,
-                        world_size: 2,
-                        local_rank: rank,
-                        local_world_size: 2,
-                        master: Some(("127.0.0.1".into(), port)),
-                    };
+                    let info = LaunchInfo::new(rank, 2, Some(("127.0.0.1".into(), port)));
                     gpt::launch::train_process(&**backend, &info, corpus, cfg, &|_| {})
                         .unwrap()
                         .losses()

@@ -193,6 +193,7 @@ impl Engine {
             survives_dead_rank: false,
             names_missing_ranks: false,
             timeout_aborts_peers: true,
+            crosses_processes: true,
         }
     }
 
@@ -221,6 +222,7 @@ impl Collectives for Engine {
                 survives_dead_rank: false,
                 names_missing_ranks: false,
                 timeout_aborts_peers: true,
+                crosses_processes: true,
             },
         })
     }

@@ -330,6 +330,7 @@ typedef struct uh_accumulation {
 #define UH_CCL_SURVIVES_DEAD_RANK (1u << 2)
 #define UH_CCL_NAMES_MISSING_RANKS (1u << 3)
 #define UH_CCL_TIMEOUT_ABORTS_PEERS (1u << 4)
+#define UH_CCL_CROSSES_PROCESSES (1u << 5)
 
 typedef struct uh_ccl_caps {
   uint32_t size;

@@ -332,6 +332,8 @@ pub const UH_CCL_SPLIT: u32 = 1 << 1;
 pub const UH_CCL_SURVIVES_DEAD_RANK: u32 = 1 << 2;
 pub const UH_CCL_NAMES_MISSING_RANKS: u32 = 1 << 3;
 pub const UH_CCL_TIMEOUT_ABORTS_PEERS: u32 = 1 << 4;
+/// The engine's communicators may span processes (`CclCaps::crosses_processes`).
+pub const UH_CCL_CROSSES_PROCESSES: u32 = 1 << 5;
 
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -231,6 +231,7 @@ fn every_number_agrees_with_the_header() {
             "UH_CCL_TIMEOUT_ABORTS_PEERS",
             UH_CCL_TIMEOUT_ABORTS_PEERS as i128,
         ),
+        ("UH_CCL_CROSSES_PROCESSES", UH_CCL_CROSSES_PROCESSES as i128),
         ("UH_MAX_DIMS", UH_MAX_DIMS as i128),
         ("UH_SCALAR_F64", UH_SCALAR_F64 as i128),
         ("UH_SCALAR_I64", UH_SCALAR_I64 as i128),

@@ -186,6 +186,7 @@ impl Engine {
             survives_dead_rank: false,
             names_missing_ranks: false,
             timeout_aborts_peers: true,
+            crosses_processes: true,
         }
     }
 
@@ -319,6 +320,7 @@ impl Collectives for Engine {
                 survives_dead_rank: false,
                 names_missing_ranks: false,
                 timeout_aborts_peers: true,
+                crosses_processes: true,
             },
         })
     }

@@ -76,6 +76,7 @@ fn engine_caps() -> CclCaps {
         survives_dead_rank: true,
         names_missing_ranks: true,
         timeout_aborts_peers: false,
+        crosses_processes: false,
     }
 }
 
@@ -105,6 +106,41 @@ fn shared_device(why: &str) -> HalError {
             accepted: "each device at most once per communicator (one rank per device)".into(),
         },
     )
+}
+
+/// The length of the engine's ids, and their first bytes.
+const ID_LEN: usize = 128;
+const ID_MAGIC: &[u8; 16] = b"unihal-cpu-local";
+
+/// Refuses an id this engine did not make, and at once an id made by another process: this
+/// engine connects the ranks of one process only, and waiting for ranks that can never join would
+/// end only at the timeout.
+fn check_id(id: &UniqueId) -> Result<()> {
+    let b = &id.0;
+    if b.len() != ID_LEN || !b.starts_with(ID_MAGIC) {
+        return Err(HalError::invalid(
+            "id",
+            Invalid::Value {
+                value: format!("{} bytes", b.len()),
+                accepted: "a 128-byte id from this engine's unique_id".into(),
+            },
+        ));
+    }
+    let nonce = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+    if nonce != unihal_hal::ccl::process_tag().nonce {
+        let host = String::from_utf8_lossy(&b[32..]);
+        return Err(HalError::invalid(
+            "id",
+            Invalid::Other(format!(
+                "an id made by another process (on host {}): the CPU backend's in-process engine \
+                 connects the ranks of one process only; across processes use its gloo engine \
+                 (UNIHAL_CPU_CCL=gloo, a build with --features gloo) or its MPI engine (mpirun, \
+                 --features mpi), or a GPU backend's NCCL, RCCL or HCCL",
+                host.trim_end_matches('\0')
+            )),
+        ));
+    }
+    Ok(())
 }
 
 type PendingTable = (Mutex<HashMap<Vec<u8>, Slot>>, Condvar);
@@ -181,20 +217,19 @@ impl Collectives for CpuCollectives {
         &self.caps
     }
 
+    /// 128 bytes: [`ID_MAGIC`], this process's random [`unihal_hal::ccl::ProcessTag`] value, a
+    /// counter, and the host name (for messages), so that an id carried to another process is
+    /// refused there at once.
     fn unique_id(&self) -> Result<UniqueId> {
         static N: AtomicU64 = AtomicU64::new(0);
-        let mut id = vec![0u8; 128];
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let words = [
-            std::process::id() as u64,
-            N.fetch_add(1, Ordering::Relaxed),
-            t,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            id[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-        }
+        let tag = unihal_hal::ccl::process_tag();
+        let mut id = vec![0u8; ID_LEN];
+        id[..16].copy_from_slice(ID_MAGIC);
+        id[16..24].copy_from_slice(&tag.nonce.to_le_bytes());
+        id[24..32].copy_from_slice(&N.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        let host = tag.host.as_bytes();
+        let n = host.len().min(ID_LEN - 32);
+        id[32..32 + n].copy_from_slice(&host[..n]);
         Ok(UniqueId(id))
     }
 
@@ -216,15 +251,7 @@ impl Collectives for CpuCollectives {
                 },
             ));
         }
-        if id.0.len() != 128 {
-            return Err(HalError::invalid(
-                "id",
-                Invalid::Value {
-                    value: format!("{} bytes", id.0.len()),
-                    accepted: "a 128-byte id from unique_id".into(),
-                },
-            ));
-        }
+        check_id(id)?;
         let (lock, cv) = pending();
         let mut g = lock.lock();
         let slot = g.entry(id.0.clone()).or_insert_with(|| {

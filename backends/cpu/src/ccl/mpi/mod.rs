@@ -122,6 +122,7 @@ fn caps(version: String) -> CclCaps {
         survives_dead_rank: false,
         names_missing_ranks: true,
         timeout_aborts_peers: false,
+        crosses_processes: true,
     }
 }
 
