@@ -152,9 +152,9 @@ impl Backend for CpuBackend {
         // need no library; under `mpirun` (feature `mpi`) the collectives are MPI's.
         #[allow(unused_mut)]
         let mut libraries = Vec::new();
-        #[cfg(feature = "mpi")]
-        if ccl::mpi::selected() {
-            libraries.push(match ccl::mpi::engine() {
+        match ccl::selected() {
+            #[cfg(feature = "mpi")]
+            Ok(ccl::Engine::Mpi) => libraries.push(match ccl::mpi::engine() {
                 Ok(_) => unihal_hal::LibraryInfo::found(
                     "collectives",
                     "MPI",
@@ -162,7 +162,20 @@ impl Backend for CpuBackend {
                     Some(ccl::mpi::library_version()),
                 ),
                 Err(e) => unihal_hal::LibraryInfo::missing("collectives", "MPI", e.to_string()),
-            });
+            }),
+            #[cfg(feature = "gloo")]
+            Ok(ccl::Engine::Gloo) => libraries.push(unihal_hal::LibraryInfo::found(
+                "collectives",
+                "gloo",
+                "linked at build time".into(),
+                Some(ccl::gloo::GLOO_VERSION.into()),
+            )),
+            Ok(_) => {}
+            Err(e) => libraries.push(unihal_hal::LibraryInfo::missing(
+                "collectives",
+                ccl::ENGINE_ENV,
+                e.to_string(),
+            )),
         }
         BackendInfo {
             name: NAME.into(),
@@ -191,18 +204,29 @@ impl Backend for CpuBackend {
         Ok(d.clone())
     }
 
+    /// The engine [`ccl::selected`] names. An engine that cannot be had (an unknown
+    /// `UNIHAL_CPU_CCL`, an engine not in this build, MPI failing to start) is `None`, with the
+    /// reason logged and in [`Backend::info`].
     fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        #[cfg(feature = "mpi")]
-        if ccl::mpi::selected() {
-            return match ccl::mpi::engine() {
+        match ccl::selected() {
+            Ok(ccl::Engine::InProcess) => Some(&self.ccl),
+            #[cfg(feature = "mpi")]
+            Ok(ccl::Engine::Mpi) => match ccl::mpi::engine() {
                 Ok(e) => Some(e),
                 Err(e) => {
                     tracing::error!("the MPI collective engine is unavailable: {e}");
                     None
                 }
-            };
+            },
+            #[cfg(feature = "gloo")]
+            Ok(ccl::Engine::Gloo) => Some(ccl::gloo::engine()),
+            #[allow(unreachable_patterns)]
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!("no CPU collective engine: {e}");
+                None
+            }
         }
-        Some(&self.ccl)
     }
 
     fn conformance_manifest(&self) -> &'static str {

@@ -6,6 +6,8 @@
 //! are combined in rank order). Timeouts come from `UNIHAL_CCL_TIMEOUT`.
 
 mod comm;
+#[cfg(feature = "gloo")]
+pub mod gloo;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod rendezvous;
@@ -24,6 +26,83 @@ use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, DeviceId,
     HalError, Invalid, ReduceOp, Result, UniqueId,
 };
+
+/// Environment variable choosing the CPU backend's engine: `inprocess`, `mpi` or `gloo`.
+pub const ENGINE_ENV: &str = "UNIHAL_CPU_CCL";
+
+/// The CPU backend's collective engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Ranks are devices of this process ([`CpuCollectives`]).
+    InProcess,
+    /// One rank per process under `mpirun` (feature `mpi`).
+    Mpi,
+    /// One rank per process, meeting through the launcher's c10d store (feature `gloo`).
+    Gloo,
+}
+
+/// The engine the environment selects. `UNIHAL_CPU_CCL` names it; unset: MPI when `mpirun`
+/// started the process (`OMPI_COMM_WORLD_SIZE` or `PMI_SIZE`) and the build has it, else gloo
+/// when a launcher started several processes (`WORLD_SIZE` or `SLURM_NTASKS` over 1) and the
+/// build has it, else the in-process engine (whose bootstrap then refuses ranks in other
+/// processes, naming these engines).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for an unknown value; [`HalError::Unavailable`] naming the
+/// cargo feature when the named engine is not in this build.
+pub fn selected() -> Result<Engine> {
+    let built = |e: Engine| match e {
+        Engine::InProcess => true,
+        Engine::Mpi => cfg!(feature = "mpi"),
+        Engine::Gloo => cfg!(feature = "gloo"),
+    };
+    match std::env::var(ENGINE_ENV).as_deref() {
+        Ok(v) => {
+            let e = match v {
+                "inprocess" => Engine::InProcess,
+                "mpi" => Engine::Mpi,
+                "gloo" => Engine::Gloo,
+                other => {
+                    return Err(HalError::invalid(
+                        "UNIHAL_CPU_CCL",
+                        Invalid::Value {
+                            value: other.to_string(),
+                            accepted: "inprocess, mpi or gloo".into(),
+                        },
+                    ))
+                }
+            };
+            if !built(e) {
+                let feature = if e == Engine::Mpi { "mpi" } else { "gloo" };
+                return Err(HalError::Unavailable {
+                    what: format!("the CPU backend's {feature} collective engine"),
+                    reason: format!(
+                        "{ENGINE_ENV}={v}, but this build has no {feature} engine: build with \
+                         --features {feature}"
+                    ),
+                });
+            }
+            Ok(e)
+        }
+        Err(_) => {
+            let var = |k: &str| std::env::var(k).ok();
+            let many = |k: &str| {
+                var(k)
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .is_some_and(|n| n > 1)
+            };
+            if (var("OMPI_COMM_WORLD_SIZE").is_some() || var("PMI_SIZE").is_some())
+                && built(Engine::Mpi)
+            {
+                Ok(Engine::Mpi)
+            } else if (many("WORLD_SIZE") || many("SLURM_NTASKS")) && built(Engine::Gloo) {
+                Ok(Engine::Gloo)
+            } else {
+                Ok(Engine::InProcess)
+            }
+        }
+    }
+}
 
 /// The engine.
 pub struct CpuCollectives {
@@ -199,7 +278,7 @@ pub(crate) fn checked_stream<'s>(
 
 pub(crate) use unihal_hal::ccl::{check_not_in_place as not_in_place, check_rank as rank_arg};
 
-fn check_device(d: &Arc<dyn Device>) -> Result<()> {
+pub(crate) fn check_device(d: &Arc<dyn Device>) -> Result<()> {
     if d.as_any().downcast_ref::<CpuDevice>().is_none() {
         return Err(HalError::invalid(
             "device",

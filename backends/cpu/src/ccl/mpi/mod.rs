@@ -32,23 +32,12 @@ use unihal_hal::{
     ReduceOp, Result, UniqueId,
 };
 
-/// Environment variable choosing the CPU backend's engine: `mpi` or `inprocess`. Unset: MPI when
-/// the process was started by `mpirun` (`OMPI_COMM_WORLD_SIZE` or `PMI_SIZE` set), else in-process.
-pub const ENGINE_ENV: &str = "UNIHAL_CPU_CCL";
-
 /// The first bytes of this engine's unique ids.
 const ID_MAGIC: &[u8] = b"unihal-mpi-world";
 
-/// True when the environment selects the MPI engine.
+/// True when the environment selects the MPI engine ([`super::selected`]).
 pub fn selected() -> bool {
-    match std::env::var(ENGINE_ENV).as_deref() {
-        Ok("mpi") => true,
-        Ok(_) => false,
-        Err(_) => {
-            std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
-                || std::env::var_os("PMI_SIZE").is_some()
-        }
-    }
+    super::selected() == Ok(super::Engine::Mpi)
 }
 
 /// The MPI engine of this process (MPI is initialised on first use).
