@@ -127,6 +127,17 @@ impl Link {
                 millis: self.timeout.as_millis() as u64,
             });
         }
+        if rc == ffi::IO {
+            let missing: Vec<usize> = (0..self.size).filter(|&r| arrived[r] == 0).collect();
+            return Err(HalError::Aborted {
+                what: format!(
+                    "{what} (collective #{seq}) on rank {}: ranks {missing:?} left before \
+                     arriving (their connections broke: the communicator was aborted or \
+                     destroyed there, or the process died)",
+                    self.rank
+                ),
+            });
+        }
         conv::check(rc, what, &err, self.ms())?;
         if let Some(r) = (0..self.size).find(|&r| tokens[r] != token) {
             return Err(HalError::invalid(
