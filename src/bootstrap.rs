@@ -47,20 +47,25 @@ pub const WORLD_KEY: &str = "unihal/world/unique-id";
 
 /// The error of a launch whose launcher and engine disagree on the world's size.
 fn world_mismatch(info: &LaunchInfo, engine: &str, size: usize) -> HalError {
+    let n = info.world_size;
     let fix = if info.mpi_launch {
-        "launch with mpirun -n WORLD, or set UNIHAL_CPU_CCL to an engine that rendezvouses \
-         through the launcher's store (gloo)"
+        format!(
+            "Launch with mpirun -n {n}, or choose an engine that meets through the launcher's \
+             store (UNIHAL_CPU_CCL=gloo)"
+        )
     } else {
-        "under torchrun or Slurm use an engine that rendezvouses through their store \
-         (UNIHAL_CPU_CCL=gloo, a build with --features gloo), or launch with mpirun -n WORLD \
-         for the MPI engine"
+        format!(
+            "Under torchrun or Slurm use an engine that meets through their store \
+             (UNIHAL_CPU_CCL=gloo, a build with --features gloo), or launch with mpirun -n {n} \
+             for the MPI engine"
+        )
     };
     HalError::invalid(
         "WORLD_SIZE",
         Invalid::Other(format!(
-            "the launcher ({:?}) started {} processes, but {engine}'s world has {size}: every \
-             process would train on its own. {fix}",
-            info.launcher, info.world_size
+            "the launcher ({:?}) started {n} processes, but the world of {engine} has {size}: \
+             every process would train on its own. {fix}",
+            info.launcher
         )),
     )
 }
@@ -125,24 +130,31 @@ pub fn init_world(
         &format!("unihal/world/process/{}", info.rank),
         me.as_bytes(),
     )?;
-    if !caps.crosses_processes {
-        for r in 0..info.world_size {
-            let other = store.get(&format!("unihal/world/process/{r}"))?;
-            if other != me.as_bytes() {
-                return Err(HalError::invalid(
-                    "engine",
-                    Invalid::Other(format!(
-                        "rank {r} runs in another process ({}), and {} connects the ranks of \
-                         one process only: use an engine that crosses processes (the CPU \
-                         backend's gloo engine, UNIHAL_CPU_CCL=gloo with --features gloo; its \
-                         MPI engine under mpirun with --features mpi; NCCL, RCCL or HCCL on a \
-                         GPU backend)",
-                        String::from_utf8_lossy(&other),
-                        caps.engine
-                    )),
-                ));
-            }
+    let mut elsewhere = None;
+    for r in 0..info.world_size {
+        let other = store.get(&format!("unihal/world/process/{r}"))?;
+        if other != me.as_bytes() && elsewhere.is_none() {
+            elsewhere = Some((r, String::from_utf8_lossy(&other).into_owned()));
         }
+    }
+    // Once every rank has read every process, the store (rank 0's) may go away with an error.
+    if store.add("unihal/world/processes-read", 1)? == info.world_size as i64 {
+        store.set("unihal/world/processes-read-by-all", b"1")?;
+    }
+    if let (false, Some((r, other))) = (caps.crosses_processes, elsewhere) {
+        if job.serves() {
+            let _ = store.wait(&["unihal/world/processes-read-by-all"], timeout);
+        }
+        return Err(HalError::invalid(
+            "engine",
+            Invalid::Other(format!(
+                "rank {r} runs in another process ({other}), and {} connects the ranks of one \
+                 process only: use an engine that crosses processes (the CPU backend's gloo \
+                 engine, UNIHAL_CPU_CCL=gloo with --features gloo; its MPI engine under mpirun \
+                 with --features mpi; NCCL, RCCL or HCCL on a GPU backend)",
+                caps.engine
+            )),
+        ));
     }
     let id = if info.rank == 0 {
         let id = ccl.unique_id()?;

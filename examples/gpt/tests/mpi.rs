@@ -59,3 +59,38 @@ fn two_mpi_processes_match_two_in_process_devices() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The MPI engine under torchrun's variables (no mpirun): each process is an MPI world of one
+/// (Open MPI's singleton). Before this check both trained alone and exited 0; now both refuse at
+/// start, naming the fix.
+#[test]
+fn the_mpi_engine_under_torchrun_refuses_a_world_of_one() {
+    #[path = "../../../tests/support/launch.rs"]
+    mod launch;
+    let d = std::env::temp_dir().join(format!("unihal-gpt-mpi-torchrun-{}", std::process::id()));
+    let job = launch::Job::start(
+        &d,
+        2,
+        env!("CARGO_BIN_EXE_gpt"),
+        &["--backend", "cpu", "--steps", "2", "--sample", "0"],
+        &[
+            ("UNIHAL_CPU_CCL", "mpi"),
+            // Open MPI refuses root unless told (a CI container runs as root).
+            ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+            ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+        ],
+    );
+    let (ok, text) = job.wait();
+    assert!(ok.iter().all(|o| !o), "a rank trained alone:\n{text}");
+    assert_eq!(
+        text.matches("started 2 processes, but the world of MPI")
+            .count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("UNIHAL_CPU_CCL=gloo") && text.contains("mpirun -n 2"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
