@@ -6,7 +6,7 @@
 # in a private mount namespace (`unshare -m`; needs root, as CI has): every file of the vendor
 # packages .ci/run installs (AMD's HIP runtime, hiprtc and comgr, ROCr, Open MPI, libclang) is
 # covered by a bind mount of /dev/null, and the private Python environments (NVIDIA's NVRTC and
-# NCCL, numpy) and the extracted torch-npu headers by an empty tmpfs. The environment is emptied
+# NCCL, numpy, PyTorch) and the extracted torch-npu headers by an empty tmpfs. The environment is emptied
 # but for the toolchain's and the build's own settings (PATH, HOME, RUSTUP_*, CARGO_*, the kernel
 # library's build cache, which its build script watches), so no UNIHAL_TEST_* requirement is set
 # and nothing rebuilds.
@@ -36,6 +36,8 @@ VENDOR_TESTS=(
     rccl_instance stream_errors sync_race wrong_library
     # unihal-dlpack: numpy through DLPack
     numpy
+    # unihal-launch: PyTorch's TCPStore against unihal's
+    torch_store
     # unihal: `unihal devices`, the fault sweeps and backend preference over every backend
     cli fault_sweep open_preferred
     # unihal-sim: the simulated core's kernels (the NVRTC-compiled library when found)
@@ -47,7 +49,7 @@ for t in "${VENDOR_TESTS[@]}"; do TEST_ARGS+=(--test "$t"); done
 # Every regular file of the vendor packages that are installed.
 PACKAGES=(libamdhip64-5 libamdhip64-dev libamd-comgr2 libamd-comgr-dev libhsa-runtime64-1
     libhsa-runtime-dev libhsakmt1 libopenmpi3 libopenmpi-dev openmpi-bin libclang1-14
-    libclang-14-dev libclang-cpp14 libclang-dev)
+    libclang-14-dev libclang-cpp14 libclang-dev libgloo0 libgloo-dev)
 HIDE_LIST="$(mktemp)"
 for p in "${PACKAGES[@]}"; do
     dpkg -L "$p" 2>/dev/null || true
@@ -56,6 +58,8 @@ grep -q 'libamdhip64.so' "$HIDE_LIST" \
     || { echo "bare-machine.sh: AMD's HIP runtime is not installed, so hiding it proves nothing (run .ci/run's install first)" >&2; exit 1; }
 HIDE_DIRS=()
 for d in .venv-cuda .venv-numpy target/torch-npu-*; do [ -d "$d" ] && HIDE_DIRS+=("$PWD/$d"); done
+# PyTorch's venv lives outside the clone (.ci/run).
+if [ -n "${UNIHAL_TORCH_VENV:-}" ] && [ -d "$UNIHAL_TORCH_VENV" ]; then HIDE_DIRS+=("$UNIHAL_TORCH_VENV"); fi
 
 KEEP=(PATH="$PATH" HOME="$HOME")
 while IFS='=' read -r name _; do
