@@ -109,6 +109,18 @@ pub fn init_world(
         let id = ccl.unique_id()?;
         return Ok((ccl.init_rank(&id, 1, 0, device, config)?, None));
     }
+    #[cfg(feature = "mpi")]
+    if info.mpi_launch && info.master.is_none() {
+        // mpirun gives no store address: the id goes over MPI's world.
+        let mine = if info.rank == 0 {
+            ccl.unique_id()?.0
+        } else {
+            Vec::new()
+        };
+        let id = unihal_hal::UniqueId(unihal_cpu::ccl::mpi::broadcast_from_rank0(&mine)?);
+        let comm = ccl.init_rank(&id, info.world_size, info.rank, device, config)?;
+        return Ok((comm, None));
+    }
     if info.mpi_launch && info.master.is_none() {
         return Err(HalError::invalid(
             "launcher",

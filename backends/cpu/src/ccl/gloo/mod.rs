@@ -456,16 +456,18 @@ impl Collectives for GlooCollectives {
         })
     }
 
-    /// Under a launcher that started several processes: this process's rank of the job, meeting
-    /// the others through the job's store (torchrun's agent store, or rank 0's). `None` for a
-    /// single process.
+    /// Under a launcher that started several processes and names a store address: this
+    /// process's rank of the job, meeting the others through the job's store (torchrun's agent
+    /// store, or rank 0's). `None` for a single process or a launch without a store address.
     fn connected_world(
         &self,
         device: &Arc<dyn Device>,
         config: &CommConfig,
     ) -> Option<Result<Arc<dyn Communicator>>> {
         let info = match LaunchInfo::from_env() {
-            Ok(i) if i.world_size > 1 => i,
+            Ok(i) if i.world_size > 1 && i.master.is_some() => i,
+            // No store address (mpirun): ranks join with an id, carried over MPI by the
+            // bootstrap.
             Ok(_) => return None,
             Err(e) => return Some(Err(e)),
         };

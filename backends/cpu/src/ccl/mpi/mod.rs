@@ -333,3 +333,60 @@ pub fn direct_all_reduce(
         "MPI_Allreduce",
     )
 }
+
+/// Broadcasts `bytes` from rank 0 of MPI's world to every process (every process must call):
+/// how a launch by `mpirun` without a store address hands another engine's unique id (NCCL's,
+/// gloo's) to the other ranks. Returns rank 0's bytes on every process.
+///
+/// # Errors
+/// The engine's initialisation errors; [`HalError::InvalidArgument`] for more than 1 MiB; MPI's
+/// errors as `Vendor`.
+pub fn broadcast_from_rank0(bytes: &[u8]) -> Result<Vec<u8>> {
+    let e = engine()?;
+    let mut len = if e.world_rank == 0 {
+        bytes.len() as u64
+    } else {
+        0
+    };
+    // SAFETY: MPI is initialised (engine()); `len` is one u64 on every rank.
+    conv::check(
+        unsafe {
+            ffi::MPI_Bcast(
+                (&mut len as *mut u64).cast(),
+                1,
+                ffi::RSMPI_UINT64_T,
+                0,
+                ffi::RSMPI_COMM_WORLD,
+            )
+        },
+        "MPI_Bcast",
+    )?;
+    if len > 1 << 20 {
+        return Err(HalError::invalid(
+            "bytes",
+            unihal_hal::Invalid::Value {
+                value: format!("{len} bytes"),
+                accepted: "at most 1 MiB".into(),
+            },
+        ));
+    }
+    let mut out = if e.world_rank == 0 {
+        bytes.to_vec()
+    } else {
+        vec![0u8; len as usize]
+    };
+    // SAFETY: `out` holds `len` bytes on every rank (the length was broadcast first).
+    conv::check(
+        unsafe {
+            ffi::MPI_Bcast(
+                out.as_mut_ptr().cast(),
+                len as i32,
+                conv::bytes(),
+                0,
+                ffi::RSMPI_COMM_WORLD,
+            )
+        },
+        "MPI_Bcast",
+    )?;
+    Ok(out)
+}
