@@ -26,7 +26,11 @@ fn an_id_from_another_process_is_refused_at_once() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "an_id_from_another_process_is_refused_at_once", "--nocapture"])
+        .args([
+            "--exact",
+            "an_id_from_another_process_is_refused_at_once",
+            "--nocapture",
+        ])
         .env(CHILD, "1")
         .output()
         .unwrap();
@@ -45,9 +49,15 @@ fn an_id_from_another_process_is_refused_at_once() {
         Ok(_) => panic!("a communicator from another process's id"),
     };
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(matches!(e, HalError::InvalidArgument { arg: "id", .. }), "{e}");
+    assert!(
+        matches!(e, HalError::InvalidArgument { arg: "id", .. }),
+        "{e}"
+    );
     let msg = e.to_string();
-    assert!(msg.contains("another process") && msg.contains("gloo"), "{msg}");
+    assert!(
+        msg.contains("another process") && msg.contains("gloo"),
+        "{msg}"
+    );
     // This process's own id still forms communicators (a one-rank one here).
     let own = ccl.unique_id().unwrap();
     assert!(ccl.init_rank(&own, 1, 0, &device, &cfg).is_ok());

@@ -98,6 +98,45 @@ fn two_torchrun_processes_on_gloo_match_two_in_process_devices() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// torchrun's other rendezvous set-ups: `--standalone`, the c10d rendezvous backend at an
+/// endpoint, an explicit `--master_port` (each once refused with "Address already in use" when
+/// rank 0 bound the port itself).
+#[test]
+fn every_torchrun_rendezvous_setup_trains_the_same() {
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    let setups: Vec<Vec<String>> = vec![
+        vec!["--standalone".into()],
+        vec![
+            "--rdzv-backend".into(),
+            "c10d".into(),
+            "--rdzv-endpoint".into(),
+            format!("localhost:{}", port()),
+        ],
+        vec!["--master_port".into(), port()],
+    ];
+    for setup in setups {
+        let d = dir("setup");
+        let json = d.join("report.json");
+        let mut c = torchrun();
+        c.args(["--nproc_per_node", "2"])
+            .args(&setup)
+            .arg("--no-python")
+            .arg(env!("CARGO_BIN_EXE_gpt"))
+            .args(gpt_args(&json));
+        let (ok, text) = run(c);
+        assert!(ok, "torchrun {setup:?} failed:\n{text}");
+        check_against_in_process(&json, &text);
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 /// Rank 1 of attempt 0 is killed (SIGKILL) once the ranks have trained a step; torchrun stops rank 0,
 /// restarts both (`TORCHELASTIC_RESTART_COUNT=1`), and the new attempt meets under
 /// `/worker/attempt_1` of the agent's store, never reading attempt 0's id.
