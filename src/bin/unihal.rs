@@ -346,6 +346,7 @@ fn conformance(
         Ok(None) => {}
         Err(e) => {
             eprintln!("unihal: cannot join the SPMD world: {e}");
+            report_to_launcher(&format!("cannot join the SPMD world: {e}"));
             return ExitCode::from(2);
         }
     }
@@ -472,12 +473,21 @@ fn bench_cmd(cmd: Cmd) -> ExitCode {
         }
         Err(e @ unihal::HalError::InvalidArgument { .. }) => {
             eprintln!("unihal bench: {e}");
+            report_to_launcher(&e);
             ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("unihal bench: {e}");
+            report_to_launcher(&e);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Under a launcher that collects errors (torchrun's error file), hands it this rank's error.
+fn report_to_launcher(e: &dyn std::fmt::Display) {
+    if let Ok(info) = unihal::bootstrap::LaunchInfo::from_env() {
+        unihal::bootstrap::report_failure(&info, e);
     }
 }
 
