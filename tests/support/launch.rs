@@ -70,3 +70,15 @@ impl Job {
         (ok, text)
     }
 }
+
+impl Drop for Job {
+    /// A test that fails (panics) leaves no rank running: every process still alive is killed.
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
