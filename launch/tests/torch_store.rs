@@ -82,9 +82,11 @@ fn unihal_client_against_the_pytorch_server() {
     let c = TcpStore::connect("127.0.0.1", port, Duration::from_secs(20))
         .unwrap()
         .with_prefix("/worker/attempt_0");
-    c.set("from-unihal", b"rust").unwrap();
+    // The counter first: the server reads it once it sees "from-unihal" (one connection, taken
+    // in order).
     assert_eq!(c.add("ctr", 2).unwrap(), 2);
     assert_eq!(c.add("ctr", 3).unwrap(), 5);
+    c.set("from-unihal", b"rust").unwrap();
     assert_eq!(c.get("from-torch").unwrap(), b"hello");
     assert!(c.check(&["from-torch", "ctr"]).unwrap());
     let e = c.wait(&["never"], Duration::from_millis(300)).unwrap_err();
