@@ -53,7 +53,11 @@ PACKAGES=(libamdhip64-5 libamdhip64-dev libamd-comgr2 libamd-comgr-dev libhsa-ru
 HIDE_LIST="$(mktemp)"
 for p in "${PACKAGES[@]}"; do
     dpkg -L "$p" 2>/dev/null || true
-done | while read -r f; do [ -f "$f" ] && [ ! -L "$f" ] && echo "$f"; done | sort -u >"$HIDE_LIST"
+done | while read -r f; do
+    # An `if`, not `&&`: a list ending on a link would end the loop (and, under pipefail, the
+    # script) with its status.
+    if [ -f "$f" ] && [ ! -L "$f" ]; then echo "$f"; fi
+done | sort -u >"$HIDE_LIST"
 grep -q 'libamdhip64.so' "$HIDE_LIST" \
     || { echo "bare-machine.sh: AMD's HIP runtime is not installed, so hiding it proves nothing (run .ci/run's install first)" >&2; exit 1; }
 HIDE_DIRS=()
