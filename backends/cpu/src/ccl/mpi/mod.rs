@@ -349,18 +349,16 @@ pub fn broadcast_from_rank0(bytes: &[u8]) -> Result<Vec<u8>> {
         0
     };
     // SAFETY: MPI is initialised (engine()); `len` is one u64 on every rank.
-    conv::check(
-        unsafe {
-            ffi::MPI_Bcast(
-                (&mut len as *mut u64).cast(),
-                1,
-                ffi::RSMPI_UINT64_T,
-                0,
-                ffi::RSMPI_COMM_WORLD,
-            )
-        },
-        "MPI_Bcast",
-    )?;
+    let rc = unsafe {
+        ffi::MPI_Bcast(
+            (&mut len as *mut u64).cast(),
+            1,
+            ffi::RSMPI_UINT64_T,
+            0,
+            ffi::RSMPI_COMM_WORLD,
+        )
+    };
+    conv::check(rc, "MPI_Bcast")?;
     if len > 1 << 20 {
         return Err(HalError::invalid(
             "bytes",
@@ -376,17 +374,15 @@ pub fn broadcast_from_rank0(bytes: &[u8]) -> Result<Vec<u8>> {
         vec![0u8; len as usize]
     };
     // SAFETY: `out` holds `len` bytes on every rank (the length was broadcast first).
-    conv::check(
-        unsafe {
-            ffi::MPI_Bcast(
-                out.as_mut_ptr().cast(),
-                len as i32,
-                conv::bytes(),
-                0,
-                ffi::RSMPI_COMM_WORLD,
-            )
-        },
-        "MPI_Bcast",
-    )?;
+    let rc = unsafe {
+        ffi::MPI_Bcast(
+            out.as_mut_ptr().cast(),
+            len as i32,
+            conv::bytes(),
+            0,
+            ffi::RSMPI_COMM_WORLD,
+        )
+    };
+    conv::check(rc, "MPI_Bcast")?;
     Ok(out)
 }
