@@ -296,7 +296,17 @@ pub(crate) fn connect(
         }
         conv::check(rc, &format!("connecting rank {rank} of {size}"), &err, ms)?;
     }
-    Ok(Link::new(out, rank, size, timeout, rv))
+    let link = Link::new(out, rank, size, timeout, rv);
+    // A rank returns only once every rank has connected: gloo's full mesh may be complete on one
+    // side of a pair before the other, and a rank that went on and closed its connections at
+    // once (a communicator made and dropped) failed a peer still connecting ("connection closed
+    // by peer"; seen under ASan's timing).
+    let store = &link.rendezvous.store;
+    if store.add("connected", 1)? == size as i64 {
+        store.set("all-connected", b"1")?;
+    }
+    store.wait(&["all-connected"], timeout)?;
+    Ok(link)
 }
 
 /// The store this process serves for the ids it makes, and the address the ids give for it.
