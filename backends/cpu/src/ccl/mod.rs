@@ -278,6 +278,40 @@ pub(crate) fn checked_stream<'s>(
 
 pub(crate) use unihal_hal::ccl::{check_not_in_place as not_in_place, check_rank as rank_arg};
 
+/// FNV-1a of an operation's number and description: the arrival token every rank of a
+/// cross-process engine (MPI, gloo) compares before an operation.
+#[cfg(any(feature = "mpi", feature = "gloo"))]
+pub(crate) fn arrival_token(seq: u64, what: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in seq.to_le_bytes().iter().chain(what.as_bytes()) {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// An address that crosses to a stream worker (the operation holds the buffers it points into).
+#[cfg(any(feature = "mpi", feature = "gloo"))]
+#[derive(Clone, Copy)]
+pub(crate) struct Addr(pub(crate) u64);
+
+#[cfg(any(feature = "mpi", feature = "gloo"))]
+impl Addr {
+    pub(crate) fn ptr(self) -> *mut std::ffi::c_void {
+        self.0 as *mut std::ffi::c_void
+    }
+
+    /// Null when `self` is `other` (gloo's in-place form).
+    #[cfg(feature = "gloo")]
+    pub(crate) fn or_null_if(self, other: Addr) -> *const std::ffi::c_void {
+        if self.0 == other.0 {
+            std::ptr::null()
+        } else {
+            self.0 as *const std::ffi::c_void
+        }
+    }
+}
+
 pub(crate) fn check_device(d: &Arc<dyn Device>) -> Result<()> {
     if d.as_any().downcast_ref::<CpuDevice>().is_none() {
         return Err(HalError::invalid(

@@ -4,12 +4,12 @@
 use super::conv::{self, ErrBuf};
 use super::ffi;
 use super::Rendezvous;
-use crate::ccl::{checked_stream, not_in_place, rank_arg};
+use crate::ccl::{arrival_token as token, checked_stream, not_in_place, rank_arg, Addr};
 use crate::stream::{cpu_addr, CpuStream};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use unihal_hal::ccl::{check_send_recv, checked_bytes, P2pParts};
@@ -34,14 +34,15 @@ pub(crate) struct Link {
     pub(crate) rendezvous: Rendezvous,
     error: Mutex<Option<HalError>>,
     aborted: AtomicBool,
-    /// The next collective's tag, and the number of the next message to and from each peer.
-    tag: AtomicU32,
+    /// The number of the next message to and from each peer.
     sent: Mutex<Vec<u64>>,
     received: Mutex<Vec<u64>>,
 }
 
-// SAFETY: the gloo context is used from one worker at a time (operations of a communicator run
-// in order on its stream) and `uh_gloo_close` is safe from any thread (gloo locks each pair).
+// SAFETY: the gloo context serves concurrent operations in distinct slots (gloo's TCP pairs lock
+// their state per call): the stream's operations run on its worker, a split on the calling
+// thread, each in slots of its own (tags from the operation's number, `tag_of`; the handshake's
+// and point-to-point slot spaces); `uh_gloo_close` is safe from any thread for the same reason.
 unsafe impl Send for Link {}
 // SAFETY: as above.
 unsafe impl Sync for Link {}
@@ -70,7 +71,6 @@ impl Link {
             rendezvous,
             error: Mutex::new(None),
             aborted: AtomicBool::new(false),
-            tag: AtomicU32::new(0),
             sent: Mutex::new(vec![0; size]),
             received: Mutex::new(vec![0; size]),
         })
@@ -157,38 +157,13 @@ impl Link {
         let rc = f(self.ctx, &mut err);
         conv::check(rc, what, &err, self.ms())
     }
-
-    fn next_tag(&self) -> u32 {
-        self.tag.fetch_add(1, Ordering::SeqCst)
-    }
 }
 
-/// FNV-1a of an operation's number and description: the arrival token every rank compares.
-fn token(seq: u64, what: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seq.to_le_bytes().iter().chain(what.as_bytes()) {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// An address that crosses to the worker (the operation holds the buffers it points into).
-#[derive(Clone, Copy)]
-struct Addr(u64);
-
-impl Addr {
-    fn ptr(self) -> *mut c_void {
-        self.0 as *mut c_void
-    }
-    /// Null when `self` is `other` (gloo's in-place form).
-    fn or_null_if(self, other: Addr) -> *const c_void {
-        if self.0 == other.0 {
-            std::ptr::null()
-        } else {
-            self.0 as *const c_void
-        }
-    }
+/// The tag of gloo's collective for operation `seq`: taken from the operation's number, which
+/// every rank assigns in issue order, never from the order operations happen to run in (a split
+/// runs on the calling thread while the stream's operations run on its worker).
+fn tag_of(seq: u64) -> u32 {
+    seq as u32
 }
 
 /// `src` itself when it is `dst` or disjoint from it; else a copy (gloo reads its input while
@@ -247,7 +222,7 @@ impl GlooComm {
         s: &CpuStream,
         what: Option<String>,
         keep: Vec<Buffer>,
-        body: impl FnOnce(&Link) -> Result<()> + Send + 'static,
+        body: impl FnOnce(&Link, u32) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let link = self.link.clone();
@@ -260,8 +235,8 @@ impl GlooComm {
                 return Err(e);
             }
             let r = match &what {
-                Some(w) => link.arrive(seq, w).and_then(|()| body(&link)),
-                None => body(&link),
+                Some(w) => link.arrive(seq, w).and_then(|()| body(&link, tag_of(seq))),
+                None => body(&link, tag_of(seq)),
             };
             if let Err(e) = &r {
                 link.fail(e);
@@ -304,56 +279,60 @@ impl GlooComm {
         let red = conv::reduction(dtype, op);
         let esz = dtype.size();
         let name = what.clone();
-        self.submit(s, Some(what), vec![send.clone(), recv.clone()], move |l| {
-            let tag = l.next_tag();
-            // A non-root's reduce output is scratch (gloo writes partial results into it).
-            let mut scratch = Vec::new();
-            let out = if writes {
-                ra
-            } else {
-                scratch.resize(bytes as usize, 0u8);
-                Addr(scratch.as_mut_ptr() as u64)
-            };
-            // SAFETY: the ranges were checked at enqueue and the operation holds the buffers; a
-            // partially overlapping input is copied; `red` is 'static.
-            unsafe {
-                let (src, _copy) = unaliased(sa, bytes, out, bytes);
-                let input = src.or_null_if(out);
-                l.call(&name, |ctx, err| match root {
-                    None => ffi::uh_gloo_allreduce(
-                        ctx,
-                        input,
-                        out.ptr(),
-                        count as usize,
-                        esz,
-                        conv::reduce_cb,
-                        (red as *const conv::Reduction).cast(),
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    ),
-                    Some(r) => ffi::uh_gloo_reduce(
-                        ctx,
-                        input,
-                        out.ptr(),
-                        count as usize,
-                        esz,
-                        conv::reduce_cb,
-                        (red as *const conv::Reduction).cast(),
-                        r as i32,
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    ),
-                })?;
-                if writes && op == ReduceOp::Avg {
-                    divide(dtype, out.ptr().cast(), count as usize, l.size);
+        self.submit(
+            s,
+            Some(what),
+            vec![send.clone(), recv.clone()],
+            move |l, tag| {
+                // A non-root's reduce output is scratch (gloo writes partial results into it).
+                let mut scratch = Vec::new();
+                let out = if writes {
+                    ra
+                } else {
+                    scratch.resize(bytes as usize, 0u8);
+                    Addr(scratch.as_mut_ptr() as u64)
+                };
+                // SAFETY: the ranges were checked at enqueue and the operation holds the buffers; a
+                // partially overlapping input is copied; `red` is 'static.
+                unsafe {
+                    let (src, _copy) = unaliased(sa, bytes, out, bytes);
+                    let input = src.or_null_if(out);
+                    l.call(&name, |ctx, err| match root {
+                        None => ffi::uh_gloo_allreduce(
+                            ctx,
+                            input,
+                            out.ptr(),
+                            count as usize,
+                            esz,
+                            conv::reduce_cb,
+                            (red as *const conv::Reduction).cast(),
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        ),
+                        Some(r) => ffi::uh_gloo_reduce(
+                            ctx,
+                            input,
+                            out.ptr(),
+                            count as usize,
+                            esz,
+                            conv::reduce_cb,
+                            (red as *const conv::Reduction).cast(),
+                            r as i32,
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        ),
+                    })?;
+                    if writes && op == ReduceOp::Avg {
+                        divide(dtype, out.ptr().cast(), count as usize, l.size);
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
     /// Checks and enqueues a group of sends and receives. The k-th message from rank a to rank b
@@ -377,7 +356,7 @@ impl GlooComm {
             keep.push(buf.clone());
         }
         let Some(s) = s else { return Ok(()) };
-        self.submit(s, None, keep, move |l| {
+        self.submit(s, None, keep, move |l, _| {
             // Messages to this rank itself are copies (gloo has no connection to itself): the
             // k-th send to self fills the k-th receive from self of the group.
             let mine = |recv: bool| plan.iter().filter(move |p| p.2 == l.rank && p.3 == recv);
@@ -522,29 +501,33 @@ impl Communicator for GlooComm {
         }
         let what = format!("broadcast {count} {dtype} root {root}");
         let name = what.clone();
-        self.submit(s, Some(what), vec![send.clone(), recv.clone()], move |l| {
-            let tag = l.next_tag();
-            // SAFETY: the ranges were checked at enqueue and the operation holds the buffers;
-            // `copy` allows the root's send and recv to overlap.
-            unsafe {
-                if me_root && sa.0 != ra.0 {
-                    std::ptr::copy(sa.0 as *const u8, ra.0 as *mut u8, bytes as usize);
+        self.submit(
+            s,
+            Some(what),
+            vec![send.clone(), recv.clone()],
+            move |l, tag| {
+                // SAFETY: the ranges were checked at enqueue and the operation holds the buffers;
+                // `copy` allows the root's send and recv to overlap.
+                unsafe {
+                    if me_root && sa.0 != ra.0 {
+                        std::ptr::copy(sa.0 as *const u8, ra.0 as *mut u8, bytes as usize);
+                    }
+                    l.call(&name, |ctx, err| {
+                        ffi::uh_gloo_broadcast(
+                            ctx,
+                            std::ptr::null(),
+                            ra.ptr(),
+                            bytes as usize,
+                            root as i32,
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        )
+                    })
                 }
-                l.call(&name, |ctx, err| {
-                    ffi::uh_gloo_broadcast(
-                        ctx,
-                        std::ptr::null(),
-                        ra.ptr(),
-                        bytes as usize,
-                        root as i32,
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    )
-                })
-            }
-        })
+            },
+        )
     }
 
     fn reduce(
@@ -591,28 +574,32 @@ impl Communicator for GlooComm {
         }
         let what = format!("all_gather {count} {dtype}");
         let name = what.clone();
-        self.submit(s, Some(what), vec![send.clone(), recv.clone()], move |l| {
-            let tag = l.next_tag();
-            // SAFETY: as in all_reduce; this rank's part is placed first, then gathered in place.
-            unsafe {
-                let slot = Addr(ra.0 + mine);
-                if sa.0 != slot.0 {
-                    std::ptr::copy(sa.0 as *const u8, slot.0 as *mut u8, bytes as usize);
+        self.submit(
+            s,
+            Some(what),
+            vec![send.clone(), recv.clone()],
+            move |l, tag| {
+                // SAFETY: as in all_reduce; this rank's part is placed first, then gathered in place.
+                unsafe {
+                    let slot = Addr(ra.0 + mine);
+                    if sa.0 != slot.0 {
+                        std::ptr::copy(sa.0 as *const u8, slot.0 as *mut u8, bytes as usize);
+                    }
+                    l.call(&name, |ctx, err| {
+                        ffi::uh_gloo_allgather(
+                            ctx,
+                            std::ptr::null(),
+                            ra.ptr(),
+                            bytes as usize,
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        )
+                    })
                 }
-                l.call(&name, |ctx, err| {
-                    ffi::uh_gloo_allgather(
-                        ctx,
-                        std::ptr::null(),
-                        ra.ptr(),
-                        bytes as usize,
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    )
-                })
-            }
-        })
+            },
+        )
     }
 
     /// All-reduce of every rank's whole input into a scratch buffer, then this rank's part:
@@ -642,40 +629,44 @@ impl Communicator for GlooComm {
         let name = what.clone();
         let red = conv::reduction(dtype, op);
         let n = count.saturating_mul(self.link.size as u64) as usize;
-        self.submit(s, Some(what), vec![send.clone(), recv.clone()], move |l| {
-            let tag = l.next_tag();
-            let mut scratch = vec![0u8; total as usize];
-            // SAFETY: the ranges were checked at enqueue and the operation holds the buffers;
-            // the reduction runs into the scratch buffer, which holds `total` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    sa.0 as *const u8,
-                    scratch.as_mut_ptr(),
-                    total as usize,
-                );
-                l.call(&name, |ctx, err| {
-                    ffi::uh_gloo_allreduce(
-                        ctx,
-                        std::ptr::null(),
-                        scratch.as_mut_ptr().cast(),
-                        n,
-                        dtype.size(),
-                        conv::reduce_cb,
-                        (red as *const conv::Reduction).cast(),
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    )
-                })?;
-                let part = scratch.as_mut_ptr().add(mine as usize);
-                if op == ReduceOp::Avg {
-                    divide(dtype, part, count as usize, l.size);
+        self.submit(
+            s,
+            Some(what),
+            vec![send.clone(), recv.clone()],
+            move |l, tag| {
+                let mut scratch = vec![0u8; total as usize];
+                // SAFETY: the ranges were checked at enqueue and the operation holds the buffers;
+                // the reduction runs into the scratch buffer, which holds `total` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        sa.0 as *const u8,
+                        scratch.as_mut_ptr(),
+                        total as usize,
+                    );
+                    l.call(&name, |ctx, err| {
+                        ffi::uh_gloo_allreduce(
+                            ctx,
+                            std::ptr::null(),
+                            scratch.as_mut_ptr().cast(),
+                            n,
+                            dtype.size(),
+                            conv::reduce_cb,
+                            (red as *const conv::Reduction).cast(),
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        )
+                    })?;
+                    let part = scratch.as_mut_ptr().add(mine as usize);
+                    if op == ReduceOp::Avg {
+                        divide(dtype, part, count as usize, l.size);
+                    }
+                    std::ptr::copy(part, ra.0 as *mut u8, bytes as usize);
                 }
-                std::ptr::copy(part, ra.0 as *mut u8, bytes as usize);
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
     fn all_to_all(
@@ -699,25 +690,29 @@ impl Communicator for GlooComm {
         }
         let what = format!("all_to_all {count} {dtype}");
         let name = what.clone();
-        self.submit(s, Some(what), vec![send.clone(), recv.clone()], move |l| {
-            let tag = l.next_tag();
-            // SAFETY: both ranges hold size * count elements, checked at enqueue, held by the
-            // operation, and of distinct allocations.
-            unsafe {
-                l.call(&name, |ctx, err| {
-                    ffi::uh_gloo_alltoall(
-                        ctx,
-                        sa.ptr(),
-                        ra.ptr(),
-                        bytes as usize,
-                        tag,
-                        l.ms(),
-                        err.ptr(),
-                        err.0.len(),
-                    )
-                })
-            }
-        })
+        self.submit(
+            s,
+            Some(what),
+            vec![send.clone(), recv.clone()],
+            move |l, tag| {
+                // SAFETY: both ranges hold size * count elements, checked at enqueue, held by the
+                // operation, and of distinct allocations.
+                unsafe {
+                    l.call(&name, |ctx, err| {
+                        ffi::uh_gloo_alltoall(
+                            ctx,
+                            sa.ptr(),
+                            ra.ptr(),
+                            bytes as usize,
+                            tag,
+                            l.ms(),
+                            err.ptr(),
+                            err.0.len(),
+                        )
+                    })
+                }
+            },
+        )
     }
 
     fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()> {
@@ -750,7 +745,7 @@ impl Communicator for GlooComm {
             b
         };
         asks[16 * l.rank..16 * l.rank + 16].copy_from_slice(&mine);
-        let tag = l.next_tag();
+        let tag = tag_of(seq);
         l.call(&what, |ctx, err| {
             // SAFETY: `asks` holds 16 bytes per rank.
             unsafe {

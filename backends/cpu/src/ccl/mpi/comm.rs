@@ -2,11 +2,10 @@
 //! the operations (validated at enqueue, run on the stream's worker).
 
 use super::{conv, ffi};
-use crate::ccl::{checked_stream, not_in_place, rank_arg};
+use crate::ccl::{arrival_token as token, checked_stream, not_in_place, rank_arg, Addr};
 use crate::stream::{cpu_addr, CpuStream};
 use parking_lot::Mutex;
 use std::any::Any;
-use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,16 +69,6 @@ impl Pending {
             status: new_status(),
         }
     }
-}
-
-/// FNV-1a of an operation's number and description: the arrival token every rank compares.
-fn token(seq: u64, what: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seq.to_le_bytes().iter().chain(what.as_bytes()) {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 impl Link {
@@ -300,16 +289,6 @@ impl Drop for Link {
                 ffi::MPI_Comm_free(&mut self.data.0);
             }
         }
-    }
-}
-
-/// An address that crosses to the worker (the operation holds the buffers it points into).
-#[derive(Clone, Copy)]
-struct Addr(u64);
-
-impl Addr {
-    fn ptr(self) -> *mut c_void {
-        self.0 as *mut c_void
     }
 }
 
