@@ -8,8 +8,9 @@
 //!   declares the capabilities it needs ([`Need`]) and is skipped, with the reason, on a device that
 //!   lacks them; a skip is never counted as a pass. A backend that returns `Unsupported` for
 //!   something its capabilities claim fails.
-//! * **Manifests** ([`manifest`]) list each backend's `unsupported` and `xfail` cases with reasons;
-//!   verify mode fails on an unexpected pass. The CPU backend's manifest is empty.
+//! * **Manifests** ([`manifest`]) list each backend's `unsupported` and `xfail` cases with reasons,
+//!   and `supported` exceptions to wider entries (the most specific entry decides); verify mode
+//!   fails on an unexpected pass. The CPU backend's manifest is empty.
 //! * **A watchdog per case** turns a hang into a failure; **isolation** runs each case in its own
 //!   process (for fault and hang cases, and for bring-up of chips whose errors poison the context).
 //! * **One case at a time per device**, unless a case asks for concurrency.

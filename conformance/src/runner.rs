@@ -110,7 +110,7 @@ pub enum Plan {
 
 /// Decides whether `case` runs on `target`: manifest `unsupported` and missing needs skip it.
 pub fn plan(case: &Case, target: &Target) -> Plan {
-    let entry = target.manifest.lookup(&case.id);
+    let entry = target.manifest.verdict(&case.id);
     if let Some(e) = entry.filter(|e| e.kind == EntryKind::Unsupported) {
         return Plan::Skip(format!(
             "unsupported by the {} manifest: {}",
@@ -132,7 +132,9 @@ pub fn plan(case: &Case, target: &Target) -> Plan {
         }
     }
     Plan::Run {
-        xfail: entry.map(|e| e.reason.clone()),
+        xfail: entry
+            .filter(|e| e.kind == EntryKind::Xfail)
+            .map(|e| e.reason.clone()),
     }
 }
 

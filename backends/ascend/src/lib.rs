@@ -37,98 +37,83 @@ pub mod soc;
 pub use loader::Cann;
 pub use runtime::{AscendDevice, AscendStream};
 
-use std::any::Any;
 use std::sync::Arc;
-use unihal_gpu::backend::Devices;
-use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
+use unihal_gpu::backend::{CollectiveEngine, Loaded, RuntimeBackend, VendorRuntime};
+use unihal_hal::{Collectives, DeviceId, HalError, LibraryInfo, ModuleSource, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "ascend";
 
-/// The Ascend backend. Devices are opened on first use and live as long as the backend.
-#[derive(Default)]
-pub struct AscendBackend {
-    devices: Devices<Cann>,
-    ccl: hccl::Engine,
-}
+/// The Ascend backend: the shared GPU backend over [`Cann`], operators through aclnn,
+/// collectives through HCCL. Devices are opened on first use and live as long as the backend.
+pub type AscendBackend = RuntimeBackend<Cann>;
 
-impl AscendBackend {
-    /// A backend that opens CANN on first probe (and HCCL on first use of collectives).
-    pub fn new() -> AscendBackend {
-        AscendBackend::default()
-    }
-}
+impl VendorRuntime for Cann {
+    const NAME: &'static str = NAME;
+    const MANIFEST: &'static str = include_str!("../conformance.manifest");
+    type Ccl = hccl::Engine;
 
-impl Backend for AscendBackend {
-    fn name(&self) -> &'static str {
-        NAME
+    fn collective_engine() -> hccl::Engine {
+        hccl::Engine::default()
     }
 
-    fn info(&self) -> BackendInfo {
-        let mut libraries = Vec::new();
-        let (simulated, concurrent) = match loader::cann() {
-            Ok(c) => {
-                let sim = if c.simulated { " (simulated)" } else { "" };
-                libraries.push(LibraryInfo::found(
-                    "runtime",
-                    &format!("ACL runtime{sim}, {} layout, SoC {}", c.layout, c.soc),
-                    c.runtime_path.clone(),
-                    None,
-                ));
-                libraries.push(LibraryInfo::found(
-                    "operators",
-                    "aclnn",
-                    c.opapi_paths.join(":"),
-                    Some(format!(
-                        "{} of {} operators",
-                        c.aclnn.resolved(),
-                        ffi::aclnn::AclnnApi::NAMES.len()
-                    )),
-                ));
-                libraries.push(self.ccl.info());
-                (c.simulated, c.concurrent)
-            }
-            Err(e) => {
-                let mut l = LibraryInfo::missing("runtime", "ACL runtime", e.to_string());
-                if let Some(path) = loader::found() {
-                    l.path = Some(path.clone());
-                }
-                libraries.push(l);
-                (false, true)
-            }
-        };
-        BackendInfo {
-            name: NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            libraries,
-            simulated,
-            concurrent,
-        }
-    }
-
-    fn probe(&self) -> Result<usize> {
-        Ok(loader::cann()?.devices)
-    }
-
-    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+    fn load() -> Result<Loaded<Cann>> {
         let c = loader::cann()?;
-        self.devices
-            .get(NAME, ordinal, c.devices, |id| device::open(c, id))
+        let sim = if c.identity.simulated {
+            " (simulated)"
+        } else {
+            ""
+        };
+        Ok(Loaded {
+            rt: c,
+            devices: c.devices,
+            line: LibraryInfo::found(
+                "runtime",
+                &format!("ACL runtime{sim}, {} layout, SoC {}", c.layout, c.soc),
+                c.runtime_path.clone(),
+                None,
+            ),
+            identity: c.identity,
+        })
     }
 
-    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        self.ccl.available()
+    fn missing_line(error: &HalError) -> LibraryInfo {
+        let mut l = LibraryInfo::missing("runtime", "ACL runtime", error.to_string());
+        if let Some(path) = loader::found() {
+            l.path = Some(path.clone());
+        }
+        l
     }
 
-    fn conformance_manifest(&self) -> &'static str {
-        include_str!("../conformance.manifest")
+    fn library_lines(loaded: &Loaded<Cann>) -> Vec<LibraryInfo> {
+        let c = loaded.rt;
+        vec![LibraryInfo::found(
+            "operators",
+            "aclnn",
+            c.opapi_paths.join(":"),
+            Some(format!(
+                "{} of {} operators",
+                c.aclnn.resolved(),
+                ffi::aclnn::AclnnApi::NAMES.len()
+            )),
+        )]
     }
 
-    fn test_kernels(&self, _device: &dyn Device) -> Option<unihal_hal::ModuleSource> {
+    fn open_device(loaded: &Loaded<Cann>, id: DeviceId) -> Result<Arc<AscendDevice>> {
+        device::open(loaded.rt, id)
+    }
+
+    fn test_kernels(_: &AscendDevice) -> Option<ModuleSource> {
         None
     }
+}
 
-    fn as_any(&self) -> &dyn Any {
-        self
+impl CollectiveEngine for hccl::Engine {
+    fn info(&self) -> LibraryInfo {
+        hccl::Engine::info(self)
+    }
+
+    fn available(&self) -> Option<&dyn Collectives> {
+        hccl::Engine::available(self)
     }
 }

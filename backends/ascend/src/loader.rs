@@ -151,10 +151,8 @@ pub struct Cann {
     pub devices: usize,
     /// `aclrtGetSocName`, verbatim.
     pub soc: String,
-    /// True when the runtime names its devices as simulated (unihal's test runtime).
-    pub simulated: bool,
-    /// False for a simulated runtime that runs device work only at synchronisation points.
-    pub concurrent: bool,
+    /// Whether it is unihal's simulated runtime ([`unihal_dynlib::Library::identity`]).
+    pub identity: unihal_dynlib::Identity,
 }
 
 fn unavailable(reason: String) -> HalError {
@@ -265,7 +263,6 @@ fn open() -> Result<Cann> {
     }
     // SAFETY: no arguments; a static NUL-terminated string (or NULL).
     let soc = unsafe { unihal_dynlib::c_str((acl.get_soc_name)()) };
-    let name = crate::device::sim_name(&acl, 0).unwrap_or_default();
     tracing::info!(target: "unihal::ascend", "{at}: {count} device(s), SoC {soc:?}, {} operator entry points", aclnn.resolved());
     Ok(Cann {
         acl,
@@ -278,8 +275,7 @@ fn open() -> Result<Cann> {
         opapi_paths: op_libs.iter().map(|l| l.path().to_string()).collect(),
         devices: count as usize,
         soc,
-        simulated: name.contains("simulated"),
-        concurrent: !name.contains("simulated") || name.contains("concurrent"),
+        identity: rt.identity(),
     })
 }
 

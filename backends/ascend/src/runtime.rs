@@ -415,14 +415,6 @@ impl Runtime for Cann {
     ) -> Option<Result<unihal_hal::Buffer>> {
         Some(crate::ops::stream_alloc(stream, len))
     }
-
-    fn blas_create(&self) -> Result<()> {
-        Err(HalError::unsupported("matmul runs through aclnn on Ascend"))
-    }
-
-    fn blas_bind(&self, _handle: &(), _stream: Raw) -> Result<()> {
-        Err(HalError::unsupported("matmul runs through aclnn on Ascend"))
-    }
 }
 
 /// The error of a raw kernel launch (no AscendC path yet).

@@ -8,11 +8,10 @@
 //! `unihal_gpu::gemm`, which hipBLAS and rocBLAS take too.
 
 use crate::loader::guard;
-use crate::runtime::CudaStream;
 use cudarc::cublas::sys as blas;
 use std::sync::OnceLock;
-use unihal_gpu::gemm::{run_blas, Op, BLAS_DTYPES};
-use unihal_hal::{DType, HalError, OpCall, Result};
+use unihal_gpu::gemm::{BlasCall, Op};
+use unihal_hal::{DType, HalError, Result};
 
 /// True when cuBLAS can be opened (checked once, without panicking).
 pub fn available() -> bool {
@@ -73,34 +72,33 @@ fn op(o: Op) -> blas::cublasOperation_t {
     }
 }
 
-/// Validates a matmul call and runs it through cuBLAS on `stream`; `None` when cuBLAS is absent or the
-/// layout is not one it expresses (the caller then runs the portable GEMM).
-pub(crate) fn matmul(stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
-    if !available() {
-        return None;
-    }
-    run_blas(stream, call, &BLAS_DTYPES, |h, bc| {
-        let (data, compute) = match bc.dtype {
-            DType::F64 => (
-                blas::cudaDataType::CUDA_R_64F,
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
-            ),
-            DType::F16 => (
-                blas::cudaDataType::CUDA_R_16F,
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-            DType::Bf16 => (
-                blas::cudaDataType::CUDA_R_16BF,
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-            _ => (
-                blas::cudaDataType::CUDA_R_32F,
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-        };
-        let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
-        // SAFETY: every operand's extent was validated against its buffer (the HAL's matmul
-        // rules), the buffers are kept until the work ran, alpha/beta are host values read
+/// Queues one strided-batched GEMM through cuBLAS on the handle's stream.
+///
+/// # Safety
+/// `Runtime::blas_gemm`'s contract: `bc` was validated against its buffers, which are kept
+/// until the work ran.
+pub(crate) unsafe fn gemm(h: &Handle, bc: &BlasCall) -> Result<()> {
+    let (data, compute) = match bc.dtype {
+        DType::F64 => (
+            blas::cudaDataType::CUDA_R_64F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+        ),
+        DType::F16 => (
+            blas::cudaDataType::CUDA_R_16F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::Bf16 => (
+            blas::cudaDataType::CUDA_R_16BF,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        _ => (
+            blas::cudaDataType::CUDA_R_32F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+    };
+    let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
+    guard("cublasGemmStridedBatchedEx", || {
+        // SAFETY: the caller's contract covers the operands; alpha/beta are host values read
         // during the call, and beta = 0 makes cuBLAS not read C (as the HAL requires).
         let st = unsafe {
             blas::cublasGemmStridedBatchedEx(

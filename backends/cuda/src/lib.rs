@@ -60,66 +60,52 @@ pub mod runtime;
 
 pub use runtime::{Cuda, CudaDevice, CudaStream};
 
-use std::any::Any;
 use std::sync::Arc;
-use unihal_gpu::backend::{collectives, collectives_info, compiler_info, GpuBackendState};
-use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
+use unihal_gpu::backend::{compiler_info, Loaded, RuntimeBackend, VendorRuntime};
+use unihal_hal::{DeviceId, HalError, LibraryInfo, ModuleSource, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "cuda";
 
-/// The CUDA backend. Devices are opened on first use and live as long as the backend.
-pub struct CudaBackend(GpuBackendState<Cuda>);
+/// The CUDA backend: the shared GPU backend over [`Cuda`], collectives through NCCL. Devices are
+/// opened on first use and live as long as the backend.
+pub type CudaBackend = RuntimeBackend<Cuda>;
 
-impl Default for CudaBackend {
-    fn default() -> CudaBackend {
-        CudaBackend(GpuBackendState::new(unihal_nccl_api::NCCL))
-    }
-}
+impl VendorRuntime for Cuda {
+    const NAME: &'static str = NAME;
+    const MANIFEST: &'static str = include_str!("../conformance.manifest");
+    type Ccl = unihal_nccl_api::Engine;
 
-impl CudaBackend {
-    /// A backend that opens the driver on first probe (and NCCL on first use of collectives).
-    pub fn new() -> CudaBackend {
-        CudaBackend::default()
+    fn collective_engine() -> unihal_nccl_api::Engine {
+        unihal_gpu::platform::nccl_api_engine::<Cuda>(unihal_nccl_api::NCCL)
     }
 
-    /// The NCCL engine (whether or not NCCL opened).
-    pub fn nccl(&self) -> &unihal_nccl_api::Engine {
-        &self.0.ccl
-    }
-}
-
-impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn info(&self) -> BackendInfo {
-        let (driver, simulated, concurrent) = match loader::driver() {
-            Ok(d) => (
-                LibraryInfo::found(
-                    "driver",
-                    "CUDA driver",
-                    d.path.clone(),
-                    Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
-                ),
-                d.simulated,
-                d.concurrent,
+    fn load() -> Result<Loaded<Cuda>> {
+        let d = loader::driver()?;
+        Ok(Loaded {
+            rt: &runtime::CUDA,
+            devices: d.devices,
+            line: LibraryInfo::found(
+                "driver",
+                "CUDA driver",
+                d.path.clone(),
+                Some(format!("{}.{}", d.version / 1000, d.version % 1000 / 10)),
             ),
-            Err(e) => (
-                LibraryInfo::missing("driver", "CUDA driver", e.to_string()),
-                false,
-                true,
-            ),
-        };
-        let mut libraries = vec![driver];
-        if libraries[0].error.is_none() {
-            libraries.push(compiler_info(
+            identity: d.identity,
+        })
+    }
+
+    fn missing_line(error: &HalError) -> LibraryInfo {
+        LibraryInfo::missing("driver", "CUDA driver", error.to_string())
+    }
+
+    fn library_lines(_: &Loaded<Cuda>) -> Vec<LibraryInfo> {
+        vec![
+            compiler_info(
                 "NVRTC",
                 library::nvrtc().map(|n| (n.path().to_string(), n.version())),
-            ));
-            libraries.push(collectives_info(&self.0.ccl, "NCCL"));
-            libraries.push(if cublas::available() {
+            ),
+            if cublas::available() {
                 LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)
             } else {
                 LibraryInfo::missing(
@@ -131,39 +117,19 @@ impl Backend for CudaBackend {
                         cudarc::get_lib_name_candidates("cublas")
                     ),
                 )
-            });
-        }
-        BackendInfo {
-            name: NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            libraries,
-            simulated,
-            concurrent,
-        }
+            },
+        ]
     }
 
-    fn probe(&self) -> Result<usize> {
-        Ok(loader::driver()?.devices)
+    fn open_device(_: &Loaded<Cuda>, id: DeviceId) -> Result<Arc<CudaDevice>> {
+        device::open(id)
     }
 
-    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
-        let n = self.probe()?;
-        self.0.devices.get(NAME, ordinal, n, device::open)
-    }
-
-    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        collectives(&self.0.ccl, NAME)
-    }
-
-    fn conformance_manifest(&self) -> &'static str {
-        include_str!("../conformance.manifest")
-    }
-
-    fn test_kernels(&self, device: &dyn Device) -> Option<unihal_hal::ModuleSource> {
-        unihal_kernels::testing::module_for(&device.capabilities().mandatory.module_formats)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn test_kernels(device: &CudaDevice) -> Option<ModuleSource> {
+        unihal_kernels::testing::module_for(
+            &unihal_hal::Device::capabilities(device)
+                .mandatory
+                .module_formats,
+        )
     }
 }

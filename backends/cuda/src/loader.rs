@@ -21,11 +21,9 @@ pub(crate) struct Driver {
     pub version: i32,
     /// Devices reported by `cuDeviceGetCount`.
     pub devices: usize,
-    /// True when the driver names its devices as simulated (unihal's test driver).
-    pub simulated: bool,
-    /// False for a simulated driver that runs device work only at synchronisation points (its
-    /// devices are not named "concurrent").
-    pub concurrent: bool,
+    /// Whether it is unihal's simulated driver ([`unihal_dynlib::Library::identity`] of the file
+    /// `cuInit` lives in).
+    pub identity: unihal_dynlib::Identity,
 }
 
 /// Runs a cudarc call, turning a panic into `Unavailable` (cudarc panics on missing symbols).
@@ -114,8 +112,11 @@ fn open() -> Result<Driver> {
             path,
             version,
             devices: count as usize,
-            simulated: name.contains("simulated"),
-            concurrent: !name.contains("simulated") || name.contains("concurrent"),
+            identity: file
+                .as_deref()
+                .and_then(|f| Library::of_file("CUDA driver", f).ok())
+                .map(|l| l.identity())
+                .unwrap_or_default(),
         })
     })
 }

@@ -12,7 +12,7 @@ use unihal_gpu::device::GpuDevice;
 use unihal_gpu::library::Library;
 use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{FillValue, HalError, Invalid, ModuleSource, NativeHandle, OpCall, Result};
+use unihal_hal::{FillValue, HalError, Invalid, ModuleSource, NativeHandle, Result};
 
 /// The CUDA driver API (stateless: the driver is process-wide, opened by [`crate::loader`]).
 #[derive(Debug, Default)]
@@ -365,11 +365,21 @@ impl Runtime for Cuda {
         crate::library::load(device)
     }
 
-    fn vendor_op(&self, stream: &CudaStream, call: &OpCall) -> Option<Result<()>> {
-        if call.op != unihal_hal::OpId::Matmul {
-            return None;
+    fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {
+        if crate::cublas::available() {
+            &unihal_gpu::gemm::BLAS_DTYPES
+        } else {
+            &[]
         }
-        crate::cublas::matmul(stream, call)
+    }
+
+    unsafe fn blas_gemm(
+        &self,
+        handle: &Self::Blas,
+        call: &unihal_gpu::gemm::BlasCall,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract (Runtime::blas_gemm).
+        unsafe { crate::cublas::gemm(handle, call) }
     }
 
     fn blas_create(&self) -> Result<Self::Blas> {

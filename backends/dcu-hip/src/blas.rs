@@ -6,12 +6,11 @@
 //! portable tiled GEMM.
 
 use crate::ffi::{self, Handle as RawHandle, RocblasApi};
-use crate::runtime::HipStream;
 use std::sync::OnceLock;
 use unihal_dynlib::{Candidates, Library};
-use unihal_gpu::gemm::{run_blas, Op, BLAS_DTYPES};
+use unihal_gpu::gemm::{BlasCall, Op};
 use unihal_gpu::runtime::Raw;
-use unihal_hal::{DType, HalError, OpCall, Result};
+use unihal_hal::{DType, HalError, Result};
 
 /// Where rocBLAS is looked for.
 pub fn candidates() -> Candidates {
@@ -106,55 +105,55 @@ fn op(o: Op) -> i32 {
     }
 }
 
-/// Runs a matmul through rocBLAS on `stream`; `None` when rocBLAS is absent or does not take the
-/// call (the caller then runs the portable GEMM).
-pub(crate) fn matmul(stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
-    let (api, _) = rocblas().ok()?;
-    run_blas(stream, call, &BLAS_DTYPES, |h, bc| {
-        let (data, compute) = match bc.dtype {
-            DType::F64 => (ffi::ROCBLAS_F64, ffi::ROCBLAS_F64),
-            DType::F16 => (ffi::ROCBLAS_F16, ffi::ROCBLAS_F32),
-            DType::Bf16 => (ffi::ROCBLAS_BF16, ffi::ROCBLAS_F32),
-            _ => (ffi::ROCBLAS_F32, ffi::ROCBLAS_F32),
-        };
-        let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
-        // SAFETY: every operand's extent was validated against its buffer (the HAL's matmul
-        // rules), the buffers are kept until the work ran, alpha/beta are host values read
-        // during the call (the default pointer mode), beta = 0 makes rocBLAS not read C, and D
-        // is C (rocBLAS allows them to alias with equal layouts).
-        let st = unsafe {
-            (api.gemm_strided_batched_ex)(
-                h.0,
-                op(g.op_a),
-                op(g.op_b),
-                g.m,
-                g.n,
-                g.k,
-                alpha,
-                bc.pb as *const _,
-                data,
-                g.lda,
-                g.stride_a,
-                bc.pa as *const _,
-                data,
-                g.ldb,
-                g.stride_b,
-                beta,
-                bc.pc as *const _,
-                data,
-                g.ldc,
-                g.stride_c,
-                bc.pc as *mut _,
-                data,
-                g.ldc,
-                g.stride_c,
-                g.count,
-                compute,
-                ffi::ROCBLAS_GEMM_ALGO_STANDARD,
-                0,
-                0,
-            )
-        };
-        status("rocblas_gemm_strided_batched_ex", st)
-    })
+/// Queues one strided-batched GEMM through rocBLAS on the handle's stream.
+///
+/// # Safety
+/// `Runtime::blas_gemm`'s contract: `bc` was validated against its buffers, which are kept
+/// until the work ran.
+pub(crate) unsafe fn gemm(h: &Handle, bc: &BlasCall) -> Result<()> {
+    let (api, _) = rocblas()?;
+    let (data, compute) = match bc.dtype {
+        DType::F64 => (ffi::ROCBLAS_F64, ffi::ROCBLAS_F64),
+        DType::F16 => (ffi::ROCBLAS_F16, ffi::ROCBLAS_F32),
+        DType::Bf16 => (ffi::ROCBLAS_BF16, ffi::ROCBLAS_F32),
+        _ => (ffi::ROCBLAS_F32, ffi::ROCBLAS_F32),
+    };
+    let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
+    // SAFETY: the caller's contract covers the operands; alpha/beta are host values read during
+    // the call (the default pointer mode), beta = 0 makes rocBLAS not read C, and D is C
+    // (rocBLAS allows them to alias with equal layouts).
+    let st = unsafe {
+        (api.gemm_strided_batched_ex)(
+            h.0,
+            op(g.op_a),
+            op(g.op_b),
+            g.m,
+            g.n,
+            g.k,
+            alpha,
+            bc.pb as *const _,
+            data,
+            g.lda,
+            g.stride_a,
+            bc.pa as *const _,
+            data,
+            g.ldb,
+            g.stride_b,
+            beta,
+            bc.pc as *const _,
+            data,
+            g.ldc,
+            g.stride_c,
+            bc.pc as *mut _,
+            data,
+            g.ldc,
+            g.stride_c,
+            g.count,
+            compute,
+            ffi::ROCBLAS_GEMM_ALGO_STANDARD,
+            0,
+            0,
+        )
+    };
+    status("rocblas_gemm_strided_batched_ex", st)
 }

@@ -44,74 +44,63 @@ pub mod runtime;
 pub use loader::Hip;
 pub use runtime::{HipDevice, HipStream};
 
-use std::any::Any;
 use std::sync::Arc;
-use unihal_gpu::backend::{collectives, collectives_info, compiler_info, GpuBackendState};
-use unihal_hal::{Backend, BackendInfo, Device, LibraryInfo, Result};
+use unihal_gpu::backend::{compiler_info, Loaded, RuntimeBackend, VendorRuntime};
+use unihal_gpu::device::GpuDevice;
+use unihal_hal::{DeviceId, HalError, LibraryInfo, ModuleSource, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "hip";
 
-/// The HIP backend. Devices are opened on first use and live as long as the backend.
-pub struct HipBackend(GpuBackendState<Hip>);
+/// The HIP backend: the shared GPU backend over [`Hip`], collectives through RCCL. Devices are
+/// opened on first use and live as long as the backend.
+pub type HipBackend = RuntimeBackend<Hip>;
 
-impl Default for HipBackend {
-    fn default() -> HipBackend {
-        HipBackend(GpuBackendState::new(unihal_nccl_api::RCCL))
-    }
-}
+impl VendorRuntime for Hip {
+    const NAME: &'static str = NAME;
+    const MANIFEST: &'static str = include_str!("../conformance.manifest");
+    type Ccl = unihal_nccl_api::Engine;
 
-impl HipBackend {
-    /// A backend that opens the runtime on first probe (and RCCL on first use of collectives).
-    pub fn new() -> HipBackend {
-        HipBackend::default()
+    fn collective_engine() -> unihal_nccl_api::Engine {
+        unihal_gpu::platform::nccl_api_engine::<Hip>(unihal_nccl_api::RCCL)
     }
 
-    /// The RCCL engine (whether or not RCCL opened).
-    pub fn rccl(&self) -> &unihal_nccl_api::Engine {
-        &self.0.ccl
-    }
-}
-
-impl Backend for HipBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn info(&self) -> BackendInfo {
-        let (runtime, simulated, concurrent) = match loader::runtime() {
-            Ok(h) => (
-                LibraryInfo::found(
-                    "runtime",
-                    if h.dtk {
-                        "HIP runtime (Hygon DTK)"
-                    } else {
-                        "HIP runtime"
-                    },
-                    h.file.clone().unwrap_or_else(|| h.path.clone()),
-                    Some(conv::version_string(h.version)),
-                ),
-                h.simulated,
-                h.concurrent,
+    fn load() -> Result<Loaded<Hip>> {
+        let h = loader::runtime()?;
+        Ok(Loaded {
+            rt: h,
+            devices: h.devices,
+            line: LibraryInfo::found(
+                "runtime",
+                if h.dtk {
+                    "HIP runtime (Hygon DTK)"
+                } else {
+                    "HIP runtime"
+                },
+                h.file.clone().unwrap_or_else(|| h.path.clone()),
+                Some(conv::version_string(h.version)),
             ),
-            Err(e) => {
-                let mut l = LibraryInfo::missing("runtime", "HIP runtime", e.to_string());
-                // Found but unusable (no device): say which library answered.
-                if let Some((path, version)) = loader::found() {
-                    l.path = Some(path.clone());
-                    l.version = Some(conv::version_string(*version));
-                }
-                (l, false, true)
-            }
-        };
-        let mut libraries = vec![runtime];
-        if libraries[0].error.is_none() {
-            libraries.push(compiler_info(
+            identity: h.identity,
+        })
+    }
+
+    fn missing_line(error: &HalError) -> LibraryInfo {
+        let mut l = LibraryInfo::missing("runtime", "HIP runtime", error.to_string());
+        // Found but unusable (no device): say which library answered.
+        if let Some((path, version)) = loader::found() {
+            l.path = Some(path.clone());
+            l.version = Some(conv::version_string(*version));
+        }
+        l
+    }
+
+    fn library_lines(_: &Loaded<Hip>) -> Vec<LibraryInfo> {
+        vec![
+            compiler_info(
                 "hiprtc",
                 library::hiprtc().map(|r| (r.path().to_string(), r.version())),
-            ));
-            libraries.push(collectives_info(&self.0.ccl, "RCCL"));
-            libraries.push(match blas::rocblas() {
+            ),
+            match blas::rocblas() {
                 Ok((api, path)) => {
                     LibraryInfo::found("BLAS", "rocBLAS", path.clone(), blas::version(api))
                 }
@@ -120,48 +109,21 @@ impl Backend for HipBackend {
                     "rocBLAS",
                     format!("{e}; matmul runs the portable GEMM"),
                 ),
-            });
-        }
-        BackendInfo {
-            name: NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            libraries,
-            simulated,
-            concurrent,
-        }
+            },
+        ]
     }
 
-    fn probe(&self) -> Result<usize> {
-        Ok(loader::runtime()?.devices)
+    fn open_device(loaded: &Loaded<Hip>, id: DeviceId) -> Result<Arc<GpuDevice<Hip>>> {
+        device::open(loaded.rt, id)
     }
 
-    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
-        let rt = loader::runtime()?;
-        self.0
-            .devices
-            .get(NAME, ordinal, rt.devices, |id| device::open(rt, id))
-    }
-
-    fn collectives(&self) -> Option<&dyn unihal_hal::Collectives> {
-        collectives(&self.0.ccl, NAME)
-    }
-
-    fn conformance_manifest(&self) -> &'static str {
-        include_str!("../conformance.manifest")
-    }
-
-    fn test_kernels(&self, device: &dyn Device) -> Option<unihal_hal::ModuleSource> {
-        let dev = device.as_any().downcast_ref::<HipDevice>()?;
-        match library::test_kernels(dev) {
+    fn test_kernels(device: &HipDevice) -> Option<ModuleSource> {
+        match library::test_kernels(device) {
             Ok(m) => Some(m),
             Err(e) => {
-                tracing::warn!(target: "unihal::hip", "no test kernels for {}: {e}", device.id());
+                tracing::warn!(target: "unihal::hip", "no test kernels for {}: {e}", device.core().id);
                 None
             }
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -74,10 +74,8 @@ pub struct Hip {
     pub dtk: bool,
     /// The attribute numbering this runtime speaks.
     pub numbering: Numbering,
-    /// True when the runtime names its devices as simulated (unihal's test runtime).
-    pub simulated: bool,
-    /// False for a simulated runtime that runs device work only at synchronisation points.
-    pub concurrent: bool,
+    /// Whether it is unihal's simulated runtime ([`unihal_dynlib::Library::identity`]).
+    pub identity: unihal_dynlib::Identity,
 }
 
 impl Hip {
@@ -147,7 +145,6 @@ fn open() -> Result<Hip> {
             "no device: the runtime counts none ({at})"
         )));
     }
-    let name = device_name(&api, 0)?;
     let attribute = |a: i32| {
         let mut v = 0;
         // SAFETY: an out-pointer to a local and a valid device.
@@ -170,8 +167,7 @@ fn open() -> Result<Hip> {
         devices: count as usize,
         dtk,
         numbering,
-        simulated: name.contains("simulated"),
-        concurrent: !name.contains("simulated") || name.contains("concurrent"),
+        identity: lib.identity(),
     })
 }
 

@@ -10,7 +10,7 @@ use unihal_gpu::device::GpuDevice;
 use unihal_gpu::library::Library;
 use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{DeviceId, FillValue, HalError, ModuleSource, NativeHandle, OpCall, Result};
+use unihal_hal::{DeviceId, FillValue, HalError, ModuleSource, NativeHandle, Result};
 
 /// A HIP device of the shared GPU layer.
 pub type HipDevice = GpuDevice<Hip>;
@@ -428,11 +428,21 @@ impl Runtime for Hip {
         crate::library::load(device)
     }
 
-    fn vendor_op(&self, stream: &HipStream, call: &OpCall) -> Option<Result<()>> {
-        if call.op != unihal_hal::OpId::Matmul {
-            return None;
+    fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {
+        if crate::blas::rocblas().is_ok() {
+            &unihal_gpu::gemm::BLAS_DTYPES
+        } else {
+            &[]
         }
-        crate::blas::matmul(stream, call)
+    }
+
+    unsafe fn blas_gemm(
+        &self,
+        handle: &Self::Blas,
+        call: &unihal_gpu::gemm::BlasCall,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract (Runtime::blas_gemm).
+        unsafe { crate::blas::gemm(handle, call) }
     }
 
     fn blas_create(&self) -> Result<Self::Blas> {

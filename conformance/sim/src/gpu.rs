@@ -61,22 +61,40 @@ fn env_number(name: &str, default: u64) -> SimResult<u64> {
     }
 }
 
+/// `UNIHAL_SIM_MODE` ([`Mode`], default deferred).
+///
+/// # Errors
+/// [`SimError::InvalidValue`] for another value.
+pub fn mode_from_env() -> SimResult<Mode> {
+    match std::env::var("UNIHAL_SIM_MODE").as_deref().map(str::trim) {
+        Ok("eager") => Ok(Mode::Eager),
+        Ok("concurrent") => Ok(Mode::Concurrent),
+        Ok("deferred") | Err(_) => Ok(Mode::Deferred),
+        Ok(other) => Err(SimError::InvalidValue(format!(
+            "UNIHAL_SIM_MODE={other} (deferred, eager or concurrent)"
+        ))),
+    }
+}
+
+/// `unihal_dynlib::SIMULATED_SYMBOL`, exported by every simulated runtime built on this crate:
+/// the one way a backend learns that its runtime is simulated, and whether device work runs
+/// while the host goes on (`concurrent` mode) or only at synchronisation points.
+#[no_mangle]
+pub extern "C" fn unihal_simulated_runtime() -> *const std::ffi::c_char {
+    match mode_from_env() {
+        Ok(Mode::Concurrent) => c"unihal simulated runtime, concurrent mode".as_ptr(),
+        Ok(Mode::Eager) => c"unihal simulated runtime, eager mode".as_ptr(),
+        _ => c"unihal simulated runtime, deferred mode".as_ptr(),
+    }
+}
+
 impl Settings {
     /// The settings from the environment, with at most `max_devices` devices.
     ///
     /// # Errors
     /// [`SimError::InvalidValue`] naming the variable with a bad value.
     pub fn from_env(max_devices: usize) -> SimResult<Settings> {
-        let mode = match std::env::var("UNIHAL_SIM_MODE").as_deref().map(str::trim) {
-            Ok("eager") => Mode::Eager,
-            Ok("concurrent") => Mode::Concurrent,
-            Ok("deferred") | Err(_) => Mode::Deferred,
-            Ok(other) => {
-                return Err(SimError::InvalidValue(format!(
-                    "UNIHAL_SIM_MODE={other} (deferred, eager or concurrent)"
-                )))
-            }
-        };
+        let mode = mode_from_env()?;
         let devices = env_number("UNIHAL_SIM_DEVICES", 2)? as usize;
         if !(1..=max_devices).contains(&devices) {
             return Err(SimError::InvalidValue(format!(

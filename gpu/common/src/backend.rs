@@ -1,31 +1,175 @@
-//! What every GPU backend's `Backend` implementation shares: the table of opened devices and the
-//! library report lines of its runtime compiler and collective library.
+//! The generic GPU backend: [`RuntimeBackend`] implements `unihal_hal::Backend` once over any
+//! [`VendorRuntime`], so a vendor backend's `lib.rs` is registration (its name, its runtime's
+//! loader and report lines, its collective engine) and nothing else. Also the table of opened
+//! devices and the report lines every such backend prints (runtime compiler, collectives).
 
 use crate::device::GpuDevice;
 use crate::runtime::Runtime;
 use parking_lot::Mutex;
+use std::any::Any;
 use std::sync::Arc;
-use unihal_hal::{Device, DeviceId, HalError, Invalid, LibraryInfo, Result};
+use unihal_hal::{
+    Backend, BackendInfo, Collectives, Device, DeviceId, HalError, Invalid, LibraryInfo,
+    ModuleSource, Result,
+};
 
-/// What a GPU backend holds: its devices and its collective engine (a flavor of the NCCL-API
-/// engine on this runtime's devices and streams). Thread-safe.
-pub struct GpuBackendState<R: Runtime> {
-    /// The devices opened so far.
-    pub devices: Devices<R>,
-    /// The collective engine (its library opened on first use).
-    pub ccl: unihal_nccl_api::Engine,
+/// A vendor runtime, loaded: the instance the devices run on and what the backend reports of it.
+pub struct Loaded<R: 'static> {
+    /// The runtime (one per process).
+    pub rt: &'static R,
+    /// How many devices it reports (at least one: no device is `Unavailable`).
+    pub devices: usize,
+    /// The runtime's report line (its kind, name, path and version).
+    pub line: LibraryInfo,
+    /// What the runtime says of itself through `unihal_dynlib::simulated`.
+    pub identity: unihal_dynlib::Identity,
 }
 
-impl<R: Runtime> GpuBackendState<R> {
-    /// No device open yet; collectives through `flavor` (NCCL, RCCL).
-    pub fn new(flavor: unihal_nccl_api::Flavor) -> Self {
-        GpuBackendState {
-            devices: Devices::default(),
-            ccl: unihal_nccl_api::Engine::new(
-                flavor,
-                std::sync::Arc::new(crate::platform::GpuPlatform::<R>::default()),
+/// A collective engine as a backend holds it: opened on first use, reported either way.
+/// Thread-safe.
+pub trait CollectiveEngine: Send + Sync + 'static {
+    /// The engine's report line (the library's path and version, or why it is missing).
+    fn info(&self) -> LibraryInfo;
+    /// The engine as the backend's collectives, when its library opens (else `None`, logged).
+    fn available(&self) -> Option<&dyn Collectives>;
+}
+
+impl CollectiveEngine for unihal_nccl_api::Engine {
+    fn info(&self) -> LibraryInfo {
+        match self.lib() {
+            Ok(l) => LibraryInfo::found(
+                "collectives",
+                self.flavor().label,
+                l.path.clone(),
+                Some(l.version_string()),
             ),
+            Err(e) => LibraryInfo::missing("collectives", self.flavor().label, e.to_string()),
         }
+    }
+
+    fn available(&self) -> Option<&dyn Collectives> {
+        match self.lib() {
+            Ok(_) => Some(self),
+            Err(e) => {
+                tracing::info!(target: "unihal::gpu", "{}: no collectives: {e}", self.flavor().label);
+                None
+            }
+        }
+    }
+}
+
+/// What a vendor adds to its [`Runtime`] to be a backend: a name, a loader, report lines and a
+/// collective engine. Everything else of `unihal_hal::Backend` is [`RuntimeBackend`]'s.
+pub trait VendorRuntime: Runtime {
+    /// The registry name (`cuda`, `hip`, `ascend`).
+    const NAME: &'static str;
+    /// The backend's conformance manifest (its `conformance.manifest`).
+    const MANIFEST: &'static str;
+    /// The collective engine (NCCL-API, HCCL).
+    type Ccl: CollectiveEngine;
+
+    /// A collective engine whose library is opened on first use.
+    fn collective_engine() -> Self::Ccl;
+    /// The runtime, loaded once per process.
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] naming every path tried, or the runtime's refusal (no device).
+    fn load() -> Result<Loaded<Self>>;
+    /// The runtime's report line when [`VendorRuntime::load`] failed with `error` (with the
+    /// library that answered, where one did).
+    fn missing_line(error: &HalError) -> LibraryInfo;
+    /// The report lines of the libraries beside the runtime (compiler, BLAS, operators).
+    fn library_lines(loaded: &Loaded<Self>) -> Vec<LibraryInfo>;
+    /// Opens device `id`.
+    ///
+    /// # Errors
+    /// The runtime's errors of the device queries.
+    fn open_device(loaded: &Loaded<Self>, id: DeviceId) -> Result<Arc<GpuDevice<Self>>>;
+    /// The conformance suite's test kernels for `device`, in a format it loads (`None`: the
+    /// device loads no module, or they cannot be built here).
+    fn test_kernels(device: &GpuDevice<Self>) -> Option<ModuleSource>;
+}
+
+/// The `unihal_hal::Backend` of a vendor runtime: devices opened on first use and kept for the
+/// backend's life, collectives through the vendor's engine. Thread-safe.
+pub struct RuntimeBackend<R: VendorRuntime> {
+    devices: Devices<R>,
+    ccl: R::Ccl,
+}
+
+impl<R: VendorRuntime> Default for RuntimeBackend<R> {
+    fn default() -> Self {
+        RuntimeBackend {
+            devices: Devices::default(),
+            ccl: R::collective_engine(),
+        }
+    }
+}
+
+impl<R: VendorRuntime> RuntimeBackend<R> {
+    /// A backend that loads the runtime on first probe (and the collective library on first use
+    /// of collectives).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The collective engine (whether or not its library opened).
+    pub fn ccl(&self) -> &R::Ccl {
+        &self.ccl
+    }
+}
+
+impl<R: VendorRuntime> Backend for RuntimeBackend<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+
+    fn info(&self) -> BackendInfo {
+        let (libraries, identity) = match R::load() {
+            Ok(l) => {
+                let mut lines = vec![l.line.clone()];
+                lines.extend(R::library_lines(&l));
+                lines.push(self.ccl.info());
+                (lines, l.identity)
+            }
+            Err(e) => (
+                vec![R::missing_line(&e)],
+                unihal_dynlib::Identity::default(),
+            ),
+        };
+        BackendInfo {
+            name: R::NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            libraries,
+            simulated: identity.simulated,
+            concurrent: identity.concurrent,
+        }
+    }
+
+    fn probe(&self) -> Result<usize> {
+        Ok(R::load()?.devices)
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let l = R::load()?;
+        self.devices
+            .get(R::NAME, ordinal, l.devices, |id| R::open_device(&l, id))
+    }
+
+    fn collectives(&self) -> Option<&dyn Collectives> {
+        self.ccl.available()
+    }
+
+    fn conformance_manifest(&self) -> &'static str {
+        R::MANIFEST
+    }
+
+    fn test_kernels(&self, device: &dyn Device) -> Option<ModuleSource> {
+        R::test_kernels(device.as_any().downcast_ref::<GpuDevice<R>>()?)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -91,32 +235,5 @@ pub fn compiler_info(name: &str, found: Result<(String, (i32, i32))>) -> Library
             name,
             format!("{e} (without it the devices run no library ops)"),
         ),
-    }
-}
-
-/// The report line of the collective library an NCCL-API engine opened (or why not).
-pub fn collectives_info(engine: &unihal_nccl_api::Engine, name: &str) -> LibraryInfo {
-    match engine.lib() {
-        Ok(l) => LibraryInfo::found(
-            "collectives",
-            name,
-            l.path.clone(),
-            Some(l.version_string()),
-        ),
-        Err(e) => LibraryInfo::missing("collectives", name, e.to_string()),
-    }
-}
-
-/// The engine as the backend's collectives when its library opens (else `None`, logged).
-pub fn collectives<'a>(
-    engine: &'a unihal_nccl_api::Engine,
-    backend: &str,
-) -> Option<&'a dyn unihal_hal::Collectives> {
-    match engine.lib() {
-        Ok(_) => Some(engine),
-        Err(e) => {
-            tracing::info!(target: "unihal::gpu", "{backend}: no collectives: {e}");
-            None
-        }
     }
 }

@@ -25,6 +25,12 @@ impl<R> std::fmt::Debug for GpuPlatform<R> {
     }
 }
 
+/// The NCCL-API engine of `flavor` (NCCL, RCCL) on runtime `R`'s devices and streams; the
+/// library is opened on first use.
+pub fn nccl_api_engine<R: Runtime>(flavor: unihal_nccl_api::Flavor) -> unihal_nccl_api::Engine {
+    unihal_nccl_api::Engine::new(flavor, Arc::new(GpuPlatform::<R>::default()))
+}
+
 fn gpu_device<R: Runtime>(device: &Arc<dyn Device>) -> Result<&GpuDevice<R>> {
     device
         .as_any()

@@ -13,7 +13,8 @@ use crate::stream::GpuStream;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 use unihal_hal::{
-    Capabilities, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall, Result,
+    Capabilities, DType, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall,
+    Result,
 };
 
 /// A raw handle of a vendor runtime (a stream, an event, a module or a function): an opaque
@@ -203,11 +204,13 @@ pub trait Runtime: Send + Sync + Sized + 'static {
 
     /// Compiles (or reads from the cache) and loads the portable kernel library on `device`.
     fn load_library(&self, device: &Arc<GpuDevice<Self>>) -> Result<Library>;
-    /// A library op through a vendor library (a BLAS for matmul; an operator library such as
-    /// Ascend's aclnn for any op), or `None` when it does not take this call (no BLAS, a layout
-    /// it cannot express): the portable kernel library runs it then. Called after the shared
-    /// checks (buffers of this device, the op × dtype in the capabilities).
-    fn vendor_op(&self, stream: &GpuStream<Self>, call: &OpCall) -> Option<Result<()>>;
+    /// A library op through an operator library (Ascend's aclnn), or `None` when there is none
+    /// or it does not take this call: BLAS matmul ([`Runtime::blas_gemm`]) or the portable
+    /// kernel library runs it then. Called after the shared checks (buffers of this device, the
+    /// op × dtype in the capabilities).
+    fn vendor_op(&self, _stream: &GpuStream<Self>, _call: &OpCall) -> Option<Result<()>> {
+        None
+    }
     /// Stream-ordered memory from the backend's own allocator, for runtimes without
     /// stream-ordered pools (ACL: the caching allocator's blocks, reused in stream order), or
     /// `None` to use [`Runtime::malloc_async`]. Called only when the device reports
@@ -219,10 +222,39 @@ pub trait Runtime: Send + Sync + Sized + 'static {
     ) -> Option<Result<unihal_hal::Buffer>> {
         None
     }
+    /// The element types the vendor's BLAS takes for matmul; empty (the default) when the
+    /// runtime has no BLAS or it did not load. The shared stream maps every matmul it can
+    /// express onto one strided-batched GEMM (`crate::gemm`) and calls [`Runtime::blas_gemm`].
+    fn blas_dtypes(&self) -> &'static [DType] {
+        &[]
+    }
     /// A new BLAS handle of the current device.
-    fn blas_create(&self) -> Result<Self::Blas>;
+    fn blas_create(&self) -> Result<Self::Blas> {
+        Err(HalError::unsupported(format!(
+            "{} has no BLAS",
+            Self::VENDOR
+        )))
+    }
     /// Makes the handle's later calls run on `stream`.
-    fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()>;
+    fn blas_bind(&self, _handle: &Self::Blas, _stream: Raw) -> Result<()> {
+        Err(HalError::unsupported(format!(
+            "{} has no BLAS",
+            Self::VENDOR
+        )))
+    }
+    /// Queues one strided-batched GEMM (`call`, in the shared column-major form) on the stream
+    /// the handle is bound to.
+    ///
+    /// # Safety
+    /// `call` came from `crate::gemm::BlasCall::of` (every operand's extent validated against
+    /// its buffer) and the buffers are kept until the work ran; the handle is bound to a live
+    /// stream of the current device.
+    unsafe fn blas_gemm(&self, _handle: &Self::Blas, _call: &crate::gemm::BlasCall) -> Result<()> {
+        Err(HalError::unsupported(format!(
+            "{} has no BLAS",
+            Self::VENDOR
+        )))
+    }
 }
 
 /// An "unsupported module format" error naming what the runtime loads.

@@ -552,6 +552,15 @@ impl<R: Runtime> Stream for GpuStream<R> {
                 return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
             }
         }
+        if call.op == unihal_hal::OpId::Matmul && !self.rt().blas_dtypes().is_empty() {
+            let rt = self.rt();
+            // SAFETY: run_blas hands over a call from BlasCall::of, with the operands kept until
+            // the work ran, under the stream's bound handle (blas_gemm's contract).
+            let gemm = |h: &R::Blas, bc: &crate::gemm::BlasCall| unsafe { rt.blas_gemm(h, bc) };
+            if let Some(r) = crate::gemm::run_blas(self, call, rt.blas_dtypes(), gemm) {
+                return r;
+            }
+        }
         if let Some(r) = self.rt().vendor_op(self, call) {
             return r;
         }

@@ -78,6 +78,8 @@ pub mod header {
 
 /// The C test controls (injected failures, violations), exported from this object.
 pub use unihal_sim::fault_c as fault;
+/// How backends learn that this runtime is simulated (`unihal_dynlib::SIMULATED_SYMBOL`).
+pub use unihal_sim::gpu::unihal_simulated_runtime;
 
 use conv::Err;
 use std::cell::RefCell;

@@ -45,6 +45,8 @@ pub mod runtime;
 
 /// The C test controls (injected failures, violations), exported from this object.
 pub use unihal_sim::fault_c as fault;
+/// How backends learn that this runtime is simulated (`unihal_dynlib::SIMULATED_SYMBOL`).
+pub use unihal_sim::gpu::unihal_simulated_runtime;
 /// The NCCL face of this library (RCCL's API), exported from this object.
 pub use unihal_sim_nccl::{api as nccl, conv as nccl_conv};
 

@@ -18,6 +18,11 @@
 //!   [`Library`] never closes the loader's handle (no `dlclose`), so its function pointers are
 //!   valid for the whole process, and nothing is allocated for it (no leak for LeakSanitizer).
 //!
+//! * **Simulated runtimes say so** ([`Library::identity`]): unihal's simulated vendor runtimes
+//!   (`conformance/sim`) export one extra symbol, [`SIMULATED_SYMBOL`], that no vendor library
+//!   has. It is the only way product code learns that a runtime is simulated (reports mark it,
+//!   and a simulated runtime that runs work only at synchronisation points is not concurrent);
+//!   no loader tests a device or library name for it.
 //! * **ABI checks** ([`abi`]): the C ABI class of a binding's types, to compare hand-written
 //!   declarations with bindgen's reading of the vendor's header.
 //!
@@ -220,6 +225,69 @@ impl Library {
     }
 }
 
+/// The symbol a simulated runtime exports: `const char *unihal_simulated_runtime(void)`,
+/// returning a static NUL-terminated description whose words include `concurrent` when device
+/// work runs while the host goes on (otherwise only at synchronisation points).
+pub const SIMULATED_SYMBOL: &str = "unihal_simulated_runtime";
+
+/// What a runtime library says of itself ([`Library::identity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// True for unihal's simulated runtimes (they export [`SIMULATED_SYMBOL`]).
+    pub simulated: bool,
+    /// False for a simulated runtime that runs device work only at synchronisation points.
+    pub concurrent: bool,
+}
+
+impl Default for Identity {
+    /// A vendor's runtime: not simulated, device work concurrent with the host.
+    fn default() -> Identity {
+        Identity {
+            simulated: false,
+            concurrent: true,
+        }
+    }
+}
+
+impl Identity {
+    /// The identity a simulated runtime's description states.
+    pub fn simulated(description: &str) -> Identity {
+        Identity {
+            simulated: true,
+            concurrent: description
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == "concurrent"),
+        }
+    }
+}
+
+impl Library {
+    /// Whether this library is a simulated runtime, and how it runs work ([`SIMULATED_SYMBOL`]);
+    /// a vendor's library is [`Identity::default`].
+    pub fn identity(&self) -> Identity {
+        type Describe = unsafe extern "C" fn() -> *const std::ffi::c_char;
+        // SAFETY: the symbol's documented C type (SIMULATED_SYMBOL).
+        let Some(describe) = (unsafe { self.optional::<Describe>(SIMULATED_SYMBOL) }) else {
+            return Identity::default();
+        };
+        // SAFETY: the simulated runtime returns a static NUL-terminated string (or null).
+        let text = unsafe { describe() };
+        if text.is_null() {
+            return Identity::simulated("");
+        }
+        // SAFETY: non-null, NUL-terminated and static (the symbol's contract).
+        Identity::simulated(&unsafe { c_str(text) })
+    }
+
+    /// The library mapped from `file` (already loaded by another loader, or loaded now).
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] when it does not load.
+    pub fn of_file(what: &str, file: &str) -> Result<Library> {
+        Library::open(&Candidates::new(what, "", &[file]))
+    }
+}
+
 /// The file mapped at `addr` in this process (from `/proc/self/maps`): where a resolved symbol
 /// really lives, whatever name or link the library was opened through (`libamdhip64.so` may be a
 /// link to Hygon DTK's `libgalaxyhip.so.5`). `None` off Linux or when no file maps it.
@@ -358,5 +426,23 @@ mod tests {
         // SAFETY: as above.
         let (_, found) = unsafe { lib.first_of::<Strlen>(&["unihal_nope", "strlen"]) }.unwrap();
         assert_eq!(found, "strlen");
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    #[test]
+    fn a_vendor_library_is_not_simulated_and_a_simulated_one_says_its_mode() {
+        // libc exports no SIMULATED_SYMBOL: a vendor's library reads as one.
+        let libc = Library::open(&Candidates::new("C library", "", &["libc.so.6"])).unwrap();
+        assert_eq!(libc.identity(), Identity::default());
+        assert!(!Identity::default().simulated && Identity::default().concurrent);
+        let c = Identity::simulated("unihal simulated runtime, concurrent mode");
+        assert!(c.simulated && c.concurrent);
+        let d = Identity::simulated("unihal simulated runtime, deferred mode");
+        assert!(d.simulated && !d.concurrent);
+        assert!(!Identity::simulated("nonconcurrent").concurrent);
     }
 }
