@@ -17,7 +17,7 @@ fn main() -> Result<()> {
     let (small, rounds) = vs_direct::args();
     let backend = CudaBackend::new();
     let dev = backend.open(0)?;
-    let has_blas = unihal_cuda::cublas::available();
+    let has_blas = unihal_cuda::loader::cublas_available();
     let mut handle: blas::cublasHandle_t = std::ptr::null_mut();
     let sgemm: Option<(&'static str, DirectSgemm)> = has_blas.then(|| {
         let f: DirectSgemm = Box::new(move |raw, a, b, c, n| {

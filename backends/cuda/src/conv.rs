@@ -1,9 +1,11 @@
 //! Conversions of the CUDA backend: driver errors to [`HalError`] (the CUDA name and number are
 //! kept), and the device attributes it reads.
 
-use crate::drv::{codes, error_text, DriverError};
+use crate::ffi::{codes, error_text, DriverError};
+use cudarc::cublas::sys::{cublasOperation_t, cublasStatus_t};
 use cudarc::driver::sys::CUdevice_attribute;
-use unihal_hal::HalError;
+use unihal_gpu::gemm::Op;
+use unihal_hal::{HalError, Result};
 
 /// A failed driver call as a vendor error: `CUDA driver: <call> failed with CUDA_ERROR_X (n): text`.
 /// The code is kept as the driver returned it, listed in `cuda.h` or not.
@@ -61,4 +63,26 @@ pub(crate) mod attr {
 /// `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`: enabling twice is not a failure.
 pub(crate) fn already_enabled(e: &DriverError) -> bool {
     e.0 == codes::PEER_ACCESS_ALREADY_ENABLED
+}
+
+/// A cuBLAS status as a [`HalError::Vendor`] naming `call` (success is `Ok`).
+pub(crate) fn blas_status(call: &str, st: cublasStatus_t) -> Result<()> {
+    if st == cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Ok(());
+    }
+    Err(HalError::Vendor {
+        library: "cuBLAS".into(),
+        call: call.into(),
+        code: st as i64,
+        name: format!("{st:?}"),
+        message: String::new(),
+    })
+}
+
+/// cuBLAS's value of a BLAS operation.
+pub(crate) fn blas_op(o: Op) -> cublasOperation_t {
+    match o {
+        Op::N => cublasOperation_t::CUBLAS_OP_N,
+        Op::T => cublasOperation_t::CUBLAS_OP_T,
+    }
 }

@@ -1,7 +1,7 @@
 //! # unihal-cuda: the CUDA backend
 //!
 //! NVIDIA GPUs through the CUDA driver API, opened at run time through cudarc's loader (its types
-//! and library lookup; the entry points themselves are declared with integer results in `drv`, so
+//! and library lookup; the entry points themselves are declared with integer results in `ffi`, so
 //! a result code `cuda.h` does not list stays a number instead of an invalid enum value), so one
 //! unihal binary builds with no CUDA toolkit and runs wherever it lands.
 //!
@@ -16,7 +16,7 @@
 //! * **The shared GPU layer**: devices, memory, streams, events and modules are `unihal_gpu`'s
 //!   (the same code as the HIP backend's) over [`runtime::Cuda`], this backend's implementation
 //!   of its `Runtime` trait: each driver call once, failures named with the driver's call name.
-//! * **Devices** ([`device`]) use each GPU's primary context ([`context`]), bound to the calling
+//! * **Devices** ([`device`]) use each GPU's primary context (`device::Context`), bound to the calling
 //!   thread before every driver call, so any host thread may use any device. Capabilities come from
 //!   the driver's attributes (compute capability, SM count, warp size, limits, memory). A kernel
 //!   fault poisons a CUDA context: `fault_poisons_device` says so, and such errors are sticky on
@@ -37,28 +37,28 @@
 //!   every backend) and launches the portable library, compiled by NVRTC for the device's exact
 //!   architecture (cubin, PTX fallback) and cached on disk. Without NVRTC the device reports no ops.
 //!
-//! * **Matmul** ([`cublas`]) through cuBLAS opened at run time (a handle per stream), for every
+//! * **Matmul** through cuBLAS (`Runtime::blas_gemm` in [`runtime`]) opened at run time (a handle per stream), for every
 //!   layout it expresses; otherwise, and without cuBLAS, the library's tiled GEMM.
 //! * **Collectives** through NCCL on the shared NCCL-API engine (`unihal-nccl-api`, the same
-//!   engine RCCL runs on), with a watchdog per communicator so nothing hangs; [`ccl`] is the CUDA
-//!   side of it ([`ccl::CudaPlatform`]).
+//!   engine RCCL runs on), with a watchdog per communicator so nothing hangs; [`CudaPlatform`] is
+//!   the CUDA side of it.
 //! * **Peers, pools and split**: peer copies through `cuMemcpyPeerAsync` (access enabled on first
 //!   use), stream-ordered allocation from the device's default memory pool, `ncclCommSplit` when
 //!   the NCCL library has it: the capabilities say which a device and library have.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod ccl;
-pub mod context;
 pub mod conv;
-pub mod cublas;
 pub mod device;
-mod drv;
+mod ffi;
 pub mod library;
 pub mod loader;
 pub mod runtime;
 
 pub use runtime::{Cuda, CudaDevice, CudaStream};
+
+/// The NCCL-API engine's platform on CUDA devices and streams.
+pub type CudaPlatform = unihal_gpu::platform::GpuPlatform<Cuda>;
 
 use std::sync::Arc;
 use unihal_gpu::backend::{compiler_info, Loaded, RuntimeBackend, VendorRuntime};
@@ -105,7 +105,7 @@ impl VendorRuntime for Cuda {
                 "NVRTC",
                 library::nvrtc().map(|n| (n.path().to_string(), n.version())),
             ),
-            if cublas::available() {
+            if loader::cublas_available() {
                 LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)
             } else {
                 LibraryInfo::missing(

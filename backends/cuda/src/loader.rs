@@ -85,7 +85,7 @@ fn open() -> Result<Driver> {
         }));
     }
     guard("cuInit", || {
-        crate::drv::result::init().map_err(|e| match vendor("cuInit", e) {
+        crate::ffi::result::init().map_err(|e| match vendor("cuInit", e) {
             HalError::Vendor { name, code, .. } => {
                 unavailable(format!("cuInit failed with {name} ({code}): no usable GPU"))
             }
@@ -93,18 +93,18 @@ fn open() -> Result<Driver> {
         })?;
         let mut version = 0;
         // SAFETY: an out-pointer to a local.
-        unsafe { crate::drv::cuDriverGetVersion(&mut version) }
+        unsafe { crate::ffi::cuDriverGetVersion(&mut version) }
             .result()
             .map_err(|e| vendor("cuDriverGetVersion", e))?;
         let count =
-            crate::drv::result::device::get_count().map_err(|e| vendor("cuDeviceGetCount", e))?;
+            crate::ffi::result::device::get_count().map_err(|e| vendor("cuDeviceGetCount", e))?;
         if count <= 0 {
             return Err(unavailable("the driver reports no CUDA device".into()));
         }
-        let name = crate::drv::result::device::get(0)
-            .and_then(crate::drv::result::device::get_name)
+        let name = crate::ffi::result::device::get(0)
+            .and_then(crate::ffi::result::device::get_name)
             .map_err(|e| vendor("cuDeviceGetName", e))?;
-        let file = crate::drv::driver_file();
+        let file = crate::ffi::driver_file();
         if let Some(why) = hygon_dcu(&name, file.as_deref()) {
             return Err(unavailable(why));
         }
@@ -144,6 +144,16 @@ pub(crate) fn hygon_dcu(device_name: &str, driver_file: Option<&str>) -> Option<
 pub(crate) fn driver() -> Result<&'static Driver> {
     static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
     DRIVER.get_or_init(open).as_ref().map_err(Clone::clone)
+}
+
+/// True when cuBLAS can be opened (checked once, without panicking).
+pub fn cublas_available() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    *PRESENT.get_or_init(|| {
+        // SAFETY: probes the library names with dlopen/dlclose; no symbol is called.
+        std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() })
+            .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]

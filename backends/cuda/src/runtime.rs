@@ -1,18 +1,19 @@
 //! The CUDA driver as a [`Runtime`] of the shared GPU layer (`unihal_gpu`): each raw call once,
 //! its failure named with the driver's own call name and code.
 
-use crate::context::Context;
-use crate::conv::{already_enabled, not_ready, out_of_memory, vendor};
-use crate::drv::{self, result, DriverError};
+use crate::conv::{already_enabled, blas_op, blas_status, not_ready, out_of_memory, vendor};
+use crate::device::Context;
+use crate::ffi::{self, result, DriverError};
 use crate::loader::guard;
 use cudarc::driver::sys;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
+use unihal_gpu::gemm::BlasCall;
 use unihal_gpu::library::Library;
 use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{FillValue, HalError, Invalid, ModuleSource, NativeHandle, Result};
+use unihal_hal::{DType, FillValue, HalError, Invalid, ModuleSource, NativeHandle, Result};
 
 /// The CUDA driver API (stateless: the driver is process-wide, opened by [`crate::loader`]).
 #[derive(Debug, Default)]
@@ -59,7 +60,7 @@ fn alloc(call: &str, len: usize, x: std::result::Result<u64, DriverError>) -> Re
 
 impl Runtime for Cuda {
     type Context = Context;
-    type Blas = crate::cublas::Handle;
+    type Blas = CublasHandle;
     const VENDOR: &'static str = "CUDA";
 
     fn enter<T>(&self, ctx: &Context, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -132,7 +133,7 @@ impl Runtime for Cuda {
             let other = r("cuDeviceGet", result::device::get(o))?;
             let mut can = 0;
             // SAFETY: two valid devices and an out-pointer to a local.
-            let x = unsafe { drv::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }.result();
+            let x = unsafe { ffi::cuDeviceCanAccessPeer(&mut can, ctx.dev, other) }.result();
             r("cuDeviceCanAccessPeer", x)?;
             if can != 0 {
                 peers.push(o as u32);
@@ -143,7 +144,7 @@ impl Runtime for Cuda {
 
     fn enable_peer(&self, peer: &Context) -> Result<()> {
         // SAFETY: a retained primary context of another device; flags must be 0.
-        match unsafe { drv::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
+        match unsafe { ffi::cuCtxEnablePeerAccess(peer.raw, 0) }.result() {
             Ok(()) => Ok(()),
             Err(e) if already_enabled(&e) => Ok(()),
             Err(e) => Err(vendor("cuCtxEnablePeerAccess", e)),
@@ -173,7 +174,7 @@ impl Runtime for Cuda {
         // SAFETY: a live stream.
         done(
             "cuStreamQuery",
-            unsafe { drv::cuStreamQuery(stream.0 as sys::CUstream) }.result(),
+            unsafe { ffi::cuStreamQuery(stream.0 as sys::CUstream) }.result(),
         )
     }
 
@@ -192,14 +193,14 @@ impl Runtime for Cuda {
         // SAFETY: a live stream; the caller's contract for `f` and `data`.
         r(
             "cuLaunchHostFunc",
-            unsafe { drv::cuLaunchHostFunc(stream.0 as sys::CUstream, Some(f), data) }.result(),
+            unsafe { ffi::cuLaunchHostFunc(stream.0 as sys::CUstream, Some(f), data) }.result(),
         )
     }
 
     unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
         let x = unsafe {
-            drv::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, stream.0 as sys::CUstream)
+            ffi::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, stream.0 as sys::CUstream)
         };
         r("cuMemcpyHtoDAsync", x.result())
     }
@@ -207,14 +208,14 @@ impl Runtime for Cuda {
     unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
         let x = unsafe {
-            drv::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.0 as sys::CUstream)
+            ffi::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.0 as sys::CUstream)
         };
         r("cuMemcpyDtoHAsync", x.result())
     }
 
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: usize, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract.
-        let x = unsafe { drv::cuMemcpyDtoDAsync_v2(dst, src, len, stream.0 as sys::CUstream) };
+        let x = unsafe { ffi::cuMemcpyDtoDAsync_v2(dst, src, len, stream.0 as sys::CUstream) };
         r("cuMemcpyDtoDAsync", x.result())
     }
 
@@ -227,7 +228,7 @@ impl Runtime for Cuda {
     ) -> Result<()> {
         // SAFETY: the caller's contract; the contexts are retained primary contexts.
         let x = unsafe {
-            drv::cuMemcpyPeerAsync(
+            ffi::cuMemcpyPeerAsync(
                 dst.1,
                 dst.0.raw,
                 src.1,
@@ -244,9 +245,9 @@ impl Runtime for Cuda {
         // SAFETY: the caller's contract.
         let (call, x) = unsafe {
             match value {
-                FillValue::U8(v) => ("cuMemsetD8Async", drv::cuMemsetD8Async(dst, v, count, s)),
-                FillValue::U16(v) => ("cuMemsetD16Async", drv::cuMemsetD16Async(dst, v, count, s)),
-                FillValue::U32(v) => ("cuMemsetD32Async", drv::cuMemsetD32Async(dst, v, count, s)),
+                FillValue::U8(v) => ("cuMemsetD8Async", ffi::cuMemsetD8Async(dst, v, count, s)),
+                FillValue::U16(v) => ("cuMemsetD16Async", ffi::cuMemsetD16Async(dst, v, count, s)),
+                FillValue::U32(v) => ("cuMemsetD32Async", ffi::cuMemsetD32Async(dst, v, count, s)),
             }
         };
         r(call, x.result())
@@ -263,7 +264,7 @@ impl Runtime for Cuda {
     ) -> Result<()> {
         // SAFETY: the caller's contract; the driver copies the argument values during the call.
         let x = unsafe {
-            drv::cuLaunchKernel(
+            ffi::cuLaunchKernel(
                 function.0 as sys::CUfunction,
                 grid[0],
                 grid[1],
@@ -349,7 +350,7 @@ impl Runtime for Cuda {
         // SAFETY: a loaded module and a NUL-terminated name.
         match unsafe { result::module::get_function(module.0 as sys::CUmodule, name) } {
             Ok(f) => Ok(Some(Raw(f as *mut c_void))),
-            Err(e) if e.0 == drv::codes::NOT_FOUND => Ok(None),
+            Err(e) if e.0 == ffi::codes::NOT_FOUND => Ok(None),
             Err(e) => Err(vendor("cuModuleGetFunction", e)),
         }
     }
@@ -366,7 +367,7 @@ impl Runtime for Cuda {
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {
-        if crate::cublas::available() {
+        if crate::loader::cublas_available() {
             &unihal_gpu::gemm::BLAS_DTYPES
         } else {
             &[]
@@ -379,11 +380,11 @@ impl Runtime for Cuda {
         call: &unihal_gpu::gemm::BlasCall,
     ) -> Result<()> {
         // SAFETY: the caller's contract (Runtime::blas_gemm).
-        unsafe { crate::cublas::gemm(handle, call) }
+        unsafe { cublas_gemm(handle, call) }
     }
 
     fn blas_create(&self) -> Result<Self::Blas> {
-        crate::cublas::Handle::new()
+        CublasHandle::new()
     }
 
     fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()> {
@@ -413,5 +414,97 @@ pub(crate) fn prepare_ptx(text: &str) -> Result<PreparedModule> {
             .into_iter()
             .map(|e| (e.name, e.param_sizes))
             .collect(),
+    })
+}
+
+/// A cuBLAS handle of one device. A stream takes one for its first matmul and hands it back to
+/// its device's pool once the work queued on it has run, so handles are never destroyed
+/// (`cublasDestroy` synchronises the whole device, which a stream's release must not do) and
+/// no handle's workspace is shared by two streams' work at once.
+pub struct CublasHandle(pub(crate) usize);
+
+impl CublasHandle {
+    /// Creates a handle in the current context.
+    pub(crate) fn new() -> Result<CublasHandle> {
+        guard("cublasCreate", || {
+            let mut h: cudarc::cublas::sys::cublasHandle_t = std::ptr::null_mut();
+            // SAFETY: an out-pointer to a local; the device's context is current.
+            let st = unsafe { cudarc::cublas::sys::cublasCreate_v2(&mut h) };
+            blas_status("cublasCreate", st)?;
+            Ok(CublasHandle(h as usize))
+        })
+    }
+
+    /// Makes later calls with this handle run on `stream` (of the handle's context).
+    pub(crate) fn bind(&self, stream: cudarc::driver::sys::CUstream) -> Result<()> {
+        guard("cublasSetStream", || {
+            // SAFETY: a live handle and stream of its context.
+            let st = unsafe {
+                cudarc::cublas::sys::cublasSetStream_v2(
+                    self.0 as cudarc::cublas::sys::cublasHandle_t,
+                    stream as _,
+                )
+            };
+            blas_status("cublasSetStream", st)
+        })
+    }
+}
+
+/// Queues one strided-batched GEMM through cuBLAS on the handle's stream.
+///
+/// # Safety
+/// `Runtime::blas_gemm`'s contract: `bc` was validated against its buffers, which are kept
+/// until the work ran.
+pub(crate) unsafe fn cublas_gemm(h: &CublasHandle, bc: &BlasCall) -> Result<()> {
+    let (data, compute) = match bc.dtype {
+        DType::F64 => (
+            cudarc::cublas::sys::cudaDataType::CUDA_R_64F,
+            cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+        ),
+        DType::F16 => (
+            cudarc::cublas::sys::cudaDataType::CUDA_R_16F,
+            cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::Bf16 => (
+            cudarc::cublas::sys::cudaDataType::CUDA_R_16BF,
+            cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        _ => (
+            cudarc::cublas::sys::cudaDataType::CUDA_R_32F,
+            cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+    };
+    let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
+    guard("cublasGemmStridedBatchedEx", || {
+        // SAFETY: the caller's contract covers the operands; alpha/beta are host values read
+        // during the call, and beta = 0 makes cuBLAS not read C (as the HAL requires).
+        let st = unsafe {
+            cudarc::cublas::sys::cublasGemmStridedBatchedEx(
+                h.0 as cudarc::cublas::sys::cublasHandle_t,
+                blas_op(g.op_a),
+                blas_op(g.op_b),
+                g.m,
+                g.n,
+                g.k,
+                alpha,
+                bc.pb as *const _,
+                data,
+                g.lda,
+                g.stride_a,
+                bc.pa as *const _,
+                data,
+                g.ldb,
+                g.stride_b,
+                beta,
+                bc.pc as *mut _,
+                data,
+                g.ldc,
+                g.stride_c,
+                g.count,
+                compute,
+                cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        blas_status("cublasGemmStridedBatchedEx", st)
     })
 }

@@ -8,8 +8,8 @@ mod support;
 
 use std::sync::Arc;
 use support::{controls, simulated_driver};
-use unihal_cuda::ccl::CudaPlatform;
 use unihal_cuda::CudaBackend;
+use unihal_cuda::CudaPlatform;
 use unihal_hal::{Backend, Collectives, CommConfig, DType, HalError, Stream};
 use unihal_nccl_api::{Engine, RCCL};
 

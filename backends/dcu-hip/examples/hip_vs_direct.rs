@@ -9,7 +9,7 @@
 
 use unihal_gpu::vs_direct::{self, DirectSgemm, Options};
 use unihal_hal::{Backend, HalError, Result};
-use unihal_hip::{blas, ffi, Hip, HipBackend};
+use unihal_hip::{ffi, loader, Hip, HipBackend};
 
 fn main() -> Result<()> {
     let (small, rounds) = vs_direct::args();
@@ -18,7 +18,7 @@ fn main() -> Result<()> {
     let test_kernels = backend
         .test_kernels(dev.as_ref())
         .ok_or_else(|| HalError::unsupported("no test kernels: is hiprtc installed?"))?;
-    let sgemm: Option<(&'static str, DirectSgemm)> = blas::rocblas().ok().map(|(api, _)| {
+    let sgemm: Option<(&'static str, DirectSgemm)> = loader::rocblas().ok().map(|(api, _)| {
         let mut handle: ffi::Handle = std::ptr::null_mut();
         let f: DirectSgemm = Box::new(move |raw, a, b, c, n| {
             if handle.is_null() {

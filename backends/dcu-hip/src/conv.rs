@@ -2,9 +2,10 @@
 //! the two numberings of `hipDeviceAttribute_t` and how to tell them apart, and architecture and
 //! vendor names.
 
-use crate::ffi::{hipError_t, HipApi};
+use crate::ffi::{self, hipError_t, HipApi};
 use unihal_dynlib::c_str;
-use unihal_hal::HalError;
+use unihal_gpu::gemm::Op;
+use unihal_hal::{HalError, Result};
 
 /// `hipError_t` values the backend tests for (HIP's header; identical from ROCm 5.0 to 6.x).
 pub mod codes {
@@ -163,6 +164,34 @@ pub fn vendor_of(arch: &str, dtk: bool) -> &'static str {
 /// The HIP version of an `hipRuntimeGetVersion` code (`major*10^7 + minor*10^5 + patch`).
 pub fn version_string(v: i32) -> String {
     format!("{}.{}.{}", v / 10_000_000, v / 100_000 % 100, v % 100_000)
+}
+
+/// A rocBLAS status as a [`HalError::Vendor`] naming `call` (success is `Ok`).
+pub(crate) fn blas_status(call: &str, st: ffi::rocblas_status) -> Result<()> {
+    if st == 0 {
+        return Ok(());
+    }
+    let name = crate::loader::rocblas()
+        .ok()
+        .and_then(|(api, _)| api.status_to_string)
+        // SAFETY: returns a static string for any status.
+        .map(|f| unsafe { unihal_dynlib::c_str(f(st)) })
+        .unwrap_or_else(|| format!("rocblas_status {st}"));
+    Err(HalError::Vendor {
+        library: "rocBLAS".into(),
+        call: call.into(),
+        code: st as i64,
+        name,
+        message: String::new(),
+    })
+}
+
+/// rocBLAS's value of a BLAS operation.
+pub(crate) fn blas_op(o: Op) -> i32 {
+    match o {
+        Op::N => ffi::ROCBLAS_OP_N,
+        Op::T => ffi::ROCBLAS_OP_T,
+    }
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
             }
         };
         // rocBLAS runs matmul with or without the kernel library.
-        let ops = unihal_gpu::gemm::ops_with_blas(kernel_ops, crate::blas::rocblas().is_ok());
+        let ops = unihal_gpu::gemm::ops_with_blas(kernel_ops, crate::loader::rocblas().is_ok());
         let caps = Capabilities {
             mandatory: MandatoryCaps {
                 memory_bytes: total as u64,

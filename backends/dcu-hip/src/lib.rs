@@ -23,17 +23,15 @@
 //! * **Library ops** ([`library`]): the portable library compiled by hiprtc for the device's
 //!   exact architecture through the shared kernel cache; architectures this hiprtc may abort on
 //!   are compiled in the `unihal-hiprtc-helper` process. Without hiprtc the device reports no ops.
-//! * **Matmul** ([`blas`]) through rocBLAS opened at run time, with the shared GEMM mapping;
+//! * **Matmul** through rocBLAS opened at run time ([`loader`]; `Runtime::blas_gemm` in [`runtime`]), with the shared GEMM mapping;
 //!   the portable tiled GEMM otherwise.
 //! * **Collectives** through RCCL, the second instance of the shared NCCL-API engine
-//!   (`unihal-nccl-api`'s `RCCL` flavour, DTK's RCCL paths included) on [`ccl::HipPlatform`].
+//!   (`unihal-nccl-api`'s `RCCL` flavour, DTK's RCCL paths included) on [`HipPlatform`].
 //! * **Peers, pools**: `hipMemcpyPeerAsync` with access enabled on first use, stream-ordered
 //!   allocation (`hipMallocAsync`, returned with `hipFreeAsync`) where the device has pools.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod blas;
-pub mod ccl;
 pub mod conv;
 pub mod device;
 pub mod ffi;
@@ -43,6 +41,9 @@ pub mod runtime;
 
 pub use loader::Hip;
 pub use runtime::{HipDevice, HipStream};
+
+/// The NCCL-API engine's platform on HIP devices and streams.
+pub type HipPlatform = unihal_gpu::platform::GpuPlatform<Hip>;
 
 use std::sync::Arc;
 use unihal_gpu::backend::{compiler_info, Loaded, RuntimeBackend, VendorRuntime};
@@ -100,10 +101,13 @@ impl VendorRuntime for Hip {
                 "hiprtc",
                 library::hiprtc().map(|r| (r.path().to_string(), r.version())),
             ),
-            match blas::rocblas() {
-                Ok((api, path)) => {
-                    LibraryInfo::found("BLAS", "rocBLAS", path.clone(), blas::version(api))
-                }
+            match loader::rocblas() {
+                Ok((api, path)) => LibraryInfo::found(
+                    "BLAS",
+                    "rocBLAS",
+                    path.clone(),
+                    loader::rocblas_version(api),
+                ),
                 Err(e) => LibraryInfo::missing(
                     "BLAS",
                     "rocBLAS",

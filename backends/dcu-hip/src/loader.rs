@@ -14,7 +14,7 @@
 //! the version (DTK reports HIP 6.x and keeps the older numbering).
 
 use crate::conv::{codes, error_name, vendor, version_string, Numbering};
-use crate::ffi::HipApi;
+use crate::ffi::{HipApi, RocblasApi};
 use std::sync::OnceLock;
 use unihal_dynlib::{mapped_file, Candidates, Library};
 use unihal_hal::{HalError, Result};
@@ -204,4 +204,41 @@ pub fn found() -> Option<&'static (String, i32)> {
 pub fn runtime() -> Result<&'static Hip> {
     static RUNTIME: OnceLock<Result<Hip>> = OnceLock::new();
     RUNTIME.get_or_init(open).as_ref().map_err(Clone::clone)
+}
+
+/// Where rocBLAS is looked for.
+pub fn rocblas_candidates() -> Candidates {
+    const NAMES: [&str; 3] = ["librocblas.so.4", "librocblas.so.0", "librocblas.so"];
+    Candidates::new("rocBLAS", "UNIHAL_ROCBLAS_LIB", &NAMES)
+        .under_root(&["ROCM_PATH"], Some("/opt/rocm"), "lib", &NAMES)
+        .under_root(&["DTKROOT"], Some("/opt/dtk"), "lib", &NAMES)
+        .under_root(&["DTKROOT"], Some("/opt/dtk"), "rocblas/lib", &NAMES)
+}
+
+/// rocBLAS, opened once per process.
+///
+/// # Errors
+/// [`HalError::Unavailable`] with the names tried (the first outcome is kept).
+pub fn rocblas() -> Result<&'static (RocblasApi, String)> {
+    static ROCBLAS: OnceLock<Result<(RocblasApi, String)>> = OnceLock::new();
+    ROCBLAS
+        .get_or_init(|| {
+            let lib = Library::open(&rocblas_candidates())?;
+            Ok((RocblasApi::new(&lib)?, lib.path().to_string()))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// rocBLAS's version string (`rocblas_get_version_string`), when it has one.
+pub fn rocblas_version(api: &RocblasApi) -> Option<String> {
+    let f = api.get_version_string?;
+    let mut buf = [0 as std::ffi::c_char; 128];
+    // SAFETY: a buffer of the length passed.
+    if unsafe { f(buf.as_mut_ptr(), buf.len()) } != 0 {
+        return None;
+    }
+    buf[127] = 0;
+    // SAFETY: NUL-terminated within the buffer (the last byte was forced to NUL).
+    Some(unsafe { unihal_dynlib::c_str(buf.as_ptr()) })
 }

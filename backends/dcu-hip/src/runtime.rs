@@ -1,16 +1,17 @@
 //! The HIP runtime as a [`Runtime`] of the shared GPU layer (`unihal_gpu`): each raw call once,
 //! its failure named with HIP's own call name and `hipError_t`.
 
-use crate::conv::{codes, vendor};
+use crate::conv::{blas_op, blas_status, codes, vendor};
 use crate::ffi::{self, Handle};
 use crate::loader::Hip;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
+use unihal_gpu::gemm::BlasCall;
 use unihal_gpu::library::Library;
 use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{DeviceId, FillValue, HalError, ModuleSource, NativeHandle, Result};
+use unihal_hal::{DType, DeviceId, FillValue, HalError, ModuleSource, NativeHandle, Result};
 
 /// A HIP device of the shared GPU layer.
 pub type HipDevice = GpuDevice<Hip>;
@@ -78,7 +79,7 @@ unsafe extern "C" fn stream_callback(_stream: Handle, _status: c_int, user: *mut
 
 impl Runtime for Hip {
     type Context = HipContext;
-    type Blas = crate::blas::Handle;
+    type Blas = RocblasHandle;
     const VENDOR: &'static str = "HIP";
 
     fn enter<T>(&self, ctx: &HipContext, _what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -429,7 +430,7 @@ impl Runtime for Hip {
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {
-        if crate::blas::rocblas().is_ok() {
+        if crate::loader::rocblas().is_ok() {
             &unihal_gpu::gemm::BLAS_DTYPES
         } else {
             &[]
@@ -442,14 +443,97 @@ impl Runtime for Hip {
         call: &unihal_gpu::gemm::BlasCall,
     ) -> Result<()> {
         // SAFETY: the caller's contract (Runtime::blas_gemm).
-        unsafe { crate::blas::gemm(handle, call) }
+        unsafe { rocblas_gemm(handle, call) }
     }
 
     fn blas_create(&self) -> Result<Self::Blas> {
-        crate::blas::Handle::new()
+        RocblasHandle::new()
     }
 
     fn blas_bind(&self, handle: &Self::Blas, stream: Raw) -> Result<()> {
         handle.bind(stream)
     }
+}
+
+/// A rocBLAS handle of one device, pooled per device by the shared GPU layer (a stream takes
+/// one for its first matmul and gives it back once its work ran; never destroyed).
+pub struct RocblasHandle(crate::ffi::Handle);
+
+// SAFETY: a rocBLAS handle may be used from any thread, by one at a time (the stream that holds
+// it serialises its use under its lock).
+unsafe impl Send for RocblasHandle {}
+
+impl RocblasHandle {
+    /// A handle of the current device.
+    pub(crate) fn new() -> Result<RocblasHandle> {
+        let (api, _) = crate::loader::rocblas()?;
+        let mut h = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local; the device is current.
+        blas_status("rocblas_create_handle", unsafe {
+            (api.create_handle)(&mut h)
+        })?;
+        Ok(RocblasHandle(h))
+    }
+
+    /// Makes later calls with this handle run on `stream`.
+    pub(crate) fn bind(&self, stream: Raw) -> Result<()> {
+        let (api, _) = crate::loader::rocblas()?;
+        // SAFETY: a live handle and stream of its device.
+        blas_status("rocblas_set_stream", unsafe {
+            (api.set_stream)(self.0, stream.0)
+        })
+    }
+}
+
+/// Queues one strided-batched GEMM through rocBLAS on the handle's stream.
+///
+/// # Safety
+/// `Runtime::blas_gemm`'s contract: `bc` was validated against its buffers, which are kept
+/// until the work ran.
+pub(crate) unsafe fn rocblas_gemm(h: &RocblasHandle, bc: &BlasCall) -> Result<()> {
+    let (api, _) = crate::loader::rocblas()?;
+    let (data, compute) = match bc.dtype {
+        DType::F64 => (crate::ffi::ROCBLAS_F64, crate::ffi::ROCBLAS_F64),
+        DType::F16 => (crate::ffi::ROCBLAS_F16, crate::ffi::ROCBLAS_F32),
+        DType::Bf16 => (crate::ffi::ROCBLAS_BF16, crate::ffi::ROCBLAS_F32),
+        _ => (crate::ffi::ROCBLAS_F32, crate::ffi::ROCBLAS_F32),
+    };
+    let (g, (alpha, beta)) = (bc.gemm, bc.scalars());
+    // SAFETY: the caller's contract covers the operands; alpha/beta are host values read during
+    // the call (the default pointer mode), beta = 0 makes rocBLAS not read C, and D is C
+    // (rocBLAS allows them to alias with equal layouts).
+    let st = unsafe {
+        (api.gemm_strided_batched_ex)(
+            h.0,
+            blas_op(g.op_a),
+            blas_op(g.op_b),
+            g.m,
+            g.n,
+            g.k,
+            alpha,
+            bc.pb as *const _,
+            data,
+            g.lda,
+            g.stride_a,
+            bc.pa as *const _,
+            data,
+            g.ldb,
+            g.stride_b,
+            beta,
+            bc.pc as *const _,
+            data,
+            g.ldc,
+            g.stride_c,
+            bc.pc as *mut _,
+            data,
+            g.ldc,
+            g.stride_c,
+            g.count,
+            compute,
+            crate::ffi::ROCBLAS_GEMM_ALGO_STANDARD,
+            0,
+            0,
+        )
+    };
+    blas_status("rocblas_gemm_strided_batched_ex", st)
 }
