@@ -18,6 +18,10 @@
 //!   [`Library`] never closes the loader's handle (no `dlclose`), so its function pointers are
 //!   valid for the whole process, and nothing is allocated for it (no leak for LeakSanitizer).
 //!
+//! * **Symbol tables** ([`symbol_table!`]): one declaration per symbol (field, symbol name, C
+//!   signature) makes the struct of entry points, its loader and the lists of symbols it
+//!   resolves, so a field and the symbol it is resolved from cannot drift apart, and ABI tests
+//!   walk the same lists.
 //! * **Simulated runtimes say so** ([`Library::identity`]): unihal's simulated vendor runtimes
 //!   (`conformance/sim`) export one extra symbol, [`SIMULATED_SYMBOL`], that no vendor library
 //!   has. It is the only way product code learns that a runtime is simulated (reports mark it,
@@ -223,6 +227,74 @@ impl Library {
             // SAFETY: the caller's contract.
             .find_map(|n| unsafe { self.optional(n) }.map(|f| (f, *n)))
     }
+}
+
+/// The result type [`symbol_table!`]'s loaders return (an implementation detail of the macro).
+#[doc(hidden)]
+pub type SymbolResult<T> = Result<T>;
+
+/// Declares a vendor library's symbol table once, one line per symbol:
+///
+/// ```
+/// use std::ffi::c_int;
+/// unihal_dynlib::symbol_table! {
+///     /// The entry points of libexample.
+///     pub struct ExampleApi;
+///     required {
+///         /// `exampleInit(flags)`.
+///         init = "exampleInit": unsafe extern "C" fn(c_int) -> c_int;
+///     }
+///     optional {
+///         /// Newer versions only.
+///         shutdown = "exampleShutdown": unsafe extern "C" fn() -> c_int;
+///     }
+/// }
+/// assert_eq!(ExampleApi::REQUIRED_SYMBOLS, ["exampleInit"]);
+/// assert_eq!(ExampleApi::OPTIONAL_SYMBOLS, ["exampleShutdown"]);
+/// ```
+///
+/// makes the struct (required entries as function pointers, optional ones as `Option`s),
+/// `new(&Library)`, which resolves every entry (a missing required symbol is
+/// `HalError::Unavailable` naming it and the library), and `REQUIRED_SYMBOLS` /
+/// `OPTIONAL_SYMBOLS` in declaration order. Each signature must be the symbol's C type from the
+/// vendor's documentation: that is the whole safety argument of the resolution, and the ABI
+/// tests compare the lists with bindgen's reading of the vendor's header. The entry points stay
+/// valid for the process (libraries are never unloaded); the struct is `Send + Sync`.
+#[macro_export]
+macro_rules! symbol_table {
+    (
+        $(#[$sm:meta])*
+        $vis:vis struct $name:ident;
+        required { $( $(#[$rm:meta])* $rf:ident = $rs:literal : $rt:ty; )* }
+        optional { $( $(#[$om:meta])* $of:ident = $os:literal : $ot:ty; )* }
+    ) => {
+        $(#[$sm])*
+        #[allow(clippy::type_complexity)] // the C signatures, as they are
+        $vis struct $name {
+            $( $(#[$rm])* pub $rf: $rt, )*
+            $( $(#[$om])* pub $of: Option<$ot>, )*
+        }
+
+        impl $name {
+            /// The symbols of the required entries, in declaration order.
+            pub const REQUIRED_SYMBOLS: &'static [&'static str] = &[$($rs),*];
+            /// The symbols of the optional entries, in declaration order.
+            pub const OPTIONAL_SYMBOLS: &'static [&'static str] = &[$($os),*];
+
+            /// Resolves every entry from `lib`.
+            ///
+            /// # Errors
+            /// `HalError::Unavailable` naming a missing required symbol and the library.
+            pub fn new(lib: &$crate::Library) -> $crate::SymbolResult<$name> {
+                Ok($name {
+                    // SAFETY: each field's type is its symbol's C signature, as declared.
+                    $( $rf: unsafe { lib.get::<$rt>($rs) }?, )*
+                    // SAFETY: as above.
+                    $( $of: unsafe { lib.optional::<$ot>($os) }, )*
+                })
+            }
+        }
+    };
 }
 
 /// The symbol a simulated runtime exports: `const char *unihal_simulated_runtime(void)`,

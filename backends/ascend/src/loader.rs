@@ -221,7 +221,7 @@ fn open_opapi(dir: Option<&Path>) -> Result<Vec<Library>> {
 
 fn open() -> Result<Cann> {
     let rt = Library::open(&candidates(Role::Runtime, None))?;
-    let acl = AclApi::resolve(&rt)?;
+    let acl = AclApi::new(&rt)?;
     let runtime_path = rt.path().to_string();
     let file = mapped_file(acl.init as usize).unwrap_or_else(|| runtime_path.clone());
     let lib64 = Path::new(&file).parent().map(Path::to_path_buf);

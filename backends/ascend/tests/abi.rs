@@ -31,7 +31,7 @@ fn tables() -> (AclApi, h::CannHeader) {
         &[path.to_str().expect("a UTF-8 path")],
     ))
     .expect("the built simulator loads");
-    let api = AclApi::resolve(&lib).expect("every symbol the backend needs");
+    let api = AclApi::new(&lib).expect("every symbol the backend needs");
     // SAFETY: the simulator's own object; loading runs no initialiser with preconditions.
     let header = unsafe { h::CannHeader::new(&path) }.expect("the built simulator loads");
     (api, header)

@@ -11,8 +11,6 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use unihal_dynlib::Library;
-use unihal_hal::Result;
 
 /// `hipError_t`.
 pub type hipError_t = c_int;
@@ -32,59 +30,10 @@ pub const EVENT_DISABLE_TIMING: c_uint = 2;
 /// `hipHostMallocDefault`.
 pub const HOST_MALLOC_DEFAULT: c_uint = 0;
 
-/// Declares the HIP symbol table once: the struct of entry points ([`HipApi`]), its loader
-/// ([`HipApi::new`]) and the lists of the symbols it resolves ([`REQUIRED_SYMBOLS`],
-/// [`OPTIONAL_SYMBOLS`]), so a field and the symbol it is resolved from cannot drift apart.
-macro_rules! hip_api {
-    (
-        required { $( $(#[$rm:meta])* $rf:ident = $rs:literal : $rt:ty; )* }
-        optional { $( $(#[$om:meta])* $of:ident = $os:literal : $ot:ty; )* }
-    ) => {
-        /// The HIP runtime's entry points. Function pointers stay valid for the process (the
-        /// library is never unloaded: Hygon DTK's runtime crashes at exit if it is).
-        #[allow(clippy::type_complexity)] // the C signatures, as they are
-        pub struct HipApi {
-            $( $(#[$rm])* pub $rf: $rt, )*
-            $( $(#[$om])* pub $of: Option<$ot>, )*
-        }
-
-        impl HipApi {
-            /// Resolves every entry from `lib`.
-            ///
-            /// # Errors
-            /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol and the
-            /// library.
-            pub fn new(lib: &Library) -> Result<HipApi> {
-                Ok(HipApi {
-                    $( $rf: sym!(lib, $rs), )*
-                    $( $of: opt!(lib, $os), )*
-                })
-            }
-        }
-
-        /// The symbols of the required entries of [`HipApi`], in order (the ABI test checks
-        /// each against the header and Debian's library).
-        pub const REQUIRED_SYMBOLS: &[&str] = &[$($rs),*];
-        /// The symbols of its optional entries.
-        pub const OPTIONAL_SYMBOLS: &[&str] = &[$($os),*];
-    };
-}
-
-macro_rules! sym {
-    ($lib:expr, $name:literal) => {
-        // SAFETY: the symbol's C signature is the one declared in the field it fills.
-        unsafe { $lib.get($name) }?
-    };
-}
-
-macro_rules! opt {
-    ($lib:expr, $name:literal) => {
-        // SAFETY: as `sym!`.
-        unsafe { $lib.optional($name) }
-    };
-}
-
-hip_api! {
+unihal_dynlib::symbol_table! {
+    /// The HIP runtime's entry points. Function pointers stay valid for the process (the
+    /// library is never unloaded: Hygon DTK's runtime crashes at exit if it is).
+    pub struct HipApi;
     required {
         init = "hipInit": unsafe extern "C" fn(c_uint) -> hipError_t;
         driver_get_version = "hipDriverGetVersion": unsafe extern "C" fn(*mut c_int) -> hipError_t;
@@ -159,59 +108,24 @@ pub const ROCBLAS_BF16: c_int = 168;
 /// `rocblas_gemm_algo_standard`.
 pub const ROCBLAS_GEMM_ALGO_STANDARD: c_int = 0;
 
-/// rocBLAS's entry points (the library stays loaded for the process).
-pub struct RocblasApi {
-    pub create_handle: unsafe extern "C" fn(*mut Handle) -> rocblas_status,
-    pub set_stream: unsafe extern "C" fn(Handle, Handle) -> rocblas_status,
-    pub status_to_string: Option<unsafe extern "C" fn(rocblas_status) -> *const c_char>,
-    /// `rocblas_get_version_string(buf, len)`.
-    pub get_version_string: Option<unsafe extern "C" fn(*mut c_char, usize) -> rocblas_status>,
-    #[allow(clippy::type_complexity)]
-    pub gemm_strided_batched_ex: unsafe extern "C" fn(
-        Handle,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        *const c_void,
-        *const c_void,
-        c_int,
-        c_int,
-        i64,
-        *const c_void,
-        c_int,
-        c_int,
-        i64,
-        *const c_void,
-        *const c_void,
-        c_int,
-        c_int,
-        i64,
-        *mut c_void,
-        c_int,
-        c_int,
-        i64,
-        c_int,
-        c_int,
-        c_int,
-        i32,
-        u32,
-    ) -> rocblas_status,
-}
-
-impl RocblasApi {
-    /// Resolves every entry from `lib`.
-    ///
-    /// # Errors
-    /// [`unihal_hal::HalError::Unavailable`] naming a missing symbol.
-    pub fn new(lib: &Library) -> Result<RocblasApi> {
-        Ok(RocblasApi {
-            create_handle: sym!(lib, "rocblas_create_handle"),
-            set_stream: sym!(lib, "rocblas_set_stream"),
-            status_to_string: opt!(lib, "rocblas_status_to_string"),
-            get_version_string: opt!(lib, "rocblas_get_version_string"),
-            gemm_strided_batched_ex: sym!(lib, "rocblas_gemm_strided_batched_ex"),
-        })
+unihal_dynlib::symbol_table! {
+    /// rocBLAS's entry points (the library stays loaded for the process).
+    pub struct RocblasApi;
+    required {
+        create_handle = "rocblas_create_handle": unsafe extern "C" fn(*mut Handle) -> rocblas_status;
+        set_stream = "rocblas_set_stream": unsafe extern "C" fn(Handle, Handle) -> rocblas_status;
+        /// `rocblas_gemm_strided_batched_ex(handle, transA, transB, m, n, k, alpha, A, a_type,
+        /// lda, stride_a, B, b_type, ldb, stride_b, beta, C, c_type, ldc, stride_c, D, d_type,
+        /// ldd, stride_d, batch_count, compute_type, algo, solution_index, flags)`.
+        gemm_strided_batched_ex = "rocblas_gemm_strided_batched_ex": unsafe extern "C" fn(
+            Handle, c_int, c_int, c_int, c_int, c_int, *const c_void, *const c_void, c_int,
+            c_int, i64, *const c_void, c_int, c_int, i64, *const c_void, *const c_void, c_int,
+            c_int, i64, *mut c_void, c_int, c_int, i64, c_int, c_int, c_int, i32, u32,
+        ) -> rocblas_status;
+    }
+    optional {
+        status_to_string = "rocblas_status_to_string": unsafe extern "C" fn(rocblas_status) -> *const c_char;
+        /// `rocblas_get_version_string(buf, len)`.
+        get_version_string = "rocblas_get_version_string": unsafe extern "C" fn(*mut c_char, usize) -> rocblas_status;
     }
 }

@@ -108,7 +108,7 @@ fn every_entry_matches_the_header() {
     );
     assert_eq!(
         checked,
-        ffi::REQUIRED_SYMBOLS,
+        ffi::HipApi::REQUIRED_SYMBOLS,
         "the checked list is the required symbol list"
     );
 
@@ -141,8 +141,8 @@ fn every_entry_matches_the_header() {
         api.get_device_properties_r0600.is_none(),
         "R0600 is ROCm 6's"
     );
-    for name in ffi::OPTIONAL_SYMBOLS {
-        assert!(!ffi::REQUIRED_SYMBOLS.contains(name));
+    for name in ffi::HipApi::OPTIONAL_SYMBOLS {
+        assert!(!ffi::HipApi::REQUIRED_SYMBOLS.contains(name));
     }
 }
 

@@ -58,6 +58,29 @@ impl CollectiveEngine for unihal_nccl_api::Engine {
     }
 }
 
+/// The engine of a backend without a collective library (yet): reported missing with its
+/// reason; the backend has no collectives and the suite skips the `ccl.*` cases.
+pub struct NoCollectives {
+    why: &'static str,
+}
+
+impl NoCollectives {
+    /// No collectives, for the reason `why` (shown by `unihal devices` and the report).
+    pub const fn new(why: &'static str) -> NoCollectives {
+        NoCollectives { why }
+    }
+}
+
+impl CollectiveEngine for NoCollectives {
+    fn info(&self) -> LibraryInfo {
+        LibraryInfo::missing("collectives", "none", self.why.to_string())
+    }
+
+    fn available(&self) -> Option<&dyn Collectives> {
+        None
+    }
+}
+
 /// What a vendor adds to its [`Runtime`] to be a backend: a name, a loader, report lines and a
 /// collective engine. Everything else of `unihal_hal::Backend` is [`RuntimeBackend`]'s.
 pub trait VendorRuntime: Runtime {

@@ -4,8 +4,6 @@
 //! (`tests/abi.rs`) compares every declaration here with bindgen's reading of Huawei's headers.
 
 use std::ffi::{c_char, c_void};
-use unihal_dynlib::Library;
-use unihal_hal::Result;
 
 /// `aclError`.
 pub type AclError = i32;
@@ -41,96 +39,48 @@ pub mod dev_attr {
     pub const TOTAL_GLOBAL_MEM_SIZE: i32 = 301;
 }
 
-/// The resolved entry points (valid for the process: the library is never unloaded).
-#[allow(clippy::type_complexity)]
-pub struct AclApi {
-    pub init: unsafe extern "C" fn(*const c_char) -> AclError,
-    pub get_recent_err_msg: Option<unsafe extern "C" fn() -> *const c_char>,
-    pub get_device_count: unsafe extern "C" fn(*mut u32) -> AclError,
-    pub set_device: unsafe extern "C" fn(i32) -> AclError,
-    pub get_soc_name: unsafe extern "C" fn() -> *const c_char,
-    pub get_current_context: unsafe extern "C" fn(*mut Handle) -> AclError,
-    pub set_current_context: unsafe extern "C" fn(Handle) -> AclError,
-    pub synchronize_device: unsafe extern "C" fn() -> AclError,
-    pub get_mem_info: unsafe extern "C" fn(i32, *mut usize, *mut usize) -> AclError,
-    pub get_device_info: Option<unsafe extern "C" fn(u32, i32, *mut i64) -> AclError>,
-    pub malloc: unsafe extern "C" fn(*mut *mut c_void, usize, i32) -> AclError,
-    pub free: unsafe extern "C" fn(*mut c_void) -> AclError,
-    pub malloc_host: unsafe extern "C" fn(*mut *mut c_void, usize) -> AclError,
-    pub free_host: unsafe extern "C" fn(*mut c_void) -> AclError,
-    pub memcpy_async:
-        unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, i32, Handle) -> AclError,
-    pub memset_async: unsafe extern "C" fn(*mut c_void, usize, i32, usize, Handle) -> AclError,
-    pub create_stream: unsafe extern "C" fn(*mut Handle) -> AclError,
-    pub destroy_stream: unsafe extern "C" fn(Handle) -> AclError,
-    pub synchronize_stream: unsafe extern "C" fn(Handle) -> AclError,
-    pub stream_query: unsafe extern "C" fn(Handle, *mut i32) -> AclError,
-    pub stream_wait_event: unsafe extern "C" fn(Handle, Handle) -> AclError,
-    pub create_event_with_flag: unsafe extern "C" fn(*mut Handle, u32) -> AclError,
-    pub destroy_event: unsafe extern "C" fn(Handle) -> AclError,
-    pub record_event: unsafe extern "C" fn(Handle, Handle) -> AclError,
-    pub synchronize_event: unsafe extern "C" fn(Handle) -> AclError,
-    pub query_event_status: unsafe extern "C" fn(Handle, *mut i32) -> AclError,
-    pub event_elapsed_time: unsafe extern "C" fn(*mut f32, Handle, Handle) -> AclError,
-    pub can_access_peer: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> AclError>,
-    pub enable_peer_access: Option<unsafe extern "C" fn(i32, u32) -> AclError>,
-    pub subscribe_report: unsafe extern "C" fn(u64, Handle) -> AclError,
-    pub unsubscribe_report: unsafe extern "C" fn(u64, Handle) -> AclError,
-    pub process_report: unsafe extern "C" fn(i32) -> AclError,
-    pub launch_callback: unsafe extern "C" fn(Callback, *mut c_void, i32, Handle) -> AclError,
-    /// Kernel loading (section 1.6), where the installed CANN has it.
-    pub binary_load_from_data:
-        Option<unsafe extern "C" fn(*const c_void, usize, *const c_void, *mut Handle) -> AclError>,
-    /// Not CANN's: the simulated runtime's device name (present only in unihal's simulator).
-    pub sim_device_name: Option<unsafe extern "C" fn(i32, *mut c_char, usize) -> AclError>,
-}
-
-impl AclApi {
-    /// Resolves the table from the runtime library.
-    ///
-    /// # Errors
-    /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol.
-    pub fn resolve(lib: &Library) -> Result<AclApi> {
-        // SAFETY: each type is the C signature of the symbol of that name in acl_rt.h /
-        // acl_base.h (checked against the headers by tests/abi.rs).
-        unsafe {
-            Ok(AclApi {
-                init: lib.get("aclInit")?,
-                get_recent_err_msg: lib.optional("aclGetRecentErrMsg"),
-                get_device_count: lib.get("aclrtGetDeviceCount")?,
-                set_device: lib.get("aclrtSetDevice")?,
-                get_soc_name: lib.get("aclrtGetSocName")?,
-                get_current_context: lib.get("aclrtGetCurrentContext")?,
-                set_current_context: lib.get("aclrtSetCurrentContext")?,
-                synchronize_device: lib.get("aclrtSynchronizeDevice")?,
-                get_mem_info: lib.get("aclrtGetMemInfo")?,
-                get_device_info: lib.optional("aclrtGetDeviceInfo"),
-                malloc: lib.get("aclrtMalloc")?,
-                free: lib.get("aclrtFree")?,
-                malloc_host: lib.get("aclrtMallocHost")?,
-                free_host: lib.get("aclrtFreeHost")?,
-                memcpy_async: lib.get("aclrtMemcpyAsync")?,
-                memset_async: lib.get("aclrtMemsetAsync")?,
-                create_stream: lib.get("aclrtCreateStream")?,
-                destroy_stream: lib.get("aclrtDestroyStream")?,
-                synchronize_stream: lib.get("aclrtSynchronizeStream")?,
-                stream_query: lib.get("aclrtStreamQuery")?,
-                stream_wait_event: lib.get("aclrtStreamWaitEvent")?,
-                create_event_with_flag: lib.get("aclrtCreateEventWithFlag")?,
-                destroy_event: lib.get("aclrtDestroyEvent")?,
-                record_event: lib.get("aclrtRecordEvent")?,
-                synchronize_event: lib.get("aclrtSynchronizeEvent")?,
-                query_event_status: lib.get("aclrtQueryEventStatus")?,
-                event_elapsed_time: lib.get("aclrtEventElapsedTime")?,
-                can_access_peer: lib.optional("aclrtDeviceCanAccessPeer"),
-                enable_peer_access: lib.optional("aclrtDeviceEnablePeerAccess"),
-                subscribe_report: lib.get("aclrtSubscribeReport")?,
-                unsubscribe_report: lib.get("aclrtUnSubscribeReport")?,
-                process_report: lib.get("aclrtProcessReport")?,
-                launch_callback: lib.get("aclrtLaunchCallback")?,
-                binary_load_from_data: lib.optional("aclrtBinaryLoadFromData"),
-                sim_device_name: lib.optional("unihal_sim_cann_device_name"),
-            })
-        }
+unihal_dynlib::symbol_table! {
+    /// The resolved entry points (valid for the process: the library is never unloaded).
+    pub struct AclApi;
+    required {
+        init = "aclInit": unsafe extern "C" fn(*const c_char) -> AclError;
+        get_device_count = "aclrtGetDeviceCount": unsafe extern "C" fn(*mut u32) -> AclError;
+        set_device = "aclrtSetDevice": unsafe extern "C" fn(i32) -> AclError;
+        get_soc_name = "aclrtGetSocName": unsafe extern "C" fn() -> *const c_char;
+        get_current_context = "aclrtGetCurrentContext": unsafe extern "C" fn(*mut Handle) -> AclError;
+        set_current_context = "aclrtSetCurrentContext": unsafe extern "C" fn(Handle) -> AclError;
+        synchronize_device = "aclrtSynchronizeDevice": unsafe extern "C" fn() -> AclError;
+        get_mem_info = "aclrtGetMemInfo": unsafe extern "C" fn(i32, *mut usize, *mut usize) -> AclError;
+        malloc = "aclrtMalloc": unsafe extern "C" fn(*mut *mut c_void, usize, i32) -> AclError;
+        free = "aclrtFree": unsafe extern "C" fn(*mut c_void) -> AclError;
+        malloc_host = "aclrtMallocHost": unsafe extern "C" fn(*mut *mut c_void, usize) -> AclError;
+        free_host = "aclrtFreeHost": unsafe extern "C" fn(*mut c_void) -> AclError;
+        memcpy_async = "aclrtMemcpyAsync": unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, i32, Handle) -> AclError;
+        memset_async = "aclrtMemsetAsync": unsafe extern "C" fn(*mut c_void, usize, i32, usize, Handle) -> AclError;
+        create_stream = "aclrtCreateStream": unsafe extern "C" fn(*mut Handle) -> AclError;
+        destroy_stream = "aclrtDestroyStream": unsafe extern "C" fn(Handle) -> AclError;
+        synchronize_stream = "aclrtSynchronizeStream": unsafe extern "C" fn(Handle) -> AclError;
+        stream_query = "aclrtStreamQuery": unsafe extern "C" fn(Handle, *mut i32) -> AclError;
+        stream_wait_event = "aclrtStreamWaitEvent": unsafe extern "C" fn(Handle, Handle) -> AclError;
+        create_event_with_flag = "aclrtCreateEventWithFlag": unsafe extern "C" fn(*mut Handle, u32) -> AclError;
+        destroy_event = "aclrtDestroyEvent": unsafe extern "C" fn(Handle) -> AclError;
+        record_event = "aclrtRecordEvent": unsafe extern "C" fn(Handle, Handle) -> AclError;
+        synchronize_event = "aclrtSynchronizeEvent": unsafe extern "C" fn(Handle) -> AclError;
+        query_event_status = "aclrtQueryEventStatus": unsafe extern "C" fn(Handle, *mut i32) -> AclError;
+        event_elapsed_time = "aclrtEventElapsedTime": unsafe extern "C" fn(*mut f32, Handle, Handle) -> AclError;
+        subscribe_report = "aclrtSubscribeReport": unsafe extern "C" fn(u64, Handle) -> AclError;
+        unsubscribe_report = "aclrtUnSubscribeReport": unsafe extern "C" fn(u64, Handle) -> AclError;
+        process_report = "aclrtProcessReport": unsafe extern "C" fn(i32) -> AclError;
+        launch_callback = "aclrtLaunchCallback": unsafe extern "C" fn(Callback, *mut c_void, i32, Handle) -> AclError;
+    }
+    optional {
+        get_recent_err_msg = "aclGetRecentErrMsg": unsafe extern "C" fn() -> *const c_char;
+        get_device_info = "aclrtGetDeviceInfo": unsafe extern "C" fn(u32, i32, *mut i64) -> AclError;
+        can_access_peer = "aclrtDeviceCanAccessPeer": unsafe extern "C" fn(*mut i32, i32, i32) -> AclError;
+        enable_peer_access = "aclrtDeviceEnablePeerAccess": unsafe extern "C" fn(i32, u32) -> AclError;
+        /// Kernel loading (section 1.6), where the installed CANN has it.
+        binary_load_from_data = "aclrtBinaryLoadFromData": unsafe extern "C" fn(*const c_void, usize, *const c_void, *mut Handle) -> AclError;
+        /// Not CANN's: the simulated runtime's device name (present only in unihal's simulator).
+        sim_device_name = "unihal_sim_cann_device_name": unsafe extern "C" fn(i32, *mut c_char, usize) -> AclError;
     }
 }
