@@ -1,7 +1,10 @@
 //! What the loader refuses, each with a clear, typed error and no crash: a plugin of another ABI
 //! major (never called past its entry: every other entry of that build aborts the process), a
 //! plugin that refuses the host, a table without required entries, a library that is no plugin,
-//! a file that is no library, a plugin built for another architecture, a built-in name without the user's consent, relative paths.
+//! a file that is no library, a plugin built for another architecture, a built-in name without the user's consent, relative paths;
+//! a status the ABI does not define, named with the entry that returned it; a selected backend
+//! whose plugin was refused, named with the refusal instead of "not registered" or of testing a
+//! built-in backend of the same name.
 
 mod support;
 
@@ -159,4 +162,98 @@ fn every_attempt_is_recorded() {
             .any(|x| x.path == "/nonexistent/libnothing.so" && x.outcome.is_err()),
         "{a:?}"
     );
+}
+
+#[test]
+fn an_unknown_status_names_the_entry_that_returned_it() {
+    let lib = support::compile_c_plugin(
+        "unknown_status",
+        &[
+            "UH_TEST_UNKNOWN_STATUS=77",
+            "UH_TEST_NAME=\"unknownstatus\"",
+        ],
+    );
+    let r = Registry::new();
+    host::register(&r, &lib, &[], &[]).unwrap();
+    let device = r.get("unknownstatus").unwrap().open(0).unwrap();
+    match device.alloc(64) {
+        Err(HalError::AbiMismatch { what }) => {
+            assert!(
+                what.contains("the plugin unknownstatus")
+                    && what.contains("`mem_alloc`")
+                    && what.contains("status 77")
+                    && what.contains("a status of a newer ABI"),
+                "{what}"
+            );
+        }
+        other => panic!("expected an ABI mismatch naming mem_alloc, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_refused_plugin_with_a_built_in_name_is_named_instead_of_testing_the_built_in() {
+    // "twin" stands for a built-in backend: registered without a plugin load.
+    let lib = support::compile_c_plugin("twin", &["UH_TEST_NAME=\"twin\""]);
+    let p = host::load(&lib).unwrap();
+    let r = Registry::new();
+    r.register("twin", move || {
+        std::sync::Arc::new(host::PluginBackend::new(p)) as std::sync::Arc<dyn unihal_hal::Backend>
+    })
+    .unwrap();
+    assert!(host::register(&r, &lib, &["twin"], &[]).is_err());
+    let why = host::selection_problem(&r, "twin", &host::attempts()).expect("a problem");
+    assert!(
+        why.contains("built into this unihal")
+            && why.contains("would test the built-in backend")
+            && why.contains("libcplugin_twin.so")
+            && why.contains("UNIHAL_PLUGIN_REPLACE=twin"),
+        "{why}"
+    );
+    // Once the plugin is loaded under the name (the user asked for it), nothing is wrong.
+    let r2 = Registry::new();
+    r2.register("twin", || -> std::sync::Arc<dyn unihal_hal::Backend> {
+        unreachable!("never created")
+    })
+    .unwrap();
+    assert_eq!(
+        host::register(&r2, &lib, &["twin"], &["twin"]).unwrap(),
+        "twin"
+    );
+    assert_eq!(
+        host::selection_problem(&r2, "twin", &host::attempts()),
+        None
+    );
+}
+
+#[test]
+fn a_backend_missing_because_its_plugin_was_refused_names_the_refusal() {
+    let attempts = [
+        host::Attempt {
+            path: "/opt/x/libmychip_plugin.so".into(),
+            outcome: Err("leaves out required entries: fill".into()),
+            backend: None,
+        },
+        host::Attempt {
+            path: "/opt/x/libother_plugin.so".into(),
+            outcome: Err("backend name \"other\" is taken".into()),
+            backend: Some("other".into()),
+        },
+    ];
+    let r = Registry::new();
+    // Refused before it gave a name: every such refusal is listed.
+    let why = host::selection_problem(&r, "mychip", &attempts).expect("a problem");
+    assert!(
+        why.contains("\"mychip\" is not registered")
+            && why.contains("/opt/x/libmychip_plugin.so: leaves out required entries: fill"),
+        "{why}"
+    );
+    // Refused after it gave the name asked for: that refusal.
+    let why = host::selection_problem(&r, "other", &attempts).expect("a problem");
+    assert!(
+        why.contains("the plugin that gives that name was refused")
+            && why.contains("/opt/x/libother_plugin.so"),
+        "{why}"
+    );
+    // No refusal: the registry's own answer stands.
+    assert_eq!(host::selection_problem(&r, "mychip", &[]), None);
 }

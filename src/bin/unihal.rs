@@ -27,8 +27,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Run the conformance suite on every device of the selected backends.
+    /// Run the conformance suite on every device of the selected backends (or, with --list,
+    /// print its case ids).
     Conformance {
+        /// Print the case ids, one per line, and their count (on stderr), and run nothing. With
+        /// FILTER, only ids that contain it (a substring, as --filter: `memory.copy.` is a
+        /// prefix, `.f16.` every case of that dtype).
+        #[arg(long, value_name = "FILTER", num_args = 0..=1, default_missing_value = "")]
+        list: Option<String>,
         /// Backends to test (comma-separated; default: UNIHAL_BACKENDS or all registered).
         #[arg(long)]
         backend: Option<String>,
@@ -309,12 +315,73 @@ fn spmd_target(targets: &[runner::Target]) -> unihal::Result<Option<runner::Targ
     Ok(None)
 }
 
+/// `unihal conformance --list [FILTER]`: the case ids that contain `pattern` (and `filter`, when
+/// --filter is given too), one per line on stdout, then their count on stderr.
+fn list_cases(pattern: &str, filter: Option<&str>) -> ExitCode {
+    let cases = unihal_conformance::cases::all();
+    let mut ids: Vec<&str> = cases
+        .iter()
+        .map(|c| &*c.id)
+        .filter(|id| id.contains(pattern) && filter.is_none_or(|f| id.contains(f)))
+        .collect();
+    ids.sort_unstable();
+    let mut out = String::with_capacity(ids.len() * 40);
+    for id in &ids {
+        out.push_str(id);
+        out.push('\n');
+    }
+    // One write: a closed pipe (`| head`) ends the listing quietly.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
+    let what = match (pattern, filter) {
+        ("", None) => String::new(),
+        (p, None) | ("", Some(p)) => format!(" containing {p:?}"),
+        (p, Some(f)) => format!(" containing {p:?} and {f:?}"),
+    };
+    eprintln!("{} of {} cases{what}", ids.len(), cases.len());
+    if ids.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Refuses a selection that would not test what the user meant because of a refused plugin
+/// (`unihal_plugin::host::selection_problem`): a backend not registered because its plugin was
+/// refused, or a built-in backend whose name a refused plugin gave.
+fn check_selection(backend: Option<&str>) -> Result<(), String> {
+    let registry = unihal::registry();
+    let spec = backend
+        .map(str::to_string)
+        .or_else(|| std::env::var(unihal::BACKENDS_ENV).ok())
+        .filter(|s| !s.trim().is_empty());
+    let names: Vec<String> = match spec {
+        Some(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => registry.names(),
+    };
+    let attempts = unihal::plugin::host::attempts();
+    for n in &names {
+        if let Some(why) = unihal::plugin::host::selection_problem(registry, n, &attempts) {
+            return Err(why);
+        }
+    }
+    Ok(())
+}
+
 fn conformance(
     backend: Option<String>,
     mut opts: RunOptions,
     report: Option<PathBuf>,
     max_devices: Option<usize>,
 ) -> ExitCode {
+    if let Err(why) = check_selection(backend.as_deref()) {
+        eprintln!("unihal: {why}");
+        return ExitCode::from(2);
+    }
     let (mut targets, unavailable) = match runner::discover(unihal::registry(), backend.as_deref())
     {
         Ok(t) => t,
@@ -517,6 +584,12 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Devices { backend, json } => devices(backend, json),
         Cmd::Conformance {
+            list: Some(pattern),
+            filter,
+            ..
+        } => list_cases(&pattern, filter.as_deref()),
+        Cmd::Conformance {
+            list: None,
             backend,
             filter,
             report,

@@ -53,7 +53,9 @@ impl Backend for PluginBackend {
         let mut n = 0u32;
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.probe, "probe", |f, e| unsafe { f(&mut n, e) })?;
+            .call(self.p.api.probe, "probe", "probe", |f, e| unsafe {
+                f(&mut n, e)
+            })?;
         if n == 0 {
             return Err(HalError::Unavailable {
                 what: format!("backend {}", self.p.name),
@@ -100,9 +102,13 @@ impl Backend for PluginBackend {
         let r = self
             .p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.test_kernels, "test kernels", |f, e| unsafe {
-                f(d.raw(), src.as_mut_ptr(), e)
-            });
+            .call(
+                self.p.api.test_kernels,
+                "test_kernels",
+                "test kernels",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(d.raw(), src.as_mut_ptr(), e) },
+            );
         // SAFETY: filled by the plugin, or left all zero (a valid source: no bytes, no symbols).
         let src = unsafe { src.assume_init() };
         let r = r.and_then(|()| check_source(self.p, "test_kernels", &src));

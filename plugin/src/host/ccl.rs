@@ -116,9 +116,13 @@ impl Collectives for PluginCollectives {
         let mut len = 0u64;
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.ccl_unique_id, "unique id", |f, e| unsafe {
-                f(buf.as_mut_ptr(), buf.len() as u64, &mut len, e)
-            })?;
+            .call(
+                self.p.api.ccl_unique_id,
+                "ccl_unique_id",
+                "unique id",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(buf.as_mut_ptr(), buf.len() as u64, &mut len, e) },
+            )?;
         if len > buf.len() as u64 {
             return Err(self.p.broke(
                 "ccl_unique_id",
@@ -146,18 +150,24 @@ impl Collectives for PluginCollectives {
         let r = u32::try_from(rank).unwrap_or(u32::MAX);
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.ccl_init_rank, "init rank", |f, e| unsafe {
-                f(
-                    id.0.as_ptr(),
-                    id.0.len() as u64,
-                    n,
-                    r,
-                    d.raw(),
-                    timeout_ms(config),
-                    &mut raw,
-                    e,
-                )
-            })?;
+            .call(
+                self.p.api.ccl_init_rank,
+                "ccl_init_rank",
+                "init rank",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe {
+                    f(
+                        id.0.as_ptr(),
+                        id.0.len() as u64,
+                        n,
+                        r,
+                        d.raw(),
+                        timeout_ms(config),
+                        &mut raw,
+                        e,
+                    )
+                },
+            )?;
         self.comm(
             "ccl_init_rank",
             raw,
@@ -178,15 +188,21 @@ impl Collectives for PluginCollectives {
         let mut out = vec![std::ptr::null_mut(); raws.len()];
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.ccl_init_all, "init all", |f, e| unsafe {
-                f(
-                    raws.as_ptr(),
-                    raws.len() as u32,
-                    timeout_ms(config),
-                    out.as_mut_ptr(),
-                    e,
-                )
-            })?;
+            .call(
+                self.p.api.ccl_init_all,
+                "ccl_init_all",
+                "init all",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe {
+                    f(
+                        raws.as_ptr(),
+                        raws.len() as u32,
+                        timeout_ms(config),
+                        out.as_mut_ptr(),
+                        e,
+                    )
+                },
+            )?;
         // Every handle is checked; after a refusal, the rest are released unwrapped (and the
         // ones wrapped so far when `comms` drops).
         let n = devices.len();
@@ -273,9 +289,13 @@ impl PluginComm {
         };
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.comm_collective, op.name(), |f, e| unsafe {
-                f(self.raw, &call, s.raw(), e)
-            })?;
+            .call(
+                self.p.api.comm_collective,
+                "comm_collective",
+                op.name(),
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(self.raw, &call, s.raw(), e) },
+            )?;
         s.keep_for_work([send, recv], None);
         Ok(())
     }
@@ -389,9 +409,13 @@ impl Communicator for PluginComm {
             });
         }
         // SAFETY: the entry's contract; `raw` outlives the call.
-        self.p.call(self.p.api.comm_group, "group", |f, e| unsafe {
-            f(self.raw, raw.as_ptr(), raw.len() as u64, s.raw(), e)
-        })?;
+        self.p.call(
+            self.p.api.comm_group,
+            "comm_group",
+            "group",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(self.raw, raw.as_ptr(), raw.len() as u64, s.raw(), e) },
+        )?;
         s.keep_for_work(calls.iter().map(|c| c.parts().buf), None);
         Ok(())
     }
@@ -405,9 +429,13 @@ impl Communicator for PluginComm {
         let mut raw = std::ptr::null_mut();
         let c = color.map_or(-1, i64::from);
         // SAFETY: the entry's contract.
-        self.p.call(self.p.api.comm_split, "split", |f, e| unsafe {
-            f(self.raw, c, key, timeout_ms(config), &mut raw, e)
-        })?;
+        self.p.call(
+            self.p.api.comm_split,
+            "comm_split",
+            "split",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(self.raw, c, key, timeout_ms(config), &mut raw, e) },
+        )?;
         match (color, raw.is_null()) {
             (None, true) => return Ok(None),
             (None, false) => {
@@ -444,6 +472,7 @@ impl Communicator for PluginComm {
         self.p
             .call(
                 self.p.api.comm_async_error,
+                "comm_async_error",
                 "communicator async error",
                 // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(self.raw, e) },

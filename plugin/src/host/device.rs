@@ -42,9 +42,13 @@ impl PluginDevice {
     ) -> Result<Arc<PluginDevice>> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract; `raw` outlives the call.
-        p.call(p.api.device_open, "device open", |f, e| unsafe {
-            f(ordinal, &mut raw, e)
-        })?;
+        p.call(
+            p.api.device_open,
+            "device_open",
+            "device open",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(ordinal, &mut raw, e) },
+        )?;
         if raw.is_null() {
             return Err(p.broke(
                 "device_open",
@@ -53,9 +57,12 @@ impl PluginDevice {
         }
         let mut props = std::mem::MaybeUninit::<UhDeviceProps>::zeroed();
         // SAFETY: as above.
-        let r = p.call(p.api.device_props, "device props", |f, e| unsafe {
-            f(raw, props.as_mut_ptr(), e)
-        });
+        let r = p.call(
+            p.api.device_props,
+            "device_props",
+            "device props",
+            |f, e| unsafe { f(raw, props.as_mut_ptr(), e) },
+        );
         // SAFETY: filled by the plugin or left all zero (a valid value: integers and pointers).
         let props = unsafe { props.assume_init() };
         if let Err(e) = r.and_then(|()| check_props(p, ordinal, count, &props)) {
@@ -275,6 +282,7 @@ impl Device for PluginDevice {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.device_memory_info,
+            "device_memory_info",
             "memory info",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, &mut total, &mut free, e) },
@@ -291,9 +299,11 @@ impl Device for PluginDevice {
     fn alloc(&self, len: usize) -> Result<Buffer> {
         let (mut raw, mut addr) = (std::ptr::null_mut(), 0u64);
         // SAFETY: the entry's contract.
-        self.p.call(self.p.api.mem_alloc, "alloc", |f, e| unsafe {
-            f(self.raw, len as u64, &mut raw, &mut addr, e)
-        })?;
+        self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            .call(self.p.api.mem_alloc, "mem_alloc", "alloc", |f, e| unsafe {
+                f(self.raw, len as u64, &mut raw, &mut addr, e)
+            })?;
         let align = self.caps.mandatory.alloc_alignment;
         let wrong = if raw.is_null() {
             Some("returned UH_OK with a NULL allocation".to_string())
@@ -329,9 +339,13 @@ impl Device for PluginDevice {
         let (mut raw, mut ptr) = (std::ptr::null_mut(), std::ptr::null_mut());
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.host_alloc, "alloc host", |f, e| unsafe {
-                f(self.raw, len as u64, &mut raw, &mut ptr, e)
-            })?;
+            .call(
+                self.p.api.host_alloc,
+                "host_alloc",
+                "alloc host",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(self.raw, len as u64, &mut raw, &mut ptr, e) },
+            )?;
         let wrong = if raw.is_null() {
             Some("returned UH_OK with a NULL host allocation".to_string())
         } else if ptr.is_null() && len > 0 {
@@ -379,9 +393,11 @@ impl Device for PluginDevice {
         let user = Box::into_raw(Box::new(owner)) as *mut c_void;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract; the caller vouches for the range.
-        let r = self.p.call(Some(entry), "import memory", |f, e| unsafe {
-            f(self.raw, addr, len, Some(drop_owner), user, &mut raw, e)
-        });
+        let r = self
+            .p
+            .call(Some(entry), "mem_import", "import memory", |f, e| unsafe {
+                f(self.raw, addr, len, Some(drop_owner), user, &mut raw, e)
+            });
         // Refused or not, the plugin calls `drop_owner` exactly once (header): the owner is
         // never freed here.
         r?;
@@ -416,6 +432,7 @@ impl Device for PluginDevice {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.device_synchronize,
+            "device_synchronize",
             "device synchronize",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },

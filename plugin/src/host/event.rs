@@ -32,9 +32,13 @@ impl PluginEvent {
         let p = dev.plugin();
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract.
-        p.call(p.api.event_create, "event create", |f, e| unsafe {
-            f(dev.raw(), flags.disable_timing as u32, &mut raw, e)
-        })?;
+        p.call(
+            p.api.event_create,
+            "event_create",
+            "event create",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(dev.raw(), flags.disable_timing as u32, &mut raw, e) },
+        )?;
         if raw.is_null() {
             return Err(p.broke("event_create", "returned UH_OK with a NULL event"));
         }
@@ -96,9 +100,13 @@ impl Event for PluginEvent {
         let mut done = 0u32;
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.event_query, "event query", |f, e| unsafe {
-                f(self.raw, &mut done, e)
-            })?;
+            .call(
+                self.p.api.event_query,
+                "event_query",
+                "event query",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(self.raw, &mut done, e) },
+            )?;
         Ok(done != 0)
     }
 
@@ -106,6 +114,7 @@ impl Event for PluginEvent {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.event_synchronize,
+            "event_synchronize",
             "event synchronize",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },
@@ -131,6 +140,7 @@ impl Event for PluginEvent {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.event_elapsed,
+            "event_elapsed",
             "event elapsed time",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, end.raw, &mut ms, e) },

@@ -62,12 +62,14 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    /// Calls a plugin entry that reports errors in the ABI's record; `what` names the call for
-    /// an entry the plugin leaves NULL (`Unsupported`).
+    /// Calls a plugin entry that reports errors in the ABI's record. `name` is the entry's name
+    /// in the header (named when the plugin returns a status the ABI does not define); `what`
+    /// names the call for an entry the plugin leaves NULL (`Unsupported`).
     #[inline]
     pub(crate) fn call<F: Copy>(
         &self,
         entry: Option<F>,
+        name: &str,
         what: &str,
         f: impl FnOnce(F, *mut UhError) -> UhStatus,
     ) -> Result<()> {
@@ -76,8 +78,14 @@ impl Plugin {
         };
         with_record(|rec| match f(entry, rec) {
             UH_OK => Ok(()),
-            // SAFETY: the record is ours and the plugin wrote it (or left it as made).
-            status => Err(conv::get_error(status, unsafe { &*rec })),
+            status => {
+                // SAFETY: the record is ours and the plugin wrote it (or left it as made).
+                let rec = unsafe { &*rec };
+                match unknown_status(status, rec) {
+                    Some(what) => Err(self.broke(name, what)),
+                    None => Err(conv::get_error(status, rec)),
+                }
+            }
         })
     }
 
@@ -93,6 +101,32 @@ impl Plugin {
             "the plugin {} ({}) broke the ABI: `{entry}` {what}",
             self.name, self.path
         ))
+    }
+}
+
+/// What is wrong with a failed call's status and record when the ABI does not define its code
+/// (the status, or the record's code that takes its place): `None` for a defined one.
+pub(crate) fn unknown_status(status: UhStatus, rec: &UhError) -> Option<String> {
+    let known = |c: UhStatus| (UH_ERR_UNAVAILABLE..=UH_ERR_INTERNAL).contains(&c);
+    let message = conv::get_str(&rec.message);
+    let said = if message.is_empty() {
+        String::new()
+    } else {
+        format!(" (its message: {message})")
+    };
+    if !known(status) {
+        Some(format!(
+            "returned the status {status}, which the ABI does not define (UH_ERR_* is 1 to \
+             {UH_ERR_INTERNAL}){said}"
+        ))
+    } else if rec.code != UH_OK && !known(rec.code) {
+        Some(format!(
+            "returned status {status} with the error code {} in its record, which the ABI does \
+             not define (UH_ERR_* is 1 to {UH_ERR_INTERNAL}){said}",
+            rec.code
+        ))
+    } else {
+        None
     }
 }
 
@@ -177,6 +211,9 @@ fn with_record<R>(f: impl FnOnce(*mut UhError) -> R) -> R {
 pub struct Attempt {
     pub path: String,
     pub outcome: std::result::Result<String, String>,
+    /// The backend name the plugin gave, when the load got that far (a plugin refused for its
+    /// name has one; a file that is no plugin has none).
+    pub backend: Option<String>,
 }
 
 static ATTEMPTS: parking_lot::Mutex<Vec<Attempt>> = parking_lot::Mutex::new(Vec::new());
@@ -186,7 +223,7 @@ pub fn attempts() -> Vec<Attempt> {
     ATTEMPTS.lock().clone()
 }
 
-fn record(path: &str, outcome: std::result::Result<String, String>) {
+fn record(path: &str, outcome: std::result::Result<String, String>, backend: Option<&str>) {
     match &outcome {
         Ok(name) => {
             tracing::info!(target: "unihal::plugin", "loaded plugin {path}: backend {name}")
@@ -196,7 +233,68 @@ fn record(path: &str, outcome: std::result::Result<String, String>) {
     ATTEMPTS.lock().push(Attempt {
         path: path.to_string(),
         outcome,
+        backend: backend.map(str::to_string),
     });
+}
+
+/// Why selecting backend `name` from `registry` (`--backend`, `UNIHAL_BACKENDS`) would not test
+/// what the user meant, given the plugin load `attempts` ([`attempts`]): `Some(message)` when
+/// * `name` is not registered and a plugin that gave that name was refused: the refusal (the
+///   path and why), instead of "not registered";
+/// * `name` is not registered and plugins were refused before they gave a name: each of them,
+///   since one of them may be the backend asked for;
+/// * `name` is registered but no plugin loaded under it (a built-in backend), and a plugin that
+///   gave that name was refused (a built-in name without `UNIHAL_PLUGIN_REPLACE`): the built-in
+///   backend would be used in the plugin's place, so the message says so and how to choose.
+///
+/// `None` otherwise (the registry's own answer stands).
+pub fn selection_problem(registry: &Registry, name: &str, attempts: &[Attempt]) -> Option<String> {
+    let refused = |a: &&Attempt| a.outcome.is_err();
+    let named: Vec<&Attempt> = attempts
+        .iter()
+        .filter(refused)
+        .filter(|a| a.backend.as_deref() == Some(name))
+        .collect();
+    let list = |v: &[&Attempt]| {
+        v.iter()
+            .map(|a| format!("{}: {}", a.path, a.outcome.as_ref().err().map_or("", |e| e)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let registered = registry.names().iter().any(|n| n == name);
+    if !registered {
+        if !named.is_empty() {
+            return Some(format!(
+                "backend {name:?} is not registered: the plugin that gives that name was \
+                 refused: {}",
+                list(&named)
+            ));
+        }
+        let unnamed: Vec<&Attempt> = attempts
+            .iter()
+            .filter(refused)
+            .filter(|a| a.backend.is_none())
+            .collect();
+        if !unnamed.is_empty() {
+            return Some(format!(
+                "backend {name:?} is not registered (registered: {}); {PATH_ENV} named plugins \
+                 that were refused before they gave a name, one of which may be it: {}",
+                registry.names().join(", "),
+                list(&unnamed)
+            ));
+        }
+        return None;
+    }
+    let loaded_as_plugin = attempts.iter().any(|a| a.outcome.as_deref() == Ok(name));
+    if loaded_as_plugin || named.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "backend {name:?} is built into this unihal, and the plugin that gives the same name \
+         was refused, so {name:?} would test the built-in backend, not the plugin: {}; or take \
+         the plugin out of {PATH_ENV} to test the built-in backend",
+        list(&named)
+    ))
 }
 
 /// The host's services for plugins.
@@ -364,6 +462,11 @@ pub unsafe fn load_entry(shown: &str, entry: UhPluginEntryFn) -> Result<&'static
     // error record.
     let table = unsafe { entry(&HOST_API, &mut *rec) };
     if table.is_null() {
+        if let Some(what) = unknown_status(UH_ERR_INTERNAL, &rec) {
+            return Err(abi(format!(
+                "{shown} broke the ABI: `unihal_plugin_entry` {what}"
+            )));
+        }
         let e = conv::get_error(
             if rec.code == UH_OK {
                 UH_ERR_INTERNAL
@@ -574,7 +677,9 @@ pub fn register(
     replace: &[&str],
 ) -> Result<&'static str> {
     let shown = path.display().to_string();
+    let mut named = None;
     let r = load(path).and_then(|p| {
+        named = Some(p.name);
         let factory = move || Arc::new(PluginBackend::new(p)) as Arc<dyn unihal_hal::Backend>;
         if builtin.contains(&p.name) {
             if !replace.contains(&p.name) {
@@ -595,6 +700,7 @@ pub fn register(
     record(
         &shown,
         r.as_ref().map(|n| n.to_string()).map_err(|e| e.to_string()),
+        named,
     );
     r
 }
@@ -615,7 +721,7 @@ pub fn register_from_env(registry: &Registry, builtin: &[&str]) -> Vec<&'static 
                     names.push(n);
                 }
             }
-            Err(why) => record(&shown, Err(why)),
+            Err(why) => record(&shown, Err(why), None),
         }
     }
     names

@@ -34,9 +34,13 @@ impl PluginModule {
         let src = conv::put_module_source(source, &mut keep)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract; `src` points into `keep`, alive for the call.
-        p.call(p.api.module_load, "module load", |f, e| unsafe {
-            f(dev.raw(), &src, &mut raw, e)
-        })?;
+        p.call(
+            p.api.module_load,
+            "module_load",
+            "module load",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(dev.raw(), &src, &mut raw, e) },
+        )?;
         if raw.is_null() {
             return Err(p.broke("module_load", "returned UH_OK with a NULL module"));
         }
@@ -80,6 +84,7 @@ impl Module for PluginModule {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.module_function,
+            "module_function",
             "module function",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe {

@@ -56,9 +56,13 @@ impl PluginStream {
         let p = dev.plugin();
         let mut raw = std::ptr::null_mut();
         // SAFETY: the entry's contract.
-        p.call(p.api.stream_create, "stream create", |f, e| unsafe {
-            f(dev.raw(), &mut raw, e)
-        })?;
+        p.call(
+            p.api.stream_create,
+            "stream_create",
+            "stream create",
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            |f, e| unsafe { f(dev.raw(), &mut raw, e) },
+        )?;
         if raw.is_null() {
             return Err(p.broke("stream_create", "returned UH_OK with a NULL stream"));
         }
@@ -162,9 +166,12 @@ impl PluginStream {
             || {
                 let mut ev = std::ptr::null_mut();
                 // SAFETY: the entry's contract; flags 1: no timing.
-                p.call(p.api.event_create, "event create", |f, e| unsafe {
-                    f(dev, 1, &mut ev, e)
-                })
+                p.call(
+                    p.api.event_create,
+                    "event_create",
+                    "event create",
+                    |f, e| unsafe { f(dev, 1, &mut ev, e) },
+                )
                 .and_then(|_| {
                     if ev.is_null() {
                         Err(p.broke("event_create", "returned UH_OK with a NULL event"))
@@ -176,9 +183,12 @@ impl PluginStream {
             },
             |ev| {
                 // SAFETY: the entry's contract.
-                p.call(p.api.event_record, "event record", |f, e| unsafe {
-                    f(raw, ev as *mut UhEvent, e)
-                })
+                p.call(
+                    p.api.event_record,
+                    "event_record",
+                    "event record",
+                    |f, e| unsafe { f(raw, ev as *mut UhEvent, e) },
+                )
                 .map_err(|e| e.to_string())
             },
         );
@@ -190,9 +200,12 @@ impl PluginStream {
     fn event_done(p: &'static Plugin, ev: usize) -> bool {
         let mut done = 0u32;
         // SAFETY: the entry's contract.
-        p.call(p.api.event_query, "event query", |f, e| unsafe {
-            f(ev as *mut UhEvent, &mut done, e)
-        })
+        p.call(
+            p.api.event_query,
+            "event_query",
+            "event query",
+            |f, e| unsafe { f(ev as *mut UhEvent, &mut done, e) },
+        )
         .is_ok_and(|_| done != 0)
     }
 
@@ -294,9 +307,10 @@ impl Stream for PluginStream {
             (src, "src", src_offset),
             |h| {
                 // SAFETY: the entry's contract; the ranges were checked.
-                self.p.call(self.p.api.copy_h2d, "copy h2d", |f, e| unsafe {
-                    f(self.raw, h, src_offset, d, doff, len, e)
-                })
+                self.p
+                    .call(self.p.api.copy_h2d, "copy_h2d", "copy h2d", |f, e| unsafe {
+                        f(self.raw, h, src_offset, d, doff, len, e)
+                    })
             },
             len,
         )?;
@@ -324,9 +338,10 @@ impl Stream for PluginStream {
             (dst, "dst", dst_offset),
             |h| {
                 // SAFETY: the entry's contract; the ranges were checked.
-                self.p.call(self.p.api.copy_d2h, "copy d2h", |f, e| unsafe {
-                    f(self.raw, s, soff, h, dst_offset, len, e)
-                })
+                self.p
+                    .call(self.p.api.copy_d2h, "copy_d2h", "copy d2h", |f, e| unsafe {
+                        f(self.raw, s, soff, h, dst_offset, len, e)
+                    })
             },
             len,
         )?;
@@ -361,7 +376,7 @@ impl Stream for PluginStream {
         }
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.copy_d2d, "copy d2d", |f, e| unsafe {
+            .call(self.p.api.copy_d2d, "copy_d2d", "copy d2d", |f, e| unsafe {
                 f(self.raw, s, soff, d, doff, len, e)
             })?;
         self.keep_for_work([src, dst], None);
@@ -387,9 +402,13 @@ impl Stream for PluginStream {
         let (d, doff) = self.mem(dst, "dst", dst.device(), dst_offset, len)?;
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.copy_peer, "copy peer", |f, e| unsafe {
-                f(self.raw, s, soff, d, doff, len, e)
-            })?;
+            .call(
+                self.p.api.copy_peer,
+                "copy_peer",
+                "copy peer",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(self.raw, s, soff, d, doff, len, e) },
+            )?;
         self.keep_for_work([src, dst], None);
         Ok(())
     }
@@ -404,9 +423,11 @@ impl Stream for PluginStream {
             FillValue::U32(v) => (4, v),
         };
         // SAFETY: the entry's contract; the range was checked.
-        self.p.call(self.p.api.fill, "fill", |f, e| unsafe {
-            f(self.raw, d, doff, len, width, v, e)
-        })?;
+        self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            .call(self.p.api.fill, "fill", "fill", |f, e| unsafe {
+                f(self.raw, d, doff, len, width, v, e)
+            })?;
         self.keep_for_work([dst], None);
         Ok(())
     }
@@ -457,17 +478,19 @@ impl Stream for PluginStream {
             block: config.block.to_array(),
         };
         // SAFETY: the entry's contract; the caller vouches for the arguments.
-        self.p.call(self.p.api.launch, "launch", |f, e| unsafe {
-            f(
-                self.raw,
-                func.raw(),
-                &c,
-                ptrs.len() as u64,
-                ptrs.as_ptr(),
-                sizes.as_ptr(),
-                e,
-            )
-        })?;
+        self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            .call(self.p.api.launch, "launch", "launch", |f, e| unsafe {
+                f(
+                    self.raw,
+                    func.raw(),
+                    &c,
+                    ptrs.len() as u64,
+                    ptrs.as_ptr(),
+                    sizes.as_ptr(),
+                    e,
+                )
+            })?;
         // The arguments' buffers crossed as addresses: the plugin cannot keep them, the host
         // does, every one (whole allocations too) until the launch ran.
         self.keep_for_work([], args.buffers().iter().map(|b| b.use_on(self.sid)));
@@ -512,9 +535,11 @@ impl Stream for PluginStream {
         };
         let what = format!("op {}", call.op);
         // SAFETY: the entry's contract; the call's arrays outlive it.
-        self.p.call(self.p.api.run_op, &what, |f, e| unsafe {
-            f(self.raw, &c, e)
-        })?;
+        self.p
+            // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+            .call(self.p.api.run_op, "run_op", &what, |f, e| unsafe {
+                f(self.raw, &c, e)
+            })?;
         self.keep_for_work(call.tensors.iter().map(|t| &t.buffer), None);
         Ok(())
     }
@@ -538,9 +563,12 @@ impl Stream for PluginStream {
         })) as *mut c_void;
         // `user`, whatever it returns (the box is freed there).
         // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-        self.p.call(Some(entry), "host callback", |g, e| unsafe {
-            g(self.raw, Some(run_host_call), user, e)
-        })
+        self.p.call(
+            Some(entry),
+            "host_callback",
+            "host callback",
+            |g, e| unsafe { g(self.raw, Some(run_host_call), user, e) },
+        )
     }
 
     fn record_event(&self, event: &Arc<dyn Event>) -> Result<()> {
@@ -557,9 +585,13 @@ impl Stream for PluginStream {
         }
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.event_record, "event record", |f, err| unsafe {
-                f(self.raw, e.raw(), err)
-            })?;
+            .call(
+                self.p.api.event_record,
+                "event_record",
+                "event record",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, err| unsafe { f(self.raw, e.raw(), err) },
+            )?;
         e.mark_recorded();
         Ok(())
     }
@@ -570,6 +602,7 @@ impl Stream for PluginStream {
         // SAFETY: the entry's contract.
         self.p.call(
             self.p.api.stream_wait_event,
+            "stream_wait_event",
             "stream wait event",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, err| unsafe { f(self.raw, e.raw(), err) },
@@ -598,6 +631,7 @@ impl Stream for PluginStream {
         // SAFETY: the entry's contract.
         let r = self.p.call(
             self.p.api.stream_synchronize,
+            "stream_synchronize",
             "stream synchronize",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
             |f, e| unsafe { f(self.raw, e) },
@@ -617,9 +651,13 @@ impl Stream for PluginStream {
         let r = self
             .p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            .call(self.p.api.stream_query, "stream query", |f, e| unsafe {
-                f(self.raw, &mut done, e)
-            });
+            .call(
+                self.p.api.stream_query,
+                "stream_query",
+                "stream query",
+                // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
+                |f, e| unsafe { f(self.raw, &mut done, e) },
+            );
         if let Some(c) = cover {
             self.settle(c, r.is_ok() && done != 0);
         }
@@ -634,6 +672,7 @@ impl Stream for PluginStream {
         self.p
             .call(
                 self.p.api.stream_async_error,
+                "stream_async_error",
                 "stream async error",
                 // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(self.raw, e) },
@@ -672,6 +711,7 @@ impl Remains {
             // SAFETY: the entry's contract.
             let _ = p.call(
                 p.api.stream_synchronize,
+                "stream_synchronize",
                 "stream synchronize",
                 // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
                 |f, e| unsafe { f(raw, e) },

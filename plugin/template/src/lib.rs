@@ -1,16 +1,17 @@
 //! # The template backend: where a new chip's unihal plugin starts
 //!
-//! Copy this crate, rename the backend (`NAME`), and replace each `not_yet(..)` with the vendor
-//! call it describes. Built as it is, it loads, opens one device, and answers every operation
-//! `Unsupported`; its manifest (`conformance.manifest`) declares every conformance case
-//! unsupported, so `unihal conformance` reports 0 failures and every case skipped with the
-//! template's reason. docs/PORTING.md walks from here to a full conformance report: implement an
+//! Copy this crate beside a unihal checkout, rename the package in Cargo.toml (the backend's
+//! `NAME` follows it), and replace each `not_yet(..)` with the vendor call it describes. Built as
+//! it is, it loads, opens one device, and answers every operation `Unsupported`; its manifest
+//! (`conformance.manifest`) declares every conformance case unsupported, so `unihal conformance`
+//! reports 0 failures and every case skipped with the template's reason. docs/PORTING.md walks from here to a full conformance report: implement an
 //! area, narrow the manifest, run the suite, read the report.
 //!
 //! Each method's comment says what it must do (the HAL trait's doc comment is the contract) and
 //! which conformance cases check it (`unihal conformance --backend <name> --filter <prefix>`).
 //! A backend written in C or C++ implements the same entries of `unihal_plugin.h` instead; the
-//! C plugin in `plugin/tests/c/minimal_plugin.c` shows memory, streams and events that way.
+//! C plugins in `plugin/tests/c/` show memory, streams and events that way (`minimal_plugin.c`,
+//! synchronous) and with host callbacks on a queue thread per stream (`async_plugin.c`).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -20,9 +21,43 @@ use unihal_hal::{
     Module, ModuleSource, NativeHandle, OptionalCaps, Result, Stream, StreamId,
 };
 
-/// The backend's registry name: lowercase, unique among backends (a built-in name is refused
-/// unless the user sets `UNIHAL_PLUGIN_REPLACE`).
-pub const NAME: &str = "template";
+/// The backend's registry name: `[a-z0-9_-]+`, unique among backends (a built-in name, `cpu`,
+/// `cuda`, `hip` or `ascend`, is refused unless the user sets `UNIHAL_PLUGIN_REPLACE`).
+///
+/// It follows the package name in Cargo.toml, without a leading `unihal-` and a trailing
+/// `-plugin` (`mychip-plugin` → `mychip`), so renaming the package renames the backend, its
+/// devices and its manifest's skip reasons. A literal (`"mychip"`) works as well.
+pub const NAME: &str = backend_name(env!("CARGO_PKG_NAME"));
+
+/// `package` without a leading `unihal-` and a trailing `-plugin` (each only where a name is left).
+const fn backend_name(package: &str) -> &str {
+    const fn has_at(s: &[u8], at: usize, part: &[u8]) -> bool {
+        let mut i = 0;
+        while i < part.len() {
+            if s[at + i] != part[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let (prefix, suffix) = (b"unihal-", b"-plugin");
+    let s = package.as_bytes();
+    let mut start = 0;
+    if s.len() > prefix.len() && has_at(s, 0, prefix) {
+        start = prefix.len();
+    }
+    let mut end = s.len();
+    if end - start > suffix.len() && has_at(s, end - suffix.len(), suffix) {
+        end -= suffix.len();
+    }
+    let (_, tail) = s.split_at(start);
+    let (name, _) = tail.split_at(end - start);
+    match std::str::from_utf8(name) {
+        Ok(name) => name,
+        Err(_) => panic!("a package name is UTF-8"),
+    }
+}
 
 unihal_plugin::export_backend!(|| Arc::new(TemplateBackend::default()));
 
@@ -81,9 +116,11 @@ impl Backend for TemplateBackend {
             .clone())
     }
 
-    /// The manifest shipped with the backend: narrow it as areas are implemented.
+    /// The manifest shipped with the backend (`conformance.manifest`, with `{backend}` standing
+    /// for `NAME`): narrow it as areas are implemented.
     fn conformance_manifest(&self) -> &'static str {
-        include_str!("../conformance.manifest")
+        static MANIFEST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        MANIFEST.get_or_init(|| include_str!("../conformance.manifest").replace("{backend}", NAME))
     }
 
     /// Return the conformance test kernels (`unihal_kernels::testing`) compiled for the device,
@@ -113,8 +150,8 @@ impl TemplateDevice {
                     backend: NAME,
                     ordinal: 0,
                 },
-                name: "template device 0".into(),
-                vendor: "template".into(),
+                name: format!("{NAME} device 0"),
+                vendor: NAME.into(),
             },
             // Report the device's real limits and features: the suite decides what to run from
             // them, and a backend that answers Unsupported for what it claims fails.
@@ -340,5 +377,17 @@ impl Stream for TemplateStream {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_backend_name_follows_the_package_name() {
+        assert_eq!(super::backend_name("unihal-template-plugin"), "template");
+        assert_eq!(super::backend_name("mychip-plugin"), "mychip");
+        assert_eq!(super::backend_name("unihal-npu"), "npu");
+        assert_eq!(super::backend_name("mychip"), "mychip");
+        assert_eq!(super::backend_name("-plugin"), "-plugin");
     }
 }

@@ -11,6 +11,8 @@
  *   UH_TEST_REFUSE_HOST     the entry refuses every host with UH_ERR_ABI_MISMATCH
  *   UH_TEST_NO_STREAMS      the table leaves required stream entries NULL
  *   UH_TEST_NAME="..."      the backend name reported
+ *   UH_TEST_UNKNOWN_STATUS=n mem_alloc fails with status n, which the ABI does not define (the
+ *                           host must name the entry)
  */
 #define _POSIX_C_SOURCE 200809L
 #include "unihal_plugin.h"
@@ -145,6 +147,10 @@ static uh_status device_synchronize(uh_device *dev, uh_error *err) {
 }
 
 static uh_status mem_alloc(uh_device *dev, uint64_t len, uh_mem **out, uint64_t *addr, uh_error *err) {
+#ifdef UH_TEST_UNKNOWN_STATUS
+  (void)dev, (void)len, (void)out, (void)addr;
+  return fail(err, UH_TEST_UNKNOWN_STATUS, 0, NULL, "a status of a newer ABI");
+#endif
   uint64_t before = atomic_fetch_add(&used[dev->ordinal], len);
   if (len > MEMORY_BYTES || before > MEMORY_BYTES - len) {
     atomic_fetch_sub(&used[dev->ordinal], len);
