@@ -87,7 +87,7 @@ step "build the sanitized unihal binary, simulated runtimes, fault sweeps and pl
 $CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip -p unihal-sim-cann -p unihal \
     --features unihal/gloo --lib --bin unihal --example make_layout --test fault_sweep
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
-PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test template_plugin)
+PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test c_async_plugin --test template_plugin)
 if $SLICE1; then $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run; fi
 SIM="$BIN/libunihal_sim_cuda.so"
 HIP_SIM="$BIN/libunihal_sim_hip.so"
@@ -161,9 +161,10 @@ gloo_spmd() {
 }
 
 # The whole CPU suite through a sanitized plugin found the launch-argument use-after-free
-# (RELIABILITY.md, defect 13); here the plugin tests carry its regression test, the C and
-# template plugins' suites and the loader's refusals (the full suite through the plugin runs
-# unsanitized in the test command).
+# (RELIABILITY.md, defect 13); here the plugin tests carry its regression test, the C plugins'
+# and the template's suites (the template built out of the tree, sanitized: plugin/tests/support)
+# and the loader's refusals (the full suite through the plugin runs unsanitized in the test
+# command).
 plugin_tests() {
     $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}"
 }
