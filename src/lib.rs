@@ -17,9 +17,11 @@
 //! # Ok::<(), unihal::HalError>(())
 //! ```
 //!
-//! Backends in this build: `cpu` (always available) and `cuda` (NVIDIA GPUs; the driver is opened at
-//! run time, `UNIHAL_CUDA_LIB` chooses one). More vendor backends register here as they arrive; each
-//! opens its vendor libraries at run time, so one binary runs wherever it lands.
+//! Backends in this build: `cuda` (NVIDIA GPUs), `hip` (AMD GPUs and Hygon DCUs), `ascend` (Huawei
+//! Ascend NPUs) and `cpu` (always available); each opens its vendor libraries at run time
+//! (`UNIHAL_CUDA_LIB`, `UNIHAL_HIP_LIB`, `UNIHAL_ASCEND_LIB` choose them), so one binary runs
+//! wherever it lands. Out-of-tree backends join at run time as plugins (`UNIHAL_PLUGIN_PATH`,
+//! [`plugin`]; docs/PORTING.md).
 
 pub mod bench;
 pub mod bootstrap;

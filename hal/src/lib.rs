@@ -13,9 +13,10 @@
 //!                                             └─ load_module ──────────▶ Module ─▶ Function
 //! ```
 //!
-//! * **`dyn` at the boundary.** Backends are chosen at run time and will also arrive as plugins, so
-//!   every trait is object-safe and is used as `Arc<dyn Trait>`. Calls are coarse (slices, not
-//!   iterators or generics); each trait has `as_any` for a backend's own fast paths.
+//! * **`dyn` at the boundary.** Backends are chosen at run time and also arrive as plugins (shared
+//!   libraries loaded at run time, `unihal-plugin`), so every trait is object-safe and is used as
+//!   `Arc<dyn Trait>`. Calls are coarse (slices, not iterators or generics); each trait has
+//!   `as_any` for a backend's own fast paths.
 //! * **An open registry.** [`Registry`] maps names to backend factories; nothing enumerates device
 //!   kinds. `UNIHAL_BACKENDS=cuda,cpu` selects and orders them.
 //! * **Errors say what failed.** [`HalError`] separates `Unavailable`/`Unsupported` (fall back, skip)
