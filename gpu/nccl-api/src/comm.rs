@@ -3,13 +3,13 @@
 use crate::conv::{self, IN_PROGRESS, REMOTE_ERROR};
 use crate::ffi::{Comm as RawComm, Nccl};
 use crate::platform::{with_current, Platform};
-use crate::track::{operand_addr, retire, start_watchdog, InFlight};
+use crate::track::{describe, retire, start_watchdog, InFlight, Operands};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::{check_call, check_not_in_place, check_rank, check_send_recv};
+use unihal_hal::ccl::{check_not_in_place, check_rank};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, Keep, ReduceOp, Result, Stream,
@@ -273,37 +273,39 @@ impl NcclComm {
         })
     }
 
-    /// The checks of every operation, then the backend's own check of the stream.
+    /// The shared checks of this communicator's operations.
+    fn operands(&self) -> Operands<'_> {
+        Operands {
+            platform: &*self.shared.platform,
+            device: &self.device,
+            caps: &self.caps,
+        }
+    }
+
+    /// The checks of every operation: refused once aborted, then the shared checks.
     fn check(
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
+        self.check_open()?;
+        let sticky = self.shared.sticky.lock().clone();
+        self.operands().check(sticky, call, stream)
+    }
+
+    /// `Aborted` once the communicator was aborted without a sticky error to report.
+    fn check_open(&self) -> Result<()> {
         if self.shared.aborted() && self.shared.sticky.lock().is_none() {
             return Err(HalError::Aborted {
                 what: format!("the {} communicator", self.shared.lib.label),
             });
         }
-        check_call(
-            &self.device,
-            &self.caps,
-            self.shared.sticky.lock().clone(),
-            call,
-            stream,
-        )?;
-        self.shared.platform.check_stream(stream)
+        Ok(())
     }
 
     /// The device address of `elems` elements at the start of `buf`.
     fn addr(&self, buf: &Buffer, arg: &'static str, elems: u64, dtype: DType) -> Result<u64> {
-        operand_addr(
-            &*self.shared.platform,
-            self.device.id(),
-            buf,
-            arg,
-            elems,
-            dtype,
-        )
+        self.operands().addr(buf, arg, elems, dtype)
     }
 
     /// Enqueues `f(communicator, native stream)` (library calls, serialised with every other use
@@ -359,34 +361,25 @@ impl NcclComm {
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
         stream: &Arc<dyn Stream>,
-        (send, send_elems): (&Buffer, u64),
-        (recv, recv_elems): (&Buffer, u64),
+        send: (&Buffer, u64),
+        recv: (&Buffer, u64),
         count: u64,
         in_place: Option<(u64, u64)>,
         f: impl FnOnce(u64, u64, i32, RawComm, *mut std::ffi::c_void) -> i32,
     ) -> Result<()> {
         let (op, dtype, red) = call;
-        self.check(call, stream)?;
-        let sa = self.addr(send, "send", send_elems, dtype)?;
-        let ra = self.addr(recv, "recv", recv_elems, dtype)?;
-        if let Some((so, ro)) = in_place {
-            // Both sizes fit 64 bits (checked just above); the offsets lie inside them.
-            let esz = dtype.size() as u64;
-            let (sl, rl) = (send_elems * esz, recv_elems * esz);
-            check_send_recv(send, sl, recv, rl, (so * esz, ro * esz))?;
-        }
-        if count == 0 {
+        self.check_open()?;
+        let sticky = self.shared.sticky.lock().clone();
+        let Some((sa, ra)) = self
+            .operands()
+            .two_buffers(sticky, call, stream, send, recv, count, in_place)?
+        else {
             return Ok(());
-        }
-        let what = format!(
-            "{} {} of {count} {dtype}{}",
-            self.shared.lib.label,
-            op.name(),
-            red.map(|r| format!(" {r}")).unwrap_or_default()
-        );
+        };
+        let what = describe(self.shared.lib.label, op, count, dtype, red);
         let dt = conv::dtype(dtype).unwrap_or(-1);
         let sid = stream.stream_id();
-        let keep: Vec<Keep> = vec![send.use_on(sid), recv.use_on(sid)];
+        let keep: Vec<Keep> = vec![send.0.use_on(sid), recv.0.use_on(sid)];
         self.enqueue(what, stream, keep, |raw, st| f(sa, ra, dt, raw, st))
     }
 }

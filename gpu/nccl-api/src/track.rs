@@ -4,6 +4,9 @@
 //!
 //! * [`operand_addr`]: an operand's device address after the HAL's and the platform's checks,
 //!   so that every engine rejects the same misuse with the same error;
+//! * [`Operands`]: the checks every operation makes before it touches its library (the sticky
+//!   error, the HAL's checks of the call and the stream, the platform's of the stream, each
+//!   operand's address, where send and receive may coincide), once for every engine;
 //! * [`InFlight`] and [`retire`]: an operation in flight (a completion event recorded behind it on
 //!   its stream, and a deadline), and one watchdog pass over a list of them;
 //! * [`start_watchdog`]: the watchdog thread of a communicator, holding only a weak reference
@@ -13,7 +16,9 @@ use crate::platform::Platform;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::{Buffer, DType, Device, DeviceId, Event, EventFlags, HalError, Invalid};
+use unihal_hal::ccl::{check_call, check_send_recv};
+use unihal_hal::{Buffer, CclCaps, CollectiveOp, DType, Device, DeviceId, Event, EventFlags};
+use unihal_hal::{HalError, Invalid, ReduceOp};
 use unihal_hal::{Result, Stream};
 
 /// The device address of `elems` elements of `dtype` at the start of `buf` (the argument
@@ -40,6 +45,90 @@ pub fn operand_addr(
         )
     })?;
     platform.buffer_addr(buf, arg, device, len)
+}
+
+/// The checks of one communicator's operations, shared by every engine: what the HAL requires
+/// (`unihal_hal::ccl::check_call`: the sticky error, the dtype and reduction against the
+/// capabilities, the stream's device) and what the platform requires (its own stream, its own
+/// buffers in range). Borrowed from the communicator for one call.
+pub struct Operands<'a> {
+    /// The backend's side of devices and streams.
+    pub platform: &'a dyn Platform,
+    /// The communicator's device.
+    pub device: &'a Arc<dyn Device>,
+    /// The engine's capabilities.
+    pub caps: &'a CclCaps,
+}
+
+impl Operands<'_> {
+    /// The checks of every operation: the sticky error (`sticky`), the HAL's, the platform's
+    /// stream check.
+    ///
+    /// # Errors
+    /// The sticky error; the HAL's and the platform's `InvalidArgument` and `Unsupported`.
+    pub fn check(
+        &self,
+        sticky: Option<HalError>,
+        call: (CollectiveOp, DType, Option<ReduceOp>),
+        stream: &Arc<dyn Stream>,
+    ) -> Result<()> {
+        check_call(self.device, self.caps, sticky, call, stream)?;
+        self.platform.check_stream(stream)
+    }
+
+    /// The device address of `elems` elements at the start of `buf` ([`operand_addr`]).
+    ///
+    /// # Errors
+    /// As [`operand_addr`].
+    pub fn addr(&self, buf: &Buffer, arg: &'static str, elems: u64, dtype: DType) -> Result<u64> {
+        operand_addr(self.platform, self.device.id(), buf, arg, elems, dtype)
+    }
+
+    /// The checks of an operation on a send and a receive buffer, then their addresses; `None`
+    /// for a count of 0 (nothing to enqueue). `in_place` is where the two may coincide, in
+    /// elements (`unihal_hal::ccl::check_send_recv`); `None` when this rank uses only one of
+    /// them (broadcast and reduce off the root).
+    ///
+    /// # Errors
+    /// As [`Operands::check`] and [`Operands::addr`]; an overlap the operation does not allow.
+    #[allow(clippy::too_many_arguments)]
+    pub fn two_buffers(
+        &self,
+        sticky: Option<HalError>,
+        call: (CollectiveOp, DType, Option<ReduceOp>),
+        stream: &Arc<dyn Stream>,
+        (send, send_elems): (&Buffer, u64),
+        (recv, recv_elems): (&Buffer, u64),
+        count: u64,
+        in_place: Option<(u64, u64)>,
+    ) -> Result<Option<(u64, u64)>> {
+        let (_, dtype, _) = call;
+        self.check(sticky, call, stream)?;
+        let sa = self.addr(send, "send", send_elems, dtype)?;
+        let ra = self.addr(recv, "recv", recv_elems, dtype)?;
+        if let Some((so, ro)) = in_place {
+            // Both sizes fit 64 bits (checked just above); the offsets lie inside them.
+            let esz = dtype.size() as u64;
+            let (sl, rl) = (send_elems * esz, recv_elems * esz);
+            check_send_recv(send, sl, recv, rl, (so * esz, ro * esz))?;
+        }
+        Ok((count != 0).then_some((sa, ra)))
+    }
+}
+
+/// What an operation is, for messages and timeouts: "NCCL all_reduce of 4 f32 sum".
+pub fn describe(
+    label: &str,
+    op: CollectiveOp,
+    count: u64,
+    dtype: DType,
+    red: Option<ReduceOp>,
+) -> String {
+    format!(
+        "{label} {} of {count} {dtype}{}",
+        op.name(),
+        red.map(|r| format!(" {r}")).unwrap_or_default()
+    )
 }
 
 /// An operation in flight: a completion event recorded on its stream right behind it, the

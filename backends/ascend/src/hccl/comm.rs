@@ -28,12 +28,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::{check_call, check_not_in_place, check_rank, check_send_recv};
+use unihal_hal::ccl::{check_not_in_place, check_rank};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Keep, OpCall, OpId, ReduceOp, Result, Scalar, Stream, TensorView,
 };
-use unihal_nccl_api::track::{operand_addr, retire, start_watchdog, InFlight};
+use unihal_nccl_api::track::{describe, retire, start_watchdog, InFlight, Operands};
 use unihal_nccl_api::Platform;
 
 /// How long a reaper waits for a communicator's operations past the later of its timeout and
@@ -504,24 +504,39 @@ impl HcclComm {
         *self.shared.raw.lock()
     }
 
-    /// The checks of every operation: the sticky error, the HAL's, the platform's stream check.
+    /// The shared checks of this communicator's operations.
+    fn operands(&self) -> Operands<'_> {
+        let s = &self.shared;
+        Operands {
+            platform: &*s.platform,
+            device: &s.device,
+            caps: &self.caps,
+        }
+    }
+
+    /// The checks of every operation: refused once stopped, then the shared checks.
     fn check(
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
+        self.check_open()?;
+        let sticky = self.shared.sticky.lock().clone();
+        self.operands().check(sticky, call, stream)
+    }
+
+    /// The stop's error once the communicator stopped without a sticky error to report.
+    fn check_open(&self) -> Result<()> {
         let s = &self.shared;
         if s.stopped() && s.sticky.lock().is_none() {
             return Err(s.stopped_error());
         }
-        check_call(&s.device, &self.caps, s.sticky.lock().clone(), call, stream)?;
-        s.platform.check_stream(stream)
+        Ok(())
     }
 
     /// The device address of `elems` elements at the start of `buf`.
     fn addr(&self, buf: &Buffer, arg: &'static str, elems: u64, dtype: DType) -> Result<u64> {
-        let s = &self.shared;
-        operand_addr(&*s.platform, s.device.id(), buf, arg, elems, dtype)
+        self.operands().addr(buf, arg, elems, dtype)
     }
 
     /// Issues one operation on `stream` (after `before`, e.g. a broadcast's copy), then the
@@ -610,31 +625,26 @@ impl HcclComm {
         Ok(true)
     }
 
-    /// The checks of an operation on a send and a receive buffer (`in_place`: where the two may
-    /// coincide, in elements, as [`check_send_recv`] takes it; `None` when this rank uses only
-    /// one of them); the addresses, or None for a count of 0 (nothing to do).
+    /// The checks of an operation on a send and a receive buffer ([`Operands::two_buffers`]),
+    /// then their addresses and HCCL's data type, or None for a count of 0 (nothing to do).
     fn two_buffers(
         &self,
         call: (CollectiveOp, DType, Option<ReduceOp>),
         stream: &Arc<dyn Stream>,
-        (send, send_elems): (&Buffer, u64),
-        (recv, recv_elems): (&Buffer, u64),
+        send: (&Buffer, u64),
+        recv: (&Buffer, u64),
         count: u64,
         in_place: Option<(u64, u64)>,
     ) -> Result<Option<(*mut c_void, *mut c_void, i32)>> {
         let (_, dtype, _) = call;
-        self.check(call, stream)?;
-        let sa = self.addr(send, "send", send_elems, dtype)?;
-        let ra = self.addr(recv, "recv", recv_elems, dtype)?;
-        if let Some((so, ro)) = in_place {
-            // Both sizes fit 64 bits (checked just above); the offsets lie inside them.
-            let esz = dtype.size() as u64;
-            let (sl, rl) = (send_elems * esz, recv_elems * esz);
-            check_send_recv(send, sl, recv, rl, (so * esz, ro * esz))?;
-        }
-        if count == 0 {
+        self.check_open()?;
+        let sticky = self.shared.sticky.lock().clone();
+        let Some((sa, ra)) = self
+            .operands()
+            .two_buffers(sticky, call, stream, send, recv, count, in_place)?
+        else {
             return Ok(None);
-        }
+        };
         let dt = conv::dtype(dtype)
             .ok_or_else(|| HalError::unsupported(format!("{dtype}: HCCL has no such data type")))?;
         Ok(Some((sa as *mut c_void, ra as *mut c_void, dt)))
@@ -647,11 +657,7 @@ impl HcclComm {
         dtype: DType,
         red: Option<ReduceOp>,
     ) -> String {
-        format!(
-            "HCCL {} of {count} {dtype}{}",
-            op.name(),
-            red.map(|r| format!(" {r}")).unwrap_or_default()
-        )
+        describe("HCCL", op, count, dtype, red)
     }
 
     fn round(kind: Kind, dt: i32, dtype: DType, count: u64) -> [Op; 1] {
