@@ -7,9 +7,8 @@
 //! in [`SAFE_ARCHS`]; others are `Unsupported` there, and the HIP backend compiles them with
 //! [`Hiprtc::compile_unchecked`] in a helper process, where an abort kills only the helper.
 
-use super::hiprtc_sys::{HiprtcProgram, HiprtcSys};
-use super::{compile_program, read_output, RtcApi};
-use unihal_dynlib::{c_str, Candidates, Library};
+use super::compiler::{Compiler, Flavor, Output};
+use unihal_dynlib::Candidates;
 use unihal_hal::{HalError, Result};
 
 /// Library names tried, in order.
@@ -26,68 +25,12 @@ pub const CANDIDATES: [&str; 7] = [
 /// Architectures this hiprtc compiles without aborting the process.
 pub const SAFE_ARCHS: [&str; 4] = ["gfx906", "gfx908", "gfx90a", "gfx1030"];
 
-/// A loaded hiprtc.
-pub struct Hiprtc {
-    sys: HiprtcSys,
-    path: String,
-    version: (i32, i32),
-}
-
-/// Output of one compilation.
-#[derive(Debug, Clone)]
-pub struct HiprtcOutput {
-    /// AMDGPU ELF code object.
-    pub code: Vec<u8>,
-    pub log: String,
-}
-
-impl RtcApi for HiprtcSys {
-    const WHAT: &'static str = "hiprtc";
-    unsafe fn create(
-        &self,
-        prog: *mut HiprtcProgram,
-        src: *const std::ffi::c_char,
-        name: *const std::ffi::c_char,
-    ) -> i32 {
-        (self.create_program)(prog, src, name, 0, std::ptr::null(), std::ptr::null())
-    }
-    unsafe fn compile(
-        &self,
-        prog: HiprtcProgram,
-        n: i32,
-        opts: *const *const std::ffi::c_char,
-    ) -> i32 {
-        (self.compile_program)(prog, n, opts)
-    }
-    unsafe fn log(&self, prog: HiprtcProgram) -> String {
-        read_output(
-            "hiprtc log",
-            |n| (self.get_program_log_size)(prog, n),
-            |p| (self.get_program_log)(prog, p),
-        )
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .to_string()
-        })
-        .unwrap_or_default()
-    }
-    unsafe fn destroy(&self, prog: *mut HiprtcProgram) {
-        (self.destroy_program)(prog);
-    }
-    fn error_name(&self, code: i32) -> String {
-        // SAFETY: hiprtcGetErrorString returns a static string for any code.
-        unsafe { c_str((self.get_error_string)(code)) }
-    }
-}
-
-impl Hiprtc {
-    /// Opens hiprtc.
-    ///
-    /// # Errors
-    /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
-    pub fn load() -> Result<Hiprtc> {
-        let candidates = Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES)
+/// hiprtc as a flavor of the runtime-compiler family: a code object.
+pub static HIPRTC: Flavor = Flavor {
+    what: "hiprtc",
+    prefix: "hiprtc",
+    candidates: || {
+        Candidates::new("hiprtc", "UNIHAL_HIPRTC_LIB", &CANDIDATES)
             .under_root(&["ROCM_PATH"], Some("/opt/rocm"), "lib", &CANDIDATES[..6])
             .under_root(
                 &["DTKROOT"],
@@ -100,28 +43,43 @@ impl Hiprtc {
                 Some("/opt/dtk"),
                 "hip/lib",
                 &["libgalaxyhip.so.5"],
-            );
-        let lib = Library::open(&candidates)?;
-        let path = lib.path().to_string();
-        let sys = HiprtcSys::new(&lib)?;
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: hiprtcVersion writes two ints.
-        unsafe { (sys.version)(&mut major, &mut minor) };
-        Ok(Hiprtc {
-            sys,
-            path,
-            version: (major, minor),
-        })
+            )
+    },
+    outputs: &[Output {
+        name: "code",
+        size: "GetCodeSize",
+        read: "GetCode",
+    }],
+};
+
+/// A loaded hiprtc.
+pub struct Hiprtc(Compiler);
+
+/// Output of one compilation.
+#[derive(Debug, Clone)]
+pub struct HiprtcOutput {
+    /// AMDGPU ELF code object.
+    pub code: Vec<u8>,
+    pub log: String,
+}
+
+impl Hiprtc {
+    /// Opens hiprtc.
+    ///
+    /// # Errors
+    /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
+    pub fn load() -> Result<Hiprtc> {
+        Compiler::load(&HIPRTC).map(Hiprtc)
     }
 
     /// `(major, minor)` as hiprtc reports it.
     pub fn version(&self) -> (i32, i32) {
-        self.version
+        self.0.version()
     }
 
     /// The library path that was opened.
     pub fn path(&self) -> &str {
-        &self.path
+        self.0.path()
     }
 
     /// Compiles `src` to a code object for `arch`.
@@ -154,18 +112,8 @@ impl Hiprtc {
     /// # Errors
     /// [`HalError::Vendor`] with the compiler log.
     pub fn compile_unchecked(&self, src: &str, name: &str, arch: &str) -> Result<HiprtcOutput> {
-        let options = Hiprtc::options(arch);
-        let sys = &self.sys;
-        let (code, log) = compile_program(sys, src, name, &options, |prog| {
-            // SAFETY: prog is the live, compiled program; the size comes from the matching call.
-            unsafe {
-                read_output(
-                    "hiprtc code",
-                    |n| (sys.get_code_size)(prog, n),
-                    |p| (sys.get_code)(prog, p),
-                )
-            }
-        })?;
+        let (mut parts, log) = self.0.compile(src, name, &Hiprtc::options(arch), 1)?;
+        let code = parts.pop().unwrap_or_default();
         Ok(HiprtcOutput { code, log })
     }
 }

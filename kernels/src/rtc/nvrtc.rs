@@ -2,22 +2,37 @@
 //!
 //! The library is `libnvrtc.so.13` (CUDA 13; `.12` is also tried), or the path in
 //! `UNIHAL_NVRTC_LIB`. Kernels are compiled without fused multiply-add contraction (`--fmad=false`)
-//! so that results match the CPU build bit for bit where the math is IEEE.
+//! so that results match the CPU build bit for bit where the math is IEEE. The calls are the
+//! shared [`Compiler`]'s (NVRTC's flavor, [`NVRTC`]).
 
-use super::nvrtc_sys::{NvrtcProgram, NvrtcSys};
-use super::{compile_program, read_output, RtcApi};
-use unihal_dynlib::{c_str, Candidates, Library};
+use super::compiler::{Compiler, Flavor, Output};
+use unihal_dynlib::Candidates;
 use unihal_hal::{HalError, Invalid, Result};
 
 /// Library names tried, in order.
 pub const CANDIDATES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
+/// NVRTC as a flavor of the runtime-compiler family: PTX, then cubin.
+pub static NVRTC: Flavor = Flavor {
+    what: "NVRTC",
+    prefix: "nvrtc",
+    candidates: || Candidates::new("NVRTC", "UNIHAL_NVRTC_LIB", &CANDIDATES),
+    outputs: &[
+        Output {
+            name: "PTX",
+            size: "GetPTXSize",
+            read: "GetPTX",
+        },
+        Output {
+            name: "CUBIN",
+            size: "GetCUBINSize",
+            read: "GetCUBIN",
+        },
+    ],
+};
+
 /// A loaded NVRTC.
-pub struct Nvrtc {
-    sys: NvrtcSys,
-    path: String,
-    version: (i32, i32),
-}
+pub struct Nvrtc(Compiler);
 
 /// Output of one compilation.
 #[derive(Debug, Clone)]
@@ -28,73 +43,23 @@ pub struct NvrtcOutput {
     pub log: String,
 }
 
-impl RtcApi for NvrtcSys {
-    const WHAT: &'static str = "nvrtc";
-    unsafe fn create(
-        &self,
-        prog: *mut NvrtcProgram,
-        src: *const std::ffi::c_char,
-        name: *const std::ffi::c_char,
-    ) -> i32 {
-        (self.create_program)(prog, src, name, 0, std::ptr::null(), std::ptr::null())
-    }
-    unsafe fn compile(
-        &self,
-        prog: NvrtcProgram,
-        n: i32,
-        opts: *const *const std::ffi::c_char,
-    ) -> i32 {
-        (self.compile_program)(prog, n, opts)
-    }
-    unsafe fn log(&self, prog: NvrtcProgram) -> String {
-        read_output(
-            "nvrtc log",
-            |n| (self.get_program_log_size)(prog, n),
-            |p| (self.get_program_log)(prog, p),
-        )
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .to_string()
-        })
-        .unwrap_or_default()
-    }
-    unsafe fn destroy(&self, prog: *mut NvrtcProgram) {
-        (self.destroy_program)(prog);
-    }
-    fn error_name(&self, code: i32) -> String {
-        // SAFETY: nvrtcGetErrorString returns a static string for any code.
-        unsafe { c_str((self.get_error_string)(code)) }
-    }
-}
-
 impl Nvrtc {
     /// Opens NVRTC.
     ///
     /// # Errors
     /// [`HalError::Unavailable`] listing every library tried, or a missing symbol.
     pub fn load() -> Result<Nvrtc> {
-        let lib = Library::open(&Candidates::new("NVRTC", "UNIHAL_NVRTC_LIB", &CANDIDATES))?;
-        let path = lib.path().to_string();
-        let sys = NvrtcSys::new(&lib)?;
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: nvrtcVersion writes two ints.
-        unsafe { (sys.version)(&mut major, &mut minor) };
-        Ok(Nvrtc {
-            sys,
-            path,
-            version: (major, minor),
-        })
+        Compiler::load(&NVRTC).map(Nvrtc)
     }
 
     /// `(major, minor)` of the loaded NVRTC.
     pub fn version(&self) -> (i32, i32) {
-        self.version
+        self.0.version()
     }
 
     /// The library path that was opened.
     pub fn path(&self) -> &str {
-        &self.path
+        self.0.path()
     }
 
     /// The options [`Nvrtc::compile`] passes for `arch` (part of a compile cache's key).
@@ -125,36 +90,21 @@ impl Nvrtc {
                 },
             ));
         }
-        let options = Nvrtc::options(arch);
-        let sys = &self.sys;
-        let ((ptx, cubin), log) = compile_program(sys, src, name, &options, |prog| {
-            // SAFETY: prog is the live, compiled program; sizes come from the matching size calls.
-            let ptx = unsafe {
-                read_output(
-                    "nvrtc PTX",
-                    |n| (sys.get_ptx_size)(prog, n),
-                    |p| (sys.get_ptx)(prog, p),
-                )?
-            };
-            let cubin = if arch.starts_with("sm_") {
-                // SAFETY: as above.
-                unsafe {
-                    read_output(
-                        "nvrtc CUBIN",
-                        |n| (sys.get_cubin_size)(prog, n),
-                        |p| (sys.get_cubin)(prog, p),
-                    )?
-                }
-            } else {
-                Vec::new()
-            };
-            Ok((
-                String::from_utf8_lossy(&ptx)
-                    .trim_end_matches('\0')
-                    .to_string(),
-                cubin,
-            ))
-        })?;
-        Ok(NvrtcOutput { ptx, cubin, log })
+        // A virtual architecture gives PTX alone.
+        let outputs = if arch.starts_with("sm_") { 2 } else { 1 };
+        let (mut parts, log) = self.0.compile(src, name, &Nvrtc::options(arch), outputs)?;
+        let cubin = if parts.len() > 1 {
+            parts.pop().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let ptx = parts.pop().unwrap_or_default();
+        Ok(NvrtcOutput {
+            ptx: String::from_utf8_lossy(&ptx)
+                .trim_end_matches('\0')
+                .to_string(),
+            cubin,
+            log,
+        })
     }
 }
