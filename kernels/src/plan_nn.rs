@@ -108,337 +108,397 @@ pub fn lead_strides(t: &TensorView, keep: usize, target: &[u64]) -> Vec<i64> {
 
 /// Plans a validated non-elementwise call.
 pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<Plan> {
-    let t = &call.tensors;
-    let d = t[0].dtype.name();
-    let one = |kernel: String, config: LaunchConfig, args: UhArgs| -> Result<Launch> {
-        Ok(Launch::new(need(kernel)?, config, args, call))
+    let cx = Cx {
+        call,
+        caps,
+        t: &call.tensors,
+        d: call.tensors[0].dtype.name(),
     };
     let mut plan = Plan::default();
     match call.op.class() {
-        OpClass::Reduce => {
-            let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
-            let drop = |v: &[i64]| [&v[..ax], &v[ax + 1..]].concat();
-            let rows: Vec<u64> = [&t[0].shape[..ax], &t[0].shape[ax + 1..]].concat();
-            let len = t[0].shape[ax];
-            let mut a = rows_args(&rows, &[drop(&t[0].strides), drop(&t[1].strides)], len)?;
-            a.axis[0] = t[0].strides[ax];
-            a.ptr[0] = addr(&t[0]);
-            a.ptr[1] = addr(&t[1]);
-            if a.n > 0 {
-                let k = format!("uh_{}_{d}", call.op.name());
-                plan.launches
-                    .push(one(k, rows_shape(a.n as u64, len, caps), a)?);
-            }
-        }
+        OpClass::Reduce => plan_reduce(&cx, &mut plan)?,
         OpClass::Softmax | OpClass::SoftmaxMasked | OpClass::SoftmaxBackward => {
-            let x = &t[0];
-            let nd = x.shape.len();
-            let rows = &x.shape[..nd - 1];
-            let len = x.shape[nd - 1];
-            let full: Vec<Vec<i64>> = t
-                .iter()
-                .map(|v| v.broadcast_strides(&x.shape).expect("validated"))
-                .collect();
-            let lead: Vec<Vec<i64>> = full.iter().map(|s| s[..nd - 1].to_vec()).collect();
-            let mut a = rows_args(rows, &lead, len)?;
-            for (k, v) in t.iter().enumerate() {
-                a.ptr[k] = addr(v);
-                a.axis[k] = full[k][nd - 1];
-            }
-            if a.n > 0 && len > 0 {
-                let k = format!("uh_{}_{d}", call.op.name());
-                plan.launches
-                    .push(one(k, rows_shape(a.n as u64, len, caps), a)?);
-            }
+            plan_softmax(&cx, &mut plan)?
         }
         OpClass::CrossEntropy | OpClass::CrossEntropyBackward => {
-            let (n, c) = (t[0].shape[0], t[0].shape[1]);
-            let idx = t[1].dtype.name();
-            let red = call.scalars[0].as_i64();
-            let fwd = call.op == OpId::CrossEntropy;
-            let loss = &t[2];
-            let loss_stride = if red == 2 { loss.strides[0] } else { 0 };
-            let mut strides = vec![
-                vec![t[0].strides[0]],
-                vec![t[1].strides[0]],
-                vec![loss_stride],
-            ];
-            if !fwd {
-                strides.push(vec![t[3].strides[0]]);
-            }
-            let mut a = rows_args(&[n], &strides, c)?;
-            for (k, v) in t.iter().enumerate() {
-                a.ptr[k] = addr(v);
-            }
-            a.axis[1] = t[1].strides[0];
-            a.i = [red, call.scalars[1].as_i64(), c as i64, n as i64];
-            a.s[0] = call.scalars[2].as_f64();
-            let rows_cfg = rows_shape(n, c, caps);
-            if fwd {
-                let reduce = red != 2;
-                let mut rows = one(format!("uh_cross_entropy_{d}_{idx}"), rows_cfg, a)?;
-                if reduce {
-                    // Scratch: per-row losses then per-row weights, f32.
-                    let half = (n * 4).next_multiple_of(256);
-                    plan.scratch_bytes = 2 * half;
-                    rows.args.ptr[3] = 0;
-                    rows.args.ptr[4] = half;
-                    rows.scratch_ptrs = vec![3, 4];
-                }
-                let mut fin = rows.clone();
-                if n > 0 {
-                    plan.launches.push(rows);
-                }
-                if reduce {
-                    fin.kernel = need("uh_cross_entropy_reduce".into())?;
-                    fin.config = one_block(caps);
-                    plan.launches.push(fin);
-                }
-            } else {
-                if n == 0 {
-                    return Ok(plan);
-                }
-                let mut rows = one(format!("uh_cross_entropy_backward_{d}_{idx}"), rows_cfg, a)?;
-                if red == 0 {
-                    plan.scratch_bytes = 256;
-                    rows.args.ptr[4] = 0;
-                    rows.scratch_ptrs = vec![4];
-                    let mut count = rows.clone();
-                    count.kernel = need(format!("uh_cross_entropy_count_{idx}"))?;
-                    count.config = one_block(caps);
-                    plan.launches.push(count);
-                }
-                plan.launches.push(rows);
-            }
+            plan_cross_entropy(&cx, &mut plan)?
         }
         OpClass::LayerNorm
         | OpClass::RmsNorm
         | OpClass::LayerNormBackward
-        | OpClass::RmsNormBackward => {
-            let x = &t[0];
-            let nd = x.shape.len();
-            let rows = &x.shape[..nd - 1];
-            let len = x.shape[nd - 1];
-            // Row strides: tensors like x use their leading strides, [D] vectors 0, statistics
-            // (shaped like the rows) their own.
-            let vecs: &[usize] = match call.op.class() {
-                OpClass::LayerNorm => &[1, 2],
-                OpClass::RmsNorm => &[1],
-                OpClass::LayerNormBackward => &[2, 6, 7],
-                _ => &[2, 5],
-            };
-            let strides: Vec<Vec<i64>> = t
-                .iter()
-                .enumerate()
-                .map(|(k, v)| {
-                    if vecs.contains(&k) {
-                        vec![0; nd - 1]
-                    } else {
-                        v.strides[..nd - 1].to_vec()
-                    }
-                })
-                .collect();
-            let mut a = rows_args(rows, &strides, len)?;
-            for (k, v) in t.iter().enumerate() {
-                a.ptr[k] = addr(v);
-            }
-            if call.scalars.len() == 1 {
-                a.s[0] = call.scalars[0].as_f64();
-            }
-            let name = call.op.name();
-            let nrows = a.n as u64;
-            match call.op.class() {
-                OpClass::LayerNorm | OpClass::RmsNorm => {
-                    if nrows > 0 && len > 0 {
-                        plan.launches.push(one(
-                            format!("uh_{name}_{d}"),
-                            rows_shape(nrows, len, caps),
-                            a,
-                        )?);
-                    }
-                }
-                _ => {
-                    let base = name.trim_end_matches("_backward");
-                    if nrows > 0 && len > 0 {
-                        let k = format!("uh_{base}_backward_{d}");
-                        plan.launches.push(one(k, rows_shape(nrows, len, caps), a)?);
-                    }
-                    if len > 0 {
-                        let k = format!("uh_{base}_backward_weight_{d}");
-                        plan.launches.push(one(k, cols_shape(len, caps), a)?);
-                    }
-                }
-            }
-        }
-        OpClass::Matmul => {
-            let (ta, tb, tc) = (&t[0], &t[1], &t[2]);
-            let (na, nb, nc) = (ta.shape.len(), tb.shape.len(), tc.shape.len());
-            let (m, k, n) = (tc.shape[nc - 2], ta.shape[na - 1], tc.shape[nc - 1]);
-            let batch = &tc.shape[..nc - 2];
-            let strides = vec![
-                lead_strides(ta, 2, batch),
-                lead_strides(tb, 2, batch),
-                tc.strides[..nc - 2].to_vec(),
-            ];
-            let mut a = rows_args(batch, &strides, k)?;
-            a.ptr = [addr(ta), addr(tb), addr(tc), 0, 0, 0, 0, 0];
-            a.i[0] = m as i64;
-            a.i[1] = n as i64;
-            a.axis[..6].copy_from_slice(&[
-                ta.strides[na - 2],
-                ta.strides[na - 1],
-                tb.strides[nb - 2],
-                tb.strides[nb - 1],
-                tc.strides[nc - 2],
-                tc.strides[nc - 1],
-            ]);
-            a.s[0] = call.scalars[0].as_f64();
-            a.s[1] = call.scalars[1].as_f64();
-            if a.n > 0 && m > 0 && n > 0 {
-                let tile = 64u64;
-                let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
-                let gz = (a.n as u64).min(caps.max_grid[2] as u64).min(65535);
-                if gx > caps.max_grid[0] as u64 || gy > caps.max_grid[1] as u64 {
-                    return Err(HalError::unsupported(format!(
-                        "matmul of {m}x{n} outputs: more tiles than the device's grid"
-                    )));
-                }
-                let threads = if caps.warp_size <= 1 { 1 } else { 256 };
-                let config = LaunchConfig {
-                    grid: unihal_hal::Dim3::new(gx as u32, gy as u32, gz as u32),
-                    block: unihal_hal::Dim3::new(threads, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                plan.launches
-                    .push(one(format!("uh_matmul_{d}"), config, a)?);
-            }
-        }
-        OpClass::IndexSelect | OpClass::IndexAdd => {
-            let select = call.op == OpId::IndexSelect;
-            let table = if select { &t[0] } else { &t[2] };
-            let n = t[1].shape[0];
-            let len: u64 = table.shape[1..].iter().product();
-            let idx = t[1].dtype.name();
-            let mut a = rows_args(
-                &[n],
-                &[vec![0], vec![t[1].strides[0]], vec![len as i64]],
-                len,
-            )?;
-            a.ptr = [addr(&t[0]), addr(&t[1]), addr(&t[2]), 0, 0, 0, 0, 0];
-            a.axis[1] = t[1].strides[0];
-            a.i[0] = table.shape[0] as i64;
-            a.i[1] = n as i64;
-            if n > 0 && len > 0 {
-                let k = format!("uh_{}_{d}_{idx}", call.op.name());
-                let config = if select {
-                    rows_shape(n, len, caps)
-                } else {
-                    cols_shape(len, caps)
-                };
-                plan.launches.push(one(k, config, a)?);
-            }
-        }
-        OpClass::Optimizer | OpClass::AmpUnscale => {
-            let (width, first, kernel) = if call.op.class() == OpClass::AmpUnscale {
-                (1, 2, format!("uh_amp_unscale_{}", t[2].dtype.name()))
-            } else {
-                let copy = call.scalars[6].as_i64() != 0;
-                let width = if call.op == OpId::AdamW { 4 } else { 3 } + copy as usize;
-                let c = if copy {
-                    t[width - 1].dtype.name()
-                } else {
-                    "none"
-                };
-                (
-                    width,
-                    0,
-                    format!("uh_{}_{}_{c}", call.op.name(), t[1].dtype.name()),
-                )
-            };
-            let mut base = UhArgs::default();
-            base.ptr[0] = addr(&t[0]);
-            if first == 2 {
-                base.ptr[1] = addr(&t[1]);
-            } else {
-                let s: Vec<f64> = call.scalars.iter().map(|s| s.as_f64()).collect();
-                if call.op == OpId::AdamW {
-                    let step = call.scalars[5].as_i64() as f64;
-                    base.s[..5].copy_from_slice(&s[..5]);
-                    base.s[5] = s[0] / (1.0 - s[1].powf(step));
-                    base.s[6] = (1.0 - s[2].powf(step)).sqrt();
-                } else {
-                    base.s[..4].copy_from_slice(&s[..4]);
-                    base.i[0] = call.scalars[4].as_i64();
-                    base.i[1] = call.scalars[5].as_i64();
-                }
-            }
-            for chunk in t[first..].chunks(width * MT_GROUPS) {
-                let mut a = base;
-                let mut total = 0u64;
-                for (g, group) in chunk.chunks(width).enumerate() {
-                    for (k, v) in group.iter().enumerate() {
-                        a.mt_ptr[g][k] = addr(v);
-                    }
-                    a.mt_len[g] = group[0].numel() as i64;
-                    total += group[0].numel();
-                }
-                a.mt_count = (chunk.len() / width) as i64;
-                if total > 0 {
-                    plan.launches
-                        .push(one(kernel.clone(), launch_shape(total, caps), a)?);
-                }
-            }
-        }
-        OpClass::AmpUpdateScale => {
-            let mut a = UhArgs::default();
-            a.ptr[..3].copy_from_slice(&[addr(&t[0]), addr(&t[1]), addr(&t[2])]);
-            a.s[0] = call.scalars[0].as_f64();
-            a.s[1] = call.scalars[1].as_f64();
-            a.i[0] = call.scalars[2].as_i64();
-            plan.launches.push(one(
-                "uh_amp_update_scale".into(),
-                LaunchConfig::linear(1, 1),
-                a,
-            )?);
-        }
-        OpClass::ClipGradNorm => {
-            let grads = &t[1..];
-            let g = t[1].dtype.name();
-            plan.scratch_bytes = (grads.len() as u64 * 4).next_multiple_of(256);
-            let mut base = UhArgs::default();
-            base.ptr[0] = addr(&t[0]);
-            base.s[0] = call.scalars[0].as_f64();
-            let mut scale = Vec::new();
-            for (c, chunk) in grads.chunks(MT_GROUPS).enumerate() {
-                let mut a = base;
-                let mut total = 0u64;
-                for (k, v) in chunk.iter().enumerate() {
-                    a.mt_ptr[k][0] = addr(v);
-                    a.mt_len[k] = v.numel() as i64;
-                    total += v.numel();
-                }
-                a.mt_count = chunk.len() as i64;
-                a.i[0] = (c * MT_GROUPS) as i64;
-                let cfg = LaunchConfig::linear(chunk.len() as u32, one_block(caps).block.x);
-                let mut sq = one(format!("uh_clip_sumsq_{g}"), cfg, a)?;
-                sq.scratch_ptrs = vec![1];
-                plan.launches.push(sq);
-                if total > 0 {
-                    scale.push(one(
-                        format!("uh_clip_scale_{g}"),
-                        launch_shape(total, caps),
-                        a,
-                    )?);
-                }
-            }
-            let mut a = base;
-            a.i[0] = grads.len() as i64;
-            let mut fin = one("uh_clip_total".into(), one_block(caps), a)?;
-            fin.scratch_ptrs = vec![1];
-            plan.launches.push(fin);
-            plan.launches.extend(scale);
-        }
+        | OpClass::RmsNormBackward => plan_layer_norm(&cx, &mut plan)?,
+        OpClass::Matmul => plan_matmul(&cx, &mut plan)?,
+        OpClass::IndexSelect | OpClass::IndexAdd => plan_index_select(&cx, &mut plan)?,
+        OpClass::Optimizer | OpClass::AmpUnscale => plan_optimizer(&cx, &mut plan)?,
+        OpClass::AmpUpdateScale => plan_amp_update_scale(&cx, &mut plan)?,
+        OpClass::ClipGradNorm => plan_clip_grad_norm(&cx, &mut plan)?,
         c => unreachable!("class {c:?} is elementwise"),
     }
     Ok(plan)
+}
+
+/// What each class's plan reads of a validated call.
+struct Cx<'a> {
+    call: &'a OpCall,
+    caps: &'a MandatoryCaps,
+    t: &'a [TensorView],
+    /// The first tensor's dtype name (kernel names carry it).
+    d: &'static str,
+}
+
+impl Cx<'_> {
+    /// One launch of library kernel `kernel`.
+    fn one(&self, kernel: String, config: LaunchConfig, args: UhArgs) -> Result<Launch> {
+        Ok(Launch::new(need(kernel)?, config, args, self.call))
+    }
+}
+
+/// The plan of Reduce.
+fn plan_reduce(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
+    let drop = |v: &[i64]| [&v[..ax], &v[ax + 1..]].concat();
+    let rows: Vec<u64> = [&t[0].shape[..ax], &t[0].shape[ax + 1..]].concat();
+    let len = t[0].shape[ax];
+    let mut a = rows_args(&rows, &[drop(&t[0].strides), drop(&t[1].strides)], len)?;
+    a.axis[0] = t[0].strides[ax];
+    a.ptr[0] = addr(&t[0]);
+    a.ptr[1] = addr(&t[1]);
+    if a.n > 0 {
+        let k = format!("uh_{}_{d}", call.op.name());
+        plan.launches
+            .push(cx.one(k, rows_shape(a.n as u64, len, caps), a)?);
+    }
+    Ok(())
+}
+
+/// The plan of Softmax, SoftmaxMasked, SoftmaxBackward.
+fn plan_softmax(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let x = &t[0];
+    let nd = x.shape.len();
+    let rows = &x.shape[..nd - 1];
+    let len = x.shape[nd - 1];
+    let full: Vec<Vec<i64>> = t
+        .iter()
+        .map(|v| v.broadcast_strides(&x.shape).expect("validated"))
+        .collect();
+    let lead: Vec<Vec<i64>> = full.iter().map(|s| s[..nd - 1].to_vec()).collect();
+    let mut a = rows_args(rows, &lead, len)?;
+    for (k, v) in t.iter().enumerate() {
+        a.ptr[k] = addr(v);
+        a.axis[k] = full[k][nd - 1];
+    }
+    if a.n > 0 && len > 0 {
+        let k = format!("uh_{}_{d}", call.op.name());
+        plan.launches
+            .push(cx.one(k, rows_shape(a.n as u64, len, caps), a)?);
+    }
+    Ok(())
+}
+
+/// The plan of CrossEntropy, CrossEntropyBackward.
+fn plan_cross_entropy(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let (n, c) = (t[0].shape[0], t[0].shape[1]);
+    let idx = t[1].dtype.name();
+    let red = call.scalars[0].as_i64();
+    let fwd = call.op == OpId::CrossEntropy;
+    let loss = &t[2];
+    let loss_stride = if red == 2 { loss.strides[0] } else { 0 };
+    let mut strides = vec![
+        vec![t[0].strides[0]],
+        vec![t[1].strides[0]],
+        vec![loss_stride],
+    ];
+    if !fwd {
+        strides.push(vec![t[3].strides[0]]);
+    }
+    let mut a = rows_args(&[n], &strides, c)?;
+    for (k, v) in t.iter().enumerate() {
+        a.ptr[k] = addr(v);
+    }
+    a.axis[1] = t[1].strides[0];
+    a.i = [red, call.scalars[1].as_i64(), c as i64, n as i64];
+    a.s[0] = call.scalars[2].as_f64();
+    let rows_cfg = rows_shape(n, c, caps);
+    if fwd {
+        let reduce = red != 2;
+        let mut rows = cx.one(format!("uh_cross_entropy_{d}_{idx}"), rows_cfg, a)?;
+        if reduce {
+            // Scratch: per-row losses then per-row weights, f32.
+            let half = (n * 4).next_multiple_of(256);
+            plan.scratch_bytes = 2 * half;
+            rows.args.ptr[3] = 0;
+            rows.args.ptr[4] = half;
+            rows.scratch_ptrs = vec![3, 4];
+        }
+        let mut fin = rows.clone();
+        if n > 0 {
+            plan.launches.push(rows);
+        }
+        if reduce {
+            fin.kernel = need("uh_cross_entropy_reduce".into())?;
+            fin.config = one_block(caps);
+            plan.launches.push(fin);
+        }
+    } else {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut rows = cx.one(format!("uh_cross_entropy_backward_{d}_{idx}"), rows_cfg, a)?;
+        if red == 0 {
+            plan.scratch_bytes = 256;
+            rows.args.ptr[4] = 0;
+            rows.scratch_ptrs = vec![4];
+            let mut count = rows.clone();
+            count.kernel = need(format!("uh_cross_entropy_count_{idx}"))?;
+            count.config = one_block(caps);
+            plan.launches.push(count);
+        }
+        plan.launches.push(rows);
+    }
+    Ok(())
+}
+
+/// The plan of LayerNorm, RmsNorm, LayerNormBackward, RmsNormBackward.
+fn plan_layer_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let x = &t[0];
+    let nd = x.shape.len();
+    let rows = &x.shape[..nd - 1];
+    let len = x.shape[nd - 1];
+    // Row strides: tensors like x use their leading strides, [D] vectors 0, statistics
+    // (shaped like the rows) their own.
+    let vecs: &[usize] = match call.op.class() {
+        OpClass::LayerNorm => &[1, 2],
+        OpClass::RmsNorm => &[1],
+        OpClass::LayerNormBackward => &[2, 6, 7],
+        _ => &[2, 5],
+    };
+    let strides: Vec<Vec<i64>> = t
+        .iter()
+        .enumerate()
+        .map(|(k, v)| {
+            if vecs.contains(&k) {
+                vec![0; nd - 1]
+            } else {
+                v.strides[..nd - 1].to_vec()
+            }
+        })
+        .collect();
+    let mut a = rows_args(rows, &strides, len)?;
+    for (k, v) in t.iter().enumerate() {
+        a.ptr[k] = addr(v);
+    }
+    if call.scalars.len() == 1 {
+        a.s[0] = call.scalars[0].as_f64();
+    }
+    let name = call.op.name();
+    let nrows = a.n as u64;
+    match call.op.class() {
+        OpClass::LayerNorm | OpClass::RmsNorm => {
+            if nrows > 0 && len > 0 {
+                plan.launches.push(cx.one(
+                    format!("uh_{name}_{d}"),
+                    rows_shape(nrows, len, caps),
+                    a,
+                )?);
+            }
+        }
+        _ => {
+            let base = name.trim_end_matches("_backward");
+            if nrows > 0 && len > 0 {
+                let k = format!("uh_{base}_backward_{d}");
+                plan.launches
+                    .push(cx.one(k, rows_shape(nrows, len, caps), a)?);
+            }
+            if len > 0 {
+                let k = format!("uh_{base}_backward_weight_{d}");
+                plan.launches.push(cx.one(k, cols_shape(len, caps), a)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The plan of Matmul.
+fn plan_matmul(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let (ta, tb, tc) = (&t[0], &t[1], &t[2]);
+    let (na, nb, nc) = (ta.shape.len(), tb.shape.len(), tc.shape.len());
+    let (m, k, n) = (tc.shape[nc - 2], ta.shape[na - 1], tc.shape[nc - 1]);
+    let batch = &tc.shape[..nc - 2];
+    let strides = vec![
+        lead_strides(ta, 2, batch),
+        lead_strides(tb, 2, batch),
+        tc.strides[..nc - 2].to_vec(),
+    ];
+    let mut a = rows_args(batch, &strides, k)?;
+    a.ptr = [addr(ta), addr(tb), addr(tc), 0, 0, 0, 0, 0];
+    a.i[0] = m as i64;
+    a.i[1] = n as i64;
+    a.axis[..6].copy_from_slice(&[
+        ta.strides[na - 2],
+        ta.strides[na - 1],
+        tb.strides[nb - 2],
+        tb.strides[nb - 1],
+        tc.strides[nc - 2],
+        tc.strides[nc - 1],
+    ]);
+    a.s[0] = call.scalars[0].as_f64();
+    a.s[1] = call.scalars[1].as_f64();
+    if a.n > 0 && m > 0 && n > 0 {
+        let tile = 64u64;
+        let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
+        let gz = (a.n as u64).min(caps.max_grid[2] as u64).min(65535);
+        if gx > caps.max_grid[0] as u64 || gy > caps.max_grid[1] as u64 {
+            return Err(HalError::unsupported(format!(
+                "matmul of {m}x{n} outputs: more tiles than the device's grid"
+            )));
+        }
+        let threads = if caps.warp_size <= 1 { 1 } else { 256 };
+        let config = LaunchConfig {
+            grid: unihal_hal::Dim3::new(gx as u32, gy as u32, gz as u32),
+            block: unihal_hal::Dim3::new(threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        plan.launches
+            .push(cx.one(format!("uh_matmul_{d}"), config, a)?);
+    }
+    Ok(())
+}
+
+/// The plan of IndexSelect, IndexAdd.
+fn plan_index_select(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
+    let select = call.op == OpId::IndexSelect;
+    let table = if select { &t[0] } else { &t[2] };
+    let n = t[1].shape[0];
+    let len: u64 = table.shape[1..].iter().product();
+    let idx = t[1].dtype.name();
+    let mut a = rows_args(
+        &[n],
+        &[vec![0], vec![t[1].strides[0]], vec![len as i64]],
+        len,
+    )?;
+    a.ptr = [addr(&t[0]), addr(&t[1]), addr(&t[2]), 0, 0, 0, 0, 0];
+    a.axis[1] = t[1].strides[0];
+    a.i[0] = table.shape[0] as i64;
+    a.i[1] = n as i64;
+    if n > 0 && len > 0 {
+        let k = format!("uh_{}_{d}_{idx}", call.op.name());
+        let config = if select {
+            rows_shape(n, len, caps)
+        } else {
+            cols_shape(len, caps)
+        };
+        plan.launches.push(cx.one(k, config, a)?);
+    }
+    Ok(())
+}
+
+/// The plan of Optimizer, AmpUnscale.
+fn plan_optimizer(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t) = (cx.call, cx.caps, cx.t);
+    let (width, first, kernel) = if call.op.class() == OpClass::AmpUnscale {
+        (1, 2, format!("uh_amp_unscale_{}", t[2].dtype.name()))
+    } else {
+        let copy = call.scalars[6].as_i64() != 0;
+        let width = if call.op == OpId::AdamW { 4 } else { 3 } + copy as usize;
+        let c = if copy {
+            t[width - 1].dtype.name()
+        } else {
+            "none"
+        };
+        (
+            width,
+            0,
+            format!("uh_{}_{}_{c}", call.op.name(), t[1].dtype.name()),
+        )
+    };
+    let mut base = UhArgs::default();
+    base.ptr[0] = addr(&t[0]);
+    if first == 2 {
+        base.ptr[1] = addr(&t[1]);
+    } else {
+        let s: Vec<f64> = call.scalars.iter().map(|s| s.as_f64()).collect();
+        if call.op == OpId::AdamW {
+            let step = call.scalars[5].as_i64() as f64;
+            base.s[..5].copy_from_slice(&s[..5]);
+            base.s[5] = s[0] / (1.0 - s[1].powf(step));
+            base.s[6] = (1.0 - s[2].powf(step)).sqrt();
+        } else {
+            base.s[..4].copy_from_slice(&s[..4]);
+            base.i[0] = call.scalars[4].as_i64();
+            base.i[1] = call.scalars[5].as_i64();
+        }
+    }
+    for chunk in t[first..].chunks(width * MT_GROUPS) {
+        let mut a = base;
+        let mut total = 0u64;
+        for (g, group) in chunk.chunks(width).enumerate() {
+            for (k, v) in group.iter().enumerate() {
+                a.mt_ptr[g][k] = addr(v);
+            }
+            a.mt_len[g] = group[0].numel() as i64;
+            total += group[0].numel();
+        }
+        a.mt_count = (chunk.len() / width) as i64;
+        if total > 0 {
+            plan.launches
+                .push(cx.one(kernel.clone(), launch_shape(total, caps), a)?);
+        }
+    }
+    Ok(())
+}
+
+/// The plan of AmpUpdateScale.
+fn plan_amp_update_scale(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, t) = (cx.call, cx.t);
+    let mut a = UhArgs::default();
+    a.ptr[..3].copy_from_slice(&[addr(&t[0]), addr(&t[1]), addr(&t[2])]);
+    a.s[0] = call.scalars[0].as_f64();
+    a.s[1] = call.scalars[1].as_f64();
+    a.i[0] = call.scalars[2].as_i64();
+    plan.launches
+        .push(cx.one("uh_amp_update_scale".into(), LaunchConfig::linear(1, 1), a)?);
+    Ok(())
+}
+
+/// The plan of ClipGradNorm.
+fn plan_clip_grad_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
+    let (call, caps, t) = (cx.call, cx.caps, cx.t);
+    let grads = &t[1..];
+    let g = t[1].dtype.name();
+    plan.scratch_bytes = (grads.len() as u64 * 4).next_multiple_of(256);
+    let mut base = UhArgs::default();
+    base.ptr[0] = addr(&t[0]);
+    base.s[0] = call.scalars[0].as_f64();
+    let mut scale = Vec::new();
+    for (c, chunk) in grads.chunks(MT_GROUPS).enumerate() {
+        let mut a = base;
+        let mut total = 0u64;
+        for (k, v) in chunk.iter().enumerate() {
+            a.mt_ptr[k][0] = addr(v);
+            a.mt_len[k] = v.numel() as i64;
+            total += v.numel();
+        }
+        a.mt_count = chunk.len() as i64;
+        a.i[0] = (c * MT_GROUPS) as i64;
+        let cfg = LaunchConfig::linear(chunk.len() as u32, one_block(caps).block.x);
+        let mut sq = cx.one(format!("uh_clip_sumsq_{g}"), cfg, a)?;
+        sq.scratch_ptrs = vec![1];
+        plan.launches.push(sq);
+        if total > 0 {
+            scale.push(cx.one(format!("uh_clip_scale_{g}"), launch_shape(total, caps), a)?);
+        }
+    }
+    let mut a = base;
+    a.i[0] = grads.len() as i64;
+    let mut fin = cx.one("uh_clip_total".into(), one_block(caps), a)?;
+    fin.scratch_ptrs = vec![1];
+    plan.launches.push(fin);
+    plan.launches.extend(scale);
+    Ok(())
 }

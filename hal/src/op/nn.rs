@@ -553,9 +553,33 @@ fn check_memory(call: &OpCall, outs: std::ops::Range<usize>, in_place: bool) -> 
     Ok(())
 }
 
+/// The float dtypes the training ops take.
+const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::Bf16];
+/// The dtypes of mixed-precision state (no f64).
+const HALVES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
+
+/// What each class's checks read of a validated-arity call.
+struct Ctx<'a> {
+    call: &'a OpCall,
+    class: OpClass,
+    t: &'a [TensorView],
+    n: usize,
+    /// The first tensor's dtype.
+    d0: DType,
+}
+
+impl Ctx<'_> {
+    /// Tensors `ks` have the first tensor's dtype.
+    fn same(&self, ks: &[usize]) -> Result<()> {
+        for &k in ks {
+            want_dtype(self.call, k, &[self.d0], "tensors")?;
+        }
+        Ok(())
+    }
+}
+
 /// Validation of the non-elementwise classes; returns the shape of the first output.
 pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
-    use DType::*;
     let class = call.op.class();
     let (nt, ns, _, first_out) = class.arity();
     let n = call.tensors.len();
@@ -582,330 +606,377 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             },
         ));
     }
-    const FLOATS: &[DType] = &[F32, F64, F16, Bf16];
-    const HALVES: &[DType] = &[F32, F16, Bf16];
     let t = &call.tensors;
-    let d0 = t[0].dtype;
-    let same = |ks: &[usize]| -> Result<()> {
-        for &k in ks {
-            want_dtype(call, k, &[d0], "tensors")?;
-        }
-        Ok(())
+    let cx = Ctx {
+        call,
+        class,
+        t,
+        n,
+        d0: t[0].dtype,
     };
-    match class {
-        OpClass::Reduce => {
-            want_dtype(call, 0, FLOATS, "x")?;
-            let arg = matches!(call.op, OpId::Argmax | OpId::Argmin);
-            want_dtype(call, 1, &[if arg { I64 } else { d0 }], "out")?;
-            let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
-            let mut shape = t[0].shape.clone();
-            if shape[ax] == 0 && !matches!(call.op, OpId::ReduceSum | OpId::ReduceMean) {
-                return Err(value(
-                    "x",
-                    format!("{} over an empty axis {ax} of {:?}", call.op, t[0].shape),
-                    "a non-empty axis",
-                ));
-            }
-            shape[ax] = 1;
-            want_shape(call, 1, &shape, "out")?;
-        }
-        OpClass::Softmax | OpClass::SoftmaxMasked | OpClass::SoftmaxBackward => {
-            want_dtype(call, 0, FLOATS, "x")?;
-            if t[0].shape.is_empty() {
-                return Err(value("x", "a 0-d tensor".into(), "at least one dim"));
-            }
-            same(&(1..n).collect::<Vec<_>>())?;
-            want_shape(call, n - 1, &t[0].shape, "y")?;
-            for k in 0..n {
-                if !(class == OpClass::SoftmaxMasked && k == 1) {
-                    want_row_dense(call, k)?;
-                }
-            }
-            if class == OpClass::SoftmaxMasked {
-                let last = t[1]
-                    .broadcast_strides(&t[0].shape)
-                    .map(|s| s.last().copied());
-                if !matches!(last, Some(Some(0 | 1))) {
-                    return Err(value(
-                        "mask",
-                        format!("shape {:?}", t[1].shape),
-                        format!(
-                            "a shape that broadcasts to {:?}, dense or broadcast along the last axis",
-                            t[0].shape
-                        ),
-                    ));
-                }
-            } else {
-                want_shape(call, 1, &t[0].shape, "tensors")?;
-            }
-        }
-        OpClass::CrossEntropy | OpClass::CrossEntropyBackward => {
-            want_dtype(call, 0, HALVES, "logits")?;
-            if t[0].shape.len() != 2 {
-                return Err(value("logits", format!("shape {:?}", t[0].shape), "(N, C)"));
-            }
-            let (rows, classes) = (t[0].shape[0], t[0].shape[1]);
-            if classes == 0 {
-                return Err(value("logits", "0 classes".into(), "at least one class"));
-            }
-            want_row_dense(call, 0)?;
-            want_dtype(call, 1, &[I32, I64], "target")?;
-            want_shape(call, 1, &[rows], "target")?;
-            let red = call.scalars[0].as_i64();
-            let loss_shape: Vec<u64> = match red {
-                0 | 1 => vec![],
-                2 => vec![rows],
-                _ => {
-                    return Err(value(
-                        "reduction",
-                        red.to_string(),
-                        "0 (mean), 1 (sum) or 2 (none)",
-                    ))
-                }
-            };
-            scalar_in(
-                call,
-                2,
-                "label_smoothing",
-                |s| (0.0..=1.0).contains(&s),
-                "[0, 1]",
-            )?;
-            want_dtype(call, 2, &[F32], "loss")?;
-            want_shape(call, 2, &loss_shape, "loss")?;
-            if class == OpClass::CrossEntropyBackward {
-                want_dtype(call, 3, &[d0], "dlogits")?;
-                want_shape(call, 3, &t[0].shape, "dlogits")?;
-                want_row_dense(call, 3)?;
-            }
-        }
+    let early = match class {
+        OpClass::Reduce => check_reduce(&cx)?,
+        OpClass::Softmax | OpClass::SoftmaxMasked | OpClass::SoftmaxBackward => check_softmax(&cx)?,
+        OpClass::CrossEntropy | OpClass::CrossEntropyBackward => check_cross_entropy(&cx)?,
         OpClass::LayerNorm
         | OpClass::RmsNorm
         | OpClass::LayerNormBackward
-        | OpClass::RmsNormBackward => {
-            want_dtype(call, 0, FLOATS, "x")?;
-            if t[0].shape.is_empty() {
-                return Err(value("x", "a 0-d tensor".into(), "at least one dim"));
-            }
-            let d = *t[0].shape.last().expect("not 0-d");
-            let rows = rows_shape(&t[0]);
-            let acc = acc_dtype(d0);
-            // (tensors like x, tensors of shape [D], row statistics).
-            let (like_x, vecs, stats): (&[usize], &[usize], &[usize]) = match class {
-                OpClass::LayerNorm => (&[3], &[1, 2], &[4, 5]),
-                OpClass::RmsNorm => (&[2], &[1], &[3]),
-                OpClass::LayerNormBackward => (&[1, 5], &[2, 6, 7], &[3, 4]),
-                _ => (&[1, 4], &[2, 5], &[3]),
-            };
-            want_row_dense(call, 0)?;
-            for &k in like_x {
-                want_dtype(call, k, &[d0], "tensors")?;
-                want_shape(call, k, &t[0].shape, "tensors")?;
-                want_row_dense(call, k)?;
-            }
-            for &k in vecs {
-                want_dtype(call, k, &[d0], "weight")?;
-                want_shape(call, k, &[d], "weight")?;
-                want_row_dense(call, k)?;
-            }
-            for &k in stats {
-                want_dtype(call, k, &[acc], "statistics")?;
-                want_shape(call, k, &rows, "statistics")?;
-            }
-            if matches!(class, OpClass::LayerNorm | OpClass::RmsNorm) {
-                scalar_in(
-                    call,
-                    0,
-                    "eps",
-                    |e| e.is_finite() && e >= 0.0,
-                    "a finite eps >= 0",
-                )?;
-            }
-        }
-        OpClass::Matmul => {
-            want_dtype(call, 0, FLOATS, "a")?;
-            same(&[1, 2])?;
-            let (a, b, c) = (&t[0].shape, &t[1].shape, &t[2].shape);
-            let ok = a.len() >= 2 && b.len() >= 2 && c.len() >= 2 && {
-                let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
-                let (k2, nn) = (b[b.len() - 2], b[b.len() - 1]);
-                let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2]);
-                k == k2
-                    && c[c.len() - 2..] == [m, nn]
-                    && batch.as_deref() == Some(&c[..c.len() - 2])
-            };
-            if !ok {
-                return Err(value(
-                    "tensors",
-                    format!("matmul of {a:?} by {b:?} into {c:?}"),
-                    "a (..., M, K), b (..., K, N), c (batch..., M, N) with broadcastable batches",
-                ));
-            }
-        }
-        OpClass::IndexSelect | OpClass::IndexAdd => {
-            want_dtype(call, 0, FLOATS, "tensors")?;
-            want_dtype(call, 2, &[d0], "out")?;
-            want_dtype(call, 1, &[I32, I64], "index")?;
-            let (src, idx, out) = (&t[0].shape, &t[1].shape, &t[2].shape);
-            let gather = class == OpClass::IndexSelect;
-            let (table, rows) = if gather { (src, out) } else { (out, src) };
-            let ok = idx.len() == 1
-                && !table.is_empty()
-                && rows.len() == table.len()
-                && rows[0] == idx[0]
-                && rows[1..] == table[1..];
-            if !ok {
-                return Err(value(
-                    "tensors",
-                    format!("{} of {src:?} by index {idx:?} into {out:?}", call.op),
-                    "table (V, ...), index (N), rows (N, ...)",
-                ));
-            }
-            want_dense(call, 0)?;
-            want_dense(call, 2)?;
-        }
-        OpClass::Optimizer => {
-            let adam = call.op == OpId::AdamW;
-            if call.scalars.len() != 7 {
-                return Err(value("scalars", call.scalars.len().to_string(), "7"));
-            }
-            let copy = call.scalars[6].as_i64() != 0;
-            let width = if adam { 4 } else { 3 } + copy as usize;
-            if n % width != 0 {
-                return Err(value(
-                    "tensors",
-                    format!("{n} tensors"),
-                    format!("groups of {width} (param, grad, state..., copy if any)"),
-                ));
-            }
-            let gd = t[1].dtype;
-            for g in 0..n / width {
-                let base = g * width;
-                let numel = t[base].numel();
-                for (role, tk) in t[base..base + width].iter().enumerate() {
-                    let k = base + role;
-                    let ok: &[DType] = if role == 1 {
-                        &[gd]
-                    } else if copy && role == width - 1 {
-                        &[F16, Bf16]
-                    } else {
-                        &[F32]
-                    };
-                    want_dtype(call, k, ok, "tensors")?;
-                    want_dense(call, k)?;
-                    if tk.numel() != numel {
-                        return Err(value(
-                            "tensors",
-                            format!("group {g}: {} elements against {numel}", tk.numel()),
-                            "the same element count for a parameter, its gradient, state and copy",
-                        ));
-                    }
-                }
-                if copy {
-                    want_dtype(call, base + width - 1, &[t[width - 1].dtype], "copy")?;
-                }
-            }
-            want_dtype(call, 1, HALVES, "grad")?;
-            scalar_in(
-                call,
-                0,
-                "lr",
-                |v| v.is_finite() && v >= 0.0,
-                "a finite lr >= 0",
-            )?;
-            if adam {
-                for (k, name) in [(1, "beta1"), (2, "beta2")] {
-                    scalar_in(call, k, name, |b| (0.0..1.0).contains(&b), "[0, 1)")?;
-                }
-                scalar_in(
-                    call,
-                    3,
-                    "eps",
-                    |e| e.is_finite() && e > 0.0,
-                    "a finite eps > 0",
-                )?;
-                if call.scalars[5].as_i64() < 1 {
-                    return Err(value(
-                        "step",
-                        call.scalars[5].as_i64().to_string(),
-                        "at least 1",
-                    ));
-                }
-            } else {
-                scalar_in(call, 1, "momentum", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
-                scalar_in(call, 2, "dampening", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
-            }
-            let wd = if adam { 4 } else { 3 };
-            scalar_in(
-                call,
-                wd,
-                "weight_decay",
-                |w| w.is_finite() && w >= 0.0,
-                "a finite value >= 0",
-            )?;
-            check_memory(call, call.outputs(), true)?;
-            return Ok(t[0].shape.clone());
-        }
-        OpClass::AmpUnscale | OpClass::ClipGradNorm => {
-            let first_grad = if class == OpClass::AmpUnscale { 2 } else { 1 };
-            if class == OpClass::AmpUnscale {
-                want_one(call, 0, F32, "found_inf")?;
-                want_one(call, 1, F32, "inv_scale")?;
-            } else {
-                want_one(call, 0, F32, "total_norm")?;
-                scalar_in(
-                    call,
-                    0,
-                    "max_norm",
-                    |m| m.is_finite() && m > 0.0,
-                    "a finite max_norm > 0",
-                )?;
-            }
-            if n <= first_grad {
-                return Err(value(
-                    "tensors",
-                    format!("{n} tensors"),
-                    "at least one gradient",
-                ));
-            }
-            want_dtype(call, first_grad, HALVES, "grads")?;
-            let gd = t[first_grad].dtype;
-            for k in first_grad..n {
-                want_dtype(call, k, &[gd], "grads")?;
-                want_dense(call, k)?;
-            }
-            check_memory(call, call.outputs(), true)?;
-            return Ok(t[0].shape.clone());
-        }
-        OpClass::AmpUpdateScale => {
-            want_one(call, 0, F32, "scale")?;
-            want_one(call, 1, I32, "growth_tracker")?;
-            want_one(call, 2, F32, "found_inf")?;
-            scalar_in(
-                call,
-                0,
-                "growth_factor",
-                |g| g.is_finite() && g > 0.0,
-                "a finite value > 0",
-            )?;
-            scalar_in(
-                call,
-                1,
-                "backoff_factor",
-                |g| g.is_finite() && g > 0.0,
-                "a finite value > 0",
-            )?;
-            if call.scalars[2].as_i64() < 1 {
-                return Err(value(
-                    "growth_interval",
-                    call.scalars[2].as_i64().to_string(),
-                    "at least 1",
-                ));
-            }
-            check_memory(call, call.outputs(), false)?;
-            return Ok(t[0].shape.clone());
-        }
+        | OpClass::RmsNormBackward => check_layer_norm(&cx)?,
+        OpClass::Matmul => check_matmul(&cx)?,
+        OpClass::IndexSelect | OpClass::IndexAdd => check_index_select(&cx)?,
+        OpClass::Optimizer => check_optimizer(&cx)?,
+        OpClass::AmpUnscale | OpClass::ClipGradNorm => check_amp_unscale(&cx)?,
+        OpClass::AmpUpdateScale => check_amp_update_scale(&cx)?,
         _ => unreachable!("elementwise classes are validated in mod.rs"),
+    };
+    if let Some(shape) = early {
+        return Ok(shape);
     }
     check_memory(call, call.outputs(), false)?;
     Ok(t[first_out].shape.clone())
+}
+
+/// The checks of Reduce; `Some(shape)` ends validation with that output shape.
+fn check_reduce(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, t, d0) = (cx.call, cx.t, cx.d0);
+    want_dtype(call, 0, FLOATS, "x")?;
+    let arg = matches!(call.op, OpId::Argmax | OpId::Argmin);
+    want_dtype(call, 1, &[if arg { I64 } else { d0 }], "out")?;
+    let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
+    let mut shape = t[0].shape.clone();
+    if shape[ax] == 0 && !matches!(call.op, OpId::ReduceSum | OpId::ReduceMean) {
+        return Err(value(
+            "x",
+            format!("{} over an empty axis {ax} of {:?}", call.op, t[0].shape),
+            "a non-empty axis",
+        ));
+    }
+    shape[ax] = 1;
+    want_shape(call, 1, &shape, "out")?;
+    Ok(None)
+}
+
+/// The checks of Softmax, SoftmaxMasked, SoftmaxBackward; `Some(shape)` ends validation with that output shape.
+fn check_softmax(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    let (call, class, t, n) = (cx.call, cx.class, cx.t, cx.n);
+    want_dtype(call, 0, FLOATS, "x")?;
+    if t[0].shape.is_empty() {
+        return Err(value("x", "a 0-d tensor".into(), "at least one dim"));
+    }
+    cx.same(&(1..n).collect::<Vec<_>>())?;
+    want_shape(call, n - 1, &t[0].shape, "y")?;
+    for k in 0..n {
+        if !(class == OpClass::SoftmaxMasked && k == 1) {
+            want_row_dense(call, k)?;
+        }
+    }
+    if class == OpClass::SoftmaxMasked {
+        let last = t[1]
+            .broadcast_strides(&t[0].shape)
+            .map(|s| s.last().copied());
+        if !matches!(last, Some(Some(0 | 1))) {
+            return Err(value(
+                "mask",
+                format!("shape {:?}", t[1].shape),
+                format!(
+                    "a shape that broadcasts to {:?}, dense or broadcast along the last axis",
+                    t[0].shape
+                ),
+            ));
+        }
+    } else {
+        want_shape(call, 1, &t[0].shape, "tensors")?;
+    }
+    Ok(None)
+}
+
+/// The checks of CrossEntropy, CrossEntropyBackward; `Some(shape)` ends validation with that output shape.
+fn check_cross_entropy(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, class, t, d0) = (cx.call, cx.class, cx.t, cx.d0);
+    want_dtype(call, 0, HALVES, "logits")?;
+    if t[0].shape.len() != 2 {
+        return Err(value("logits", format!("shape {:?}", t[0].shape), "(N, C)"));
+    }
+    let (rows, classes) = (t[0].shape[0], t[0].shape[1]);
+    if classes == 0 {
+        return Err(value("logits", "0 classes".into(), "at least one class"));
+    }
+    want_row_dense(call, 0)?;
+    want_dtype(call, 1, &[I32, I64], "target")?;
+    want_shape(call, 1, &[rows], "target")?;
+    let red = call.scalars[0].as_i64();
+    let loss_shape: Vec<u64> = match red {
+        0 | 1 => vec![],
+        2 => vec![rows],
+        _ => {
+            return Err(value(
+                "reduction",
+                red.to_string(),
+                "0 (mean), 1 (sum) or 2 (none)",
+            ))
+        }
+    };
+    scalar_in(
+        call,
+        2,
+        "label_smoothing",
+        |s| (0.0..=1.0).contains(&s),
+        "[0, 1]",
+    )?;
+    want_dtype(call, 2, &[F32], "loss")?;
+    want_shape(call, 2, &loss_shape, "loss")?;
+    if class == OpClass::CrossEntropyBackward {
+        want_dtype(call, 3, &[d0], "dlogits")?;
+        want_shape(call, 3, &t[0].shape, "dlogits")?;
+        want_row_dense(call, 3)?;
+    }
+    Ok(None)
+}
+
+/// The checks of LayerNorm, RmsNorm, LayerNormBackward, RmsNormBackward; `Some(shape)` ends validation with that output shape.
+fn check_layer_norm(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    let (call, class, t, d0) = (cx.call, cx.class, cx.t, cx.d0);
+    want_dtype(call, 0, FLOATS, "x")?;
+    if t[0].shape.is_empty() {
+        return Err(value("x", "a 0-d tensor".into(), "at least one dim"));
+    }
+    let d = *t[0].shape.last().expect("not 0-d");
+    let rows = rows_shape(&t[0]);
+    let acc = acc_dtype(d0);
+    // (tensors like x, tensors of shape [D], row statistics).
+    let (like_x, vecs, stats): (&[usize], &[usize], &[usize]) = match class {
+        OpClass::LayerNorm => (&[3], &[1, 2], &[4, 5]),
+        OpClass::RmsNorm => (&[2], &[1], &[3]),
+        OpClass::LayerNormBackward => (&[1, 5], &[2, 6, 7], &[3, 4]),
+        _ => (&[1, 4], &[2, 5], &[3]),
+    };
+    want_row_dense(call, 0)?;
+    for &k in like_x {
+        want_dtype(call, k, &[d0], "tensors")?;
+        want_shape(call, k, &t[0].shape, "tensors")?;
+        want_row_dense(call, k)?;
+    }
+    for &k in vecs {
+        want_dtype(call, k, &[d0], "weight")?;
+        want_shape(call, k, &[d], "weight")?;
+        want_row_dense(call, k)?;
+    }
+    for &k in stats {
+        want_dtype(call, k, &[acc], "statistics")?;
+        want_shape(call, k, &rows, "statistics")?;
+    }
+    if matches!(class, OpClass::LayerNorm | OpClass::RmsNorm) {
+        scalar_in(
+            call,
+            0,
+            "eps",
+            |e| e.is_finite() && e >= 0.0,
+            "a finite eps >= 0",
+        )?;
+    }
+    Ok(None)
+}
+
+/// The checks of Matmul; `Some(shape)` ends validation with that output shape.
+fn check_matmul(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    let (call, t) = (cx.call, cx.t);
+    want_dtype(call, 0, FLOATS, "a")?;
+    cx.same(&[1, 2])?;
+    let (a, b, c) = (&t[0].shape, &t[1].shape, &t[2].shape);
+    let ok = a.len() >= 2 && b.len() >= 2 && c.len() >= 2 && {
+        let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+        let (k2, nn) = (b[b.len() - 2], b[b.len() - 1]);
+        let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2]);
+        k == k2 && c[c.len() - 2..] == [m, nn] && batch.as_deref() == Some(&c[..c.len() - 2])
+    };
+    if !ok {
+        return Err(value(
+            "tensors",
+            format!("matmul of {a:?} by {b:?} into {c:?}"),
+            "a (..., M, K), b (..., K, N), c (batch..., M, N) with broadcastable batches",
+        ));
+    }
+    Ok(None)
+}
+
+/// The checks of IndexSelect, IndexAdd; `Some(shape)` ends validation with that output shape.
+fn check_index_select(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, class, t, d0) = (cx.call, cx.class, cx.t, cx.d0);
+    want_dtype(call, 0, FLOATS, "tensors")?;
+    want_dtype(call, 2, &[d0], "out")?;
+    want_dtype(call, 1, &[I32, I64], "index")?;
+    let (src, idx, out) = (&t[0].shape, &t[1].shape, &t[2].shape);
+    let gather = class == OpClass::IndexSelect;
+    let (table, rows) = if gather { (src, out) } else { (out, src) };
+    let ok = idx.len() == 1
+        && !table.is_empty()
+        && rows.len() == table.len()
+        && rows[0] == idx[0]
+        && rows[1..] == table[1..];
+    if !ok {
+        return Err(value(
+            "tensors",
+            format!("{} of {src:?} by index {idx:?} into {out:?}", call.op),
+            "table (V, ...), index (N), rows (N, ...)",
+        ));
+    }
+    want_dense(call, 0)?;
+    want_dense(call, 2)?;
+    Ok(None)
+}
+
+/// The checks of Optimizer; `Some(shape)` ends validation with that output shape.
+fn check_optimizer(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, t, n) = (cx.call, cx.t, cx.n);
+    let adam = call.op == OpId::AdamW;
+    if call.scalars.len() != 7 {
+        return Err(value("scalars", call.scalars.len().to_string(), "7"));
+    }
+    let copy = call.scalars[6].as_i64() != 0;
+    let width = if adam { 4 } else { 3 } + copy as usize;
+    if n % width != 0 {
+        return Err(value(
+            "tensors",
+            format!("{n} tensors"),
+            format!("groups of {width} (param, grad, state..., copy if any)"),
+        ));
+    }
+    let gd = t[1].dtype;
+    for g in 0..n / width {
+        let base = g * width;
+        let numel = t[base].numel();
+        for (role, tk) in t[base..base + width].iter().enumerate() {
+            let k = base + role;
+            let ok: &[DType] = if role == 1 {
+                &[gd]
+            } else if copy && role == width - 1 {
+                &[F16, Bf16]
+            } else {
+                &[F32]
+            };
+            want_dtype(call, k, ok, "tensors")?;
+            want_dense(call, k)?;
+            if tk.numel() != numel {
+                return Err(value(
+                    "tensors",
+                    format!("group {g}: {} elements against {numel}", tk.numel()),
+                    "the same element count for a parameter, its gradient, state and copy",
+                ));
+            }
+        }
+        if copy {
+            want_dtype(call, base + width - 1, &[t[width - 1].dtype], "copy")?;
+        }
+    }
+    want_dtype(call, 1, HALVES, "grad")?;
+    scalar_in(
+        call,
+        0,
+        "lr",
+        |v| v.is_finite() && v >= 0.0,
+        "a finite lr >= 0",
+    )?;
+    if adam {
+        for (k, name) in [(1, "beta1"), (2, "beta2")] {
+            scalar_in(call, k, name, |b| (0.0..1.0).contains(&b), "[0, 1)")?;
+        }
+        scalar_in(
+            call,
+            3,
+            "eps",
+            |e| e.is_finite() && e > 0.0,
+            "a finite eps > 0",
+        )?;
+        if call.scalars[5].as_i64() < 1 {
+            return Err(value(
+                "step",
+                call.scalars[5].as_i64().to_string(),
+                "at least 1",
+            ));
+        }
+    } else {
+        scalar_in(call, 1, "momentum", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
+        scalar_in(call, 2, "dampening", |m| (0.0..=1.0).contains(&m), "[0, 1]")?;
+    }
+    let wd = if adam { 4 } else { 3 };
+    scalar_in(
+        call,
+        wd,
+        "weight_decay",
+        |w| w.is_finite() && w >= 0.0,
+        "a finite value >= 0",
+    )?;
+    check_memory(call, call.outputs(), true)?;
+    Ok(Some(t[0].shape.clone()))
+}
+
+/// The checks of AmpUnscale, ClipGradNorm; `Some(shape)` ends validation with that output shape.
+fn check_amp_unscale(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, class, t, n) = (cx.call, cx.class, cx.t, cx.n);
+    let first_grad = if class == OpClass::AmpUnscale { 2 } else { 1 };
+    if class == OpClass::AmpUnscale {
+        want_one(call, 0, F32, "found_inf")?;
+        want_one(call, 1, F32, "inv_scale")?;
+    } else {
+        want_one(call, 0, F32, "total_norm")?;
+        scalar_in(
+            call,
+            0,
+            "max_norm",
+            |m| m.is_finite() && m > 0.0,
+            "a finite max_norm > 0",
+        )?;
+    }
+    if n <= first_grad {
+        return Err(value(
+            "tensors",
+            format!("{n} tensors"),
+            "at least one gradient",
+        ));
+    }
+    want_dtype(call, first_grad, HALVES, "grads")?;
+    let gd = t[first_grad].dtype;
+    for k in first_grad..n {
+        want_dtype(call, k, &[gd], "grads")?;
+        want_dense(call, k)?;
+    }
+    check_memory(call, call.outputs(), true)?;
+    Ok(Some(t[0].shape.clone()))
+}
+
+/// The checks of AmpUpdateScale; `Some(shape)` ends validation with that output shape.
+fn check_amp_update_scale(cx: &Ctx) -> Result<Option<Vec<u64>>> {
+    use DType::*;
+    let (call, t) = (cx.call, cx.t);
+    want_one(call, 0, F32, "scale")?;
+    want_one(call, 1, I32, "growth_tracker")?;
+    want_one(call, 2, F32, "found_inf")?;
+    scalar_in(
+        call,
+        0,
+        "growth_factor",
+        |g| g.is_finite() && g > 0.0,
+        "a finite value > 0",
+    )?;
+    scalar_in(
+        call,
+        1,
+        "backoff_factor",
+        |g| g.is_finite() && g > 0.0,
+        "a finite value > 0",
+    )?;
+    if call.scalars[2].as_i64() < 1 {
+        return Err(value(
+            "growth_interval",
+            call.scalars[2].as_i64().to_string(),
+            "at least 1",
+        ));
+    }
+    check_memory(call, call.outputs(), false)?;
+    Ok(Some(t[0].shape.clone()))
 }

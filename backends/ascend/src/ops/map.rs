@@ -852,9 +852,22 @@ pub fn empty(ex: &mut Exec, call: &OpCall) -> Result<()> {
 
 /// Runs `call` (validated; `out_shape` its output shape) as aclnn operators.
 pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
+    use unihal_hal::OpClass::*;
+    match call.op.class() {
+        c if c.is_elementwise() => elementwise(ex, call),
+        Reduce | Softmax | SoftmaxMasked | SoftmaxBackward | CrossEntropy
+        | CrossEntropyBackward | LayerNorm | LayerNormBackward | RmsNorm | RmsNormBackward => {
+            rows(ex, call)
+        }
+        _ => training(ex, call),
+    }
+}
+
+/// The elementwise ops (fill, copy, cast, unary and binary math, where, random, dropout) as aclnn operators.
+fn elementwise(ex: &mut Exec, call: &OpCall) -> Result<()> {
     let t = &call.tensors;
     let op = call.op;
-    match op {
+    match call.op {
         OpId::Fill => ex.fill(&t[0], call.scalars[0]),
         OpId::Copy => ex.copy(&t[0], &t[1]),
         OpId::Cast => ex.cast(&t[0], &t[1]),
@@ -958,6 +971,17 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         }
         OpId::DropoutForward => ex.dropout(call),
         OpId::DropoutBackward => ex.dropout_backward(call),
+        other => Err(HalError::unsupported(format!(
+            "op {other} has no aclnn mapping"
+        ))),
+    }
+}
+
+/// The row ops (reductions, softmax, cross-entropy, layer and RMS norms) as aclnn operators.
+fn rows(ex: &mut Exec, call: &OpCall) -> Result<()> {
+    let t = &call.tensors;
+    let op = call.op;
+    match call.op {
         OpId::ReduceSum | OpId::ReduceMean | OpId::ReduceMax | OpId::ReduceMin => {
             let ax = axis(sc(call, 0) as i64, t[0].shape.len());
             let mut d = Descs::new(ex.cann);
@@ -1113,6 +1137,16 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
             }
             Ok(())
         }
+        other => Err(HalError::unsupported(format!(
+            "op {other} has no aclnn mapping"
+        ))),
+    }
+}
+
+/// Matmul, gather and scatter, the optimizers, AMP and gradient clipping as aclnn operators.
+fn training(ex: &mut Exec, call: &OpCall) -> Result<()> {
+    let t = &call.tensors;
+    match call.op {
         OpId::Matmul => ex.matmul(call),
         OpId::IndexSelect => {
             let mut d = Descs::new(ex.cann);
