@@ -251,3 +251,109 @@ fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
         "{t}"
     );
 }
+
+#[test]
+fn conformance_list_prints_the_case_ids_containing_the_text_and_their_count() {
+    let o = unihal(&["conformance", "--list", "memory.copy."], "2");
+    assert!(o.status.success(), "{}", text(&o));
+    let ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(ids.len() > 3, "{ids:?}");
+    assert!(ids.iter().all(|id| id.contains("memory.copy.")), "{ids:?}");
+    assert!(ids.contains(&"memory.copy.d2d".to_string()), "{ids:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("{} of ", ids.len())) && err.contains("containing \"memory.copy.\""),
+        "{err}"
+    );
+    // Without a text: every case; a text nothing contains is an error.
+    let all = unihal(&["conformance", "--list"], "2");
+    assert!(all.status.success());
+    assert!(String::from_utf8_lossy(&all.stdout).lines().count() > ids.len());
+    assert_eq!(
+        unihal(&["conformance", "--list", "no.such.case"], "2")
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// Compiles the minimal C plugin (plugin/tests/c) under the backend name `name`.
+fn c_plugin_named(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("unihal-cli-plugins-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("lib{name}_plugin.so"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(&cc)
+        .args(["-std=c11", "-O2", "-shared", "-fPIC", "-pthread", "-I"])
+        .arg(root.join("plugin/abi/include"))
+        .arg(format!("-DUH_TEST_NAME=\"{name}\""))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("plugin/tests/c/minimal_plugin.c"))
+        .output()
+        .unwrap_or_else(|e| panic!("the C compiler {cc} does not run: {e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+#[test]
+fn a_refused_plugin_is_named_instead_of_testing_a_built_in_backend_or_saying_not_registered() {
+    // A plugin named after the built-in CPU backend, without UNIHAL_PLUGIN_REPLACE: refused, and
+    // `--backend cpu` must not test the built-in backend in its place.
+    let lib = c_plugin_named("cpu");
+    let run = |path: &std::path::Path, backend: &str| {
+        Command::new(env!("CARGO_BIN_EXE_unihal"))
+            .args([
+                "conformance",
+                "--backend",
+                backend,
+                "--filter",
+                "memory.alloc.sizes",
+            ])
+            .env("UNIHAL_PLUGIN_PATH", path)
+            .env_remove("UNIHAL_PLUGIN_REPLACE")
+            .env_remove("UNIHAL_BACKENDS")
+            .output()
+            .unwrap()
+    };
+    let o = run(&lib, "cpu");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("would test the built-in backend, not the plugin")
+            && t.contains(&lib.display().to_string())
+            && t.contains("UNIHAL_PLUGIN_REPLACE=cpu"),
+        "{t}"
+    );
+    // A file that is no plugin: `--backend` names its refusal, not only "not registered".
+    let bad = lib.with_file_name("libmychip_plugin.so");
+    std::fs::write(&bad, b"not a library").unwrap();
+    let o = run(&bad, "mychip");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("\"mychip\" is not registered") && t.contains(&bad.display().to_string()),
+        "{t}"
+    );
+    // With the user's consent the plugin is the backend tested.
+    let o = Command::new(env!("CARGO_BIN_EXE_unihal"))
+        .args([
+            "conformance",
+            "--backend",
+            "cpu",
+            "--filter",
+            "memory.alloc.sizes",
+        ])
+        .env("UNIHAL_PLUGIN_PATH", &lib)
+        .env("UNIHAL_PLUGIN_REPLACE", "cpu")
+        .env_remove("UNIHAL_BACKENDS")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("0.1.0-minimal-c (plugin "), "{t}");
+}
