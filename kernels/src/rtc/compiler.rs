@@ -69,8 +69,8 @@ struct Api {
 impl Api {
     fn resolve(lib: &Library, flavor: &Flavor) -> Result<Api> {
         let name = |suffix: &str| format!("{}{suffix}", flavor.prefix);
-        // SAFETY (every `get` below): the type is the documented C signature of the symbol of
-        // that name, identical in nvrtc.h and hiprtc.h.
+        // SAFETY: for every `get` below, the type is the documented C signature of the symbol
+        // of that name, identical in nvrtc.h and hiprtc.h.
         unsafe {
             Ok(Api {
                 version: lib.get(&name("Version"))?,
