@@ -234,7 +234,7 @@ fn open() -> Result<Cann> {
         "classic"
     };
     let nnop_lib = Library::open(&candidates(Role::Nnopbase, lib64.as_deref()))?;
-    let nnop = NnopApi::resolve(&nnop_lib)?;
+    let nnop = NnopApi::new(&nnop_lib)?;
     let op_libs = open_opapi(lib64.as_deref())?;
     let aclnn = AclnnApi::resolve(&op_libs);
     let at = format!("CANN ({layout} layout) from {file}");

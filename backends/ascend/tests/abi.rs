@@ -195,7 +195,7 @@ fn the_hccl_table_and_values_match_the_header() {
         &[path.to_str().expect("a UTF-8 path")],
     ))
     .expect("the built simulator loads");
-    let a = hffi::Hccl::resolve(&lib).expect("every HCCL symbol the backend needs");
+    let a = hffi::HcclApi::new(&lib).expect("every HCCL symbol the backend needs");
     // SAFETY: the simulator's own object; loading runs no initialiser with preconditions.
     let hd = unsafe { h::CannHeader::new(&path) }.expect("the built simulator loads");
     macro_rules! same {

@@ -44,38 +44,58 @@ pub type Split = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void
 /// `NCCL_SPLIT_NOCOLOR`: the rank joins no communicator of the split.
 pub const SPLIT_NOCOLOR: c_int = -1;
 
-/// The resolved entry points (function pointers valid for the whole process: the library is
-/// never unloaded).
+/// A library of the NCCL API, opened: its flavor's label, where it came from, the all-to-all
+/// spelling it has, and its entry points (`Deref` to [`NcclApi`]).
 pub struct Nccl {
     /// The flavor's label for messages and errors ("NCCL", "RCCL").
     pub label: &'static str,
     /// Where it was found.
     pub path: String,
-    /// The all-to-all entry point resolved, if any.
-    pub all_to_all_name: Option<&'static str>,
-    pub get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
-    pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
-    pub comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> c_int,
-    pub comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int,
-    pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
-    pub comm_abort: unsafe extern "C" fn(Comm) -> c_int,
-    pub comm_get_async_error: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub comm_count: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub comm_user_rank: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
-    pub get_last_error: Option<unsafe extern "C" fn(Comm) -> *const c_char>,
-    pub group_start: unsafe extern "C" fn() -> c_int,
-    pub group_end: unsafe extern "C" fn() -> c_int,
-    pub all_reduce: Coll,
-    pub broadcast: Rooted,
-    pub reduce: ReduceFn,
-    pub all_gather: Gather,
-    pub reduce_scatter: Coll,
-    pub send: P2p,
-    pub recv: P2p,
+    /// The all-to-all entry point resolved, if any (two spellings: `ncclAlltoAll`, RCCL's
+    /// `ncclAllToAll`).
     pub all_to_all: Option<Gather>,
-    /// NCCL >= 2.18 and RCCL.
-    pub comm_split: Option<Split>,
+    /// The spelling of [`Nccl::all_to_all`] found.
+    pub all_to_all_name: Option<&'static str>,
+    api: NcclApi,
+}
+
+impl std::ops::Deref for Nccl {
+    type Target = NcclApi;
+    fn deref(&self) -> &NcclApi {
+        &self.api
+    }
+}
+
+unihal_dynlib::symbol_table! {
+    /// The resolved entry points (function pointers valid for the whole process: the library is
+    /// never unloaded).
+    pub struct NcclApi;
+    required {
+        get_version = "ncclGetVersion": unsafe extern "C" fn(*mut c_int) -> c_int;
+        get_unique_id = "ncclGetUniqueId": unsafe extern "C" fn(*mut UniqueId) -> c_int;
+        comm_init_rank = "ncclCommInitRank": unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> c_int;
+        comm_init_all = "ncclCommInitAll": unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int;
+        comm_destroy = "ncclCommDestroy": unsafe extern "C" fn(Comm) -> c_int;
+        comm_abort = "ncclCommAbort": unsafe extern "C" fn(Comm) -> c_int;
+        comm_get_async_error = "ncclCommGetAsyncError": unsafe extern "C" fn(Comm, *mut c_int) -> c_int;
+        comm_count = "ncclCommCount": unsafe extern "C" fn(Comm, *mut c_int) -> c_int;
+        comm_user_rank = "ncclCommUserRank": unsafe extern "C" fn(Comm, *mut c_int) -> c_int;
+        get_error_string = "ncclGetErrorString": unsafe extern "C" fn(c_int) -> *const c_char;
+        group_start = "ncclGroupStart": unsafe extern "C" fn() -> c_int;
+        group_end = "ncclGroupEnd": unsafe extern "C" fn() -> c_int;
+        all_reduce = "ncclAllReduce": Coll;
+        broadcast = "ncclBroadcast": Rooted;
+        reduce = "ncclReduce": ReduceFn;
+        all_gather = "ncclAllGather": Gather;
+        reduce_scatter = "ncclReduceScatter": Coll;
+        send = "ncclSend": P2p;
+        recv = "ncclRecv": P2p;
+    }
+    optional {
+        get_last_error = "ncclGetLastError": unsafe extern "C" fn(Comm) -> *const c_char;
+        /// NCCL >= 2.18 and RCCL.
+        comm_split = "ncclCommSplit": Split;
+    }
 }
 
 impl Nccl {
@@ -86,45 +106,15 @@ impl Nccl {
     /// required symbol.
     pub fn load(flavor: &Flavor) -> Result<Nccl> {
         let lib = Library::open(&flavor.candidates())?;
-        Nccl::resolve(flavor, &lib)
-    }
-
-    /// Resolves the symbol table from an opened library.
-    ///
-    /// # Errors
-    /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol.
-    pub fn resolve(flavor: &Flavor, lib: &Library) -> Result<Nccl> {
-        // SAFETY: each type is the signature of the symbol of that name in nccl.h (and rccl.h).
-        unsafe {
-            let all_to_all = lib.first_of::<Gather>(&flavor.all_to_all);
-            Ok(Nccl {
-                get_version: lib.get("ncclGetVersion")?,
-                get_unique_id: lib.get("ncclGetUniqueId")?,
-                comm_init_rank: lib.get("ncclCommInitRank")?,
-                comm_init_all: lib.get("ncclCommInitAll")?,
-                comm_destroy: lib.get("ncclCommDestroy")?,
-                comm_abort: lib.get("ncclCommAbort")?,
-                comm_get_async_error: lib.get("ncclCommGetAsyncError")?,
-                comm_count: lib.get("ncclCommCount")?,
-                comm_user_rank: lib.get("ncclCommUserRank")?,
-                get_error_string: lib.get("ncclGetErrorString")?,
-                get_last_error: lib.optional("ncclGetLastError"),
-                group_start: lib.get("ncclGroupStart")?,
-                group_end: lib.get("ncclGroupEnd")?,
-                all_reduce: lib.get("ncclAllReduce")?,
-                broadcast: lib.get("ncclBroadcast")?,
-                reduce: lib.get("ncclReduce")?,
-                all_gather: lib.get("ncclAllGather")?,
-                reduce_scatter: lib.get("ncclReduceScatter")?,
-                send: lib.get("ncclSend")?,
-                recv: lib.get("ncclRecv")?,
-                all_to_all: all_to_all.map(|(f, _)| f),
-                all_to_all_name: all_to_all.map(|(_, n)| n),
-                comm_split: lib.optional("ncclCommSplit"),
-                label: flavor.label,
-                path: lib.path().to_string(),
-            })
-        }
+        // SAFETY: every spelling's type is `Gather`, the documented C signature of all-to-all.
+        let all_to_all = unsafe { lib.first_of::<Gather>(&flavor.all_to_all) };
+        Ok(Nccl {
+            label: flavor.label,
+            path: lib.path().to_string(),
+            all_to_all: all_to_all.map(|(f, _)| f),
+            all_to_all_name: all_to_all.map(|(_, n)| n),
+            api: NcclApi::new(&lib)?,
+        })
     }
 
     /// The version as `major.minor.patch` (from [`Nccl::version`]).

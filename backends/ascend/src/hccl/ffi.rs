@@ -104,29 +104,46 @@ pub type AlltoAllV = unsafe extern "C" fn(
 /// `HcclBatchSendRecv(items, itemNum, comm, stream)`.
 pub type BatchSendRecv = unsafe extern "C" fn(*mut SendRecvItem, u32, Comm, Stream) -> i32;
 
-/// The resolved entry points (valid for the whole process: the library is never unloaded).
+/// HCCL, opened: where it came from and its entry points (`Deref` to [`HcclApi`]).
 pub struct Hccl {
     /// Where it was opened from.
     pub path: String,
-    pub get_root_info: unsafe extern "C" fn(*mut RootInfo) -> i32,
-    pub comm_init_root_info: unsafe extern "C" fn(u32, *const RootInfo, u32, *mut Comm) -> i32,
-    pub comm_destroy: unsafe extern "C" fn(Comm) -> i32,
-    pub get_rank_size: unsafe extern "C" fn(Comm, *mut u32) -> i32,
-    pub get_rank_id: unsafe extern "C" fn(Comm, *mut u32) -> i32,
-    pub get_comm_async_error: unsafe extern "C" fn(Comm, *mut i32) -> i32,
-    pub get_error_string: Option<unsafe extern "C" fn(i32) -> *const c_char>,
-    pub all_reduce: AllReduce,
-    pub broadcast: Broadcast,
-    pub reduce: Reduce,
-    pub all_gather: AllGather,
-    pub reduce_scatter: ReduceScatter,
-    pub send: P2p,
-    pub recv: P2p,
-    pub all_to_all: Option<AlltoAll>,
-    /// Resolved for completeness; the engine's `all_to_allv` is one `HcclBatchSendRecv`, matched
-    /// like every other send and receive.
-    pub all_to_allv: Option<AlltoAllV>,
-    pub batch_send_recv: Option<BatchSendRecv>,
+    api: HcclApi,
+}
+
+impl std::ops::Deref for Hccl {
+    type Target = HcclApi;
+    fn deref(&self) -> &HcclApi {
+        &self.api
+    }
+}
+
+unihal_dynlib::symbol_table! {
+    /// The resolved entry points (valid for the whole process: the library is never unloaded).
+    pub struct HcclApi;
+    required {
+        get_root_info = "HcclGetRootInfo": unsafe extern "C" fn(*mut RootInfo) -> i32;
+        comm_init_root_info = "HcclCommInitRootInfo": unsafe extern "C" fn(u32, *const RootInfo, u32, *mut Comm) -> i32;
+        comm_destroy = "HcclCommDestroy": unsafe extern "C" fn(Comm) -> i32;
+        get_rank_size = "HcclGetRankSize": unsafe extern "C" fn(Comm, *mut u32) -> i32;
+        get_rank_id = "HcclGetRankId": unsafe extern "C" fn(Comm, *mut u32) -> i32;
+        get_comm_async_error = "HcclGetCommAsyncError": unsafe extern "C" fn(Comm, *mut i32) -> i32;
+        all_reduce = "HcclAllReduce": AllReduce;
+        broadcast = "HcclBroadcast": Broadcast;
+        reduce = "HcclReduce": Reduce;
+        all_gather = "HcclAllGather": AllGather;
+        reduce_scatter = "HcclReduceScatter": ReduceScatter;
+        send = "HcclSend": P2p;
+        recv = "HcclRecv": P2p;
+    }
+    optional {
+        get_error_string = "HcclGetErrorString": unsafe extern "C" fn(i32) -> *const c_char;
+        all_to_all = "HcclAlltoAll": AlltoAll;
+        /// Resolved for completeness; the engine's `all_to_allv` is one `HcclBatchSendRecv`, matched
+        /// like every other send and receive.
+        all_to_allv = "HcclAlltoAllV": AlltoAllV;
+        batch_send_recv = "HcclBatchSendRecv": BatchSendRecv;
+    }
 }
 
 impl Hccl {
@@ -139,36 +156,9 @@ impl Hccl {
     pub fn load() -> Result<Hccl> {
         let near = crate::loader::cann().ok().and_then(|c| c.lib64.as_deref());
         let lib = Library::open(&crate::loader::candidates(crate::loader::Role::Hccl, near))?;
-        Hccl::resolve(&lib)
-    }
-
-    /// Resolves the symbol table from an opened library.
-    ///
-    /// # Errors
-    /// [`unihal_hal::HalError::Unavailable`] naming a missing required symbol.
-    pub fn resolve(lib: &Library) -> Result<Hccl> {
-        // SAFETY: each type is the C signature of the symbol of that name (facts sheet §2).
-        unsafe {
-            Ok(Hccl {
-                path: lib.path().to_string(),
-                get_root_info: lib.get("HcclGetRootInfo")?,
-                comm_init_root_info: lib.get("HcclCommInitRootInfo")?,
-                comm_destroy: lib.get("HcclCommDestroy")?,
-                get_rank_size: lib.get("HcclGetRankSize")?,
-                get_rank_id: lib.get("HcclGetRankId")?,
-                get_comm_async_error: lib.get("HcclGetCommAsyncError")?,
-                get_error_string: lib.optional("HcclGetErrorString"),
-                all_reduce: lib.get("HcclAllReduce")?,
-                broadcast: lib.get("HcclBroadcast")?,
-                reduce: lib.get("HcclReduce")?,
-                all_gather: lib.get("HcclAllGather")?,
-                reduce_scatter: lib.get("HcclReduceScatter")?,
-                send: lib.get("HcclSend")?,
-                recv: lib.get("HcclRecv")?,
-                all_to_all: lib.optional("HcclAlltoAll"),
-                all_to_allv: lib.optional("HcclAlltoAllV"),
-                batch_send_recv: lib.optional("HcclBatchSendRecv"),
-            })
-        }
+        Ok(Hccl {
+            path: lib.path().to_string(),
+            api: HcclApi::new(&lib)?,
+        })
     }
 }
