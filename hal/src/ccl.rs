@@ -167,6 +167,23 @@ pub struct CclCaps {
 }
 
 impl CclCaps {
+    /// The capabilities of an engine whose library did not open: nothing runs (`engine` says
+    /// which library, e.g. "NCCL (unavailable)").
+    pub fn unavailable(engine: String) -> CclCaps {
+        CclCaps {
+            engine,
+            ops: BTreeMap::new(),
+            reductions: BTreeMap::new(),
+            accumulation: BTreeMap::new(),
+            groups: false,
+            split: false,
+            survives_dead_rank: false,
+            names_missing_ranks: false,
+            timeout_aborts_peers: true,
+            crosses_processes: true,
+        }
+    }
+
     /// True when `op` runs in `dtype` (with `red` for reducing ops).
     pub fn supports(&self, op: CollectiveOp, dtype: DType, red: Option<ReduceOp>) -> bool {
         self.ops.get(&op).is_some_and(|d| d.contains(&dtype))

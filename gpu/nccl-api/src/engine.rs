@@ -212,18 +212,7 @@ impl Collectives for Engine {
     fn capabilities(&self) -> &CclCaps {
         self.caps.get_or_init(|| match self.lib() {
             Ok(l) => Engine::caps_of(l),
-            Err(_) => CclCaps {
-                engine: format!("{} (unavailable)", self.flavor.label),
-                ops: BTreeMap::new(),
-                reductions: BTreeMap::new(),
-                accumulation: BTreeMap::new(),
-                groups: false,
-                split: false,
-                survives_dead_rank: false,
-                names_missing_ranks: false,
-                timeout_aborts_peers: true,
-                crosses_processes: true,
-            },
+            Err(_) => CclCaps::unavailable(format!("{} (unavailable)", self.flavor.label)),
         })
     }
 

@@ -310,18 +310,7 @@ impl Collectives for Engine {
     fn capabilities(&self) -> &CclCaps {
         self.caps.get_or_init(|| match self.lib() {
             Ok(l) => Engine::caps_of(l),
-            Err(_) => CclCaps {
-                engine: "HCCL (unavailable)".into(),
-                ops: BTreeMap::new(),
-                reductions: BTreeMap::new(),
-                accumulation: BTreeMap::new(),
-                groups: false,
-                split: false,
-                survives_dead_rank: false,
-                names_missing_ranks: false,
-                timeout_aborts_peers: true,
-                crosses_processes: true,
-            },
+            Err(_) => CclCaps::unavailable("HCCL (unavailable)".into()),
         })
     }
 
