@@ -30,6 +30,10 @@ fn the_split_layout_on_an_atlas_910() {
         info.simulated,
         "a simulated runtime must be reported as such"
     );
+    assert!(
+        info.concurrent,
+        "UNIHAL_SIM_MODE=concurrent: the runtime says so through its identity"
+    );
     let rt = &info.libraries[0];
     assert!(
         rt.name.contains("split layout") && rt.name.contains("Ascend910A"),

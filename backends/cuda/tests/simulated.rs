@@ -29,6 +29,10 @@ fn non_op_cases_pass_on_the_simulated_driver() {
         info.simulated,
         "a simulated driver must be reported as such"
     );
+    assert!(
+        !info.concurrent,
+        "a deferred simulated driver runs work only at synchronisation points"
+    );
     let device = backend.open(0).unwrap();
     assert!(
         device.info().name.contains("simulated"),

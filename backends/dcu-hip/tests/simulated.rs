@@ -24,6 +24,10 @@ fn non_op_cases_pass_on_the_simulated_runtime() {
         info.simulated,
         "a simulated runtime must be reported as such"
     );
+    assert!(
+        !info.concurrent,
+        "a deferred simulated runtime runs work only at synchronisation points"
+    );
     assert_eq!(info.libraries[0].version.as_deref(), Some("6.2.41134"));
     let device = backend.open(0).unwrap();
     assert!(
