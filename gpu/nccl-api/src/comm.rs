@@ -282,17 +282,6 @@ impl NcclComm {
         }
     }
 
-    /// The checks of every operation: refused once aborted, then the shared checks.
-    fn check(
-        &self,
-        call: (CollectiveOp, DType, Option<ReduceOp>),
-        stream: &Arc<dyn Stream>,
-    ) -> Result<()> {
-        self.check_open()?;
-        let sticky = self.shared.sticky.lock().clone();
-        self.operands().check(sticky, call, stream)
-    }
-
     /// `Aborted` once the communicator was aborted without a sticky error to report.
     fn check_open(&self) -> Result<()> {
         if self.shared.aborted() && self.shared.sticky.lock().is_none() {
@@ -301,11 +290,6 @@ impl NcclComm {
             });
         }
         Ok(())
-    }
-
-    /// The device address of `elems` elements at the start of `buf`.
-    fn addr(&self, buf: &Buffer, arg: &'static str, elems: u64, dtype: DType) -> Result<u64> {
-        self.operands().addr(buf, arg, elems, dtype)
     }
 
     /// Enqueues `f(communicator, native stream)` (library calls, serialised with every other use
@@ -561,21 +545,22 @@ impl Communicator for NcclComm {
     }
 
     fn group(&self, calls: &[GroupCall], stream: &Arc<dyn Stream>) -> Result<()> {
-        let mut parts = Vec::with_capacity(calls.len());
-        for c in calls {
-            let p = c.parts();
-            self.check((CollectiveOp::SendRecv, p.dtype, None), stream)?;
-            check_rank("peer", p.peer, self.size)?;
-            let arg = if p.recv { "recv" } else { "send" };
-            let a = self.addr(p.buf, arg, p.count, p.dtype)?;
-            parts.push((
-                p.recv,
-                a,
-                p.count,
-                conv::dtype(p.dtype).unwrap_or(-1),
-                p.peer,
-            ));
-        }
+        self.check_open()?;
+        let sticky = || self.shared.sticky.lock().clone();
+        let parts: Vec<_> = self
+            .operands()
+            .group(sticky, self.size, calls, stream)?
+            .into_iter()
+            .map(|(p, a)| {
+                (
+                    p.recv,
+                    a,
+                    p.count,
+                    conv::dtype(p.dtype).unwrap_or(-1),
+                    p.peer,
+                )
+            })
+            .collect();
         if calls.is_empty() {
             return Ok(());
         }

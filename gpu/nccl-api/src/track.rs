@@ -16,7 +16,7 @@ use crate::platform::Platform;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::{check_call, check_send_recv};
+use unihal_hal::ccl::{check_call, check_rank, check_send_recv, GroupCall, P2pParts};
 use unihal_hal::{Buffer, CclCaps, CollectiveOp, DType, Device, DeviceId, Event, EventFlags};
 use unihal_hal::{HalError, Invalid, ReduceOp};
 use unihal_hal::{Result, Stream};
@@ -113,6 +113,34 @@ impl Operands<'_> {
             check_send_recv(send, sl, recv, rl, (so * esz, ro * esz))?;
         }
         Ok((count != 0).then_some((sa, ra)))
+    }
+}
+
+impl Operands<'_> {
+    /// The checks of a group of sends and receives among `size` ranks (each call as
+    /// [`Operands::check`] with `sticky()`, its peer, its buffer), then each call with its
+    /// device address, in order.
+    ///
+    /// # Errors
+    /// As [`Operands::check`]; `InvalidArgument` naming `peer` or the buffer.
+    pub fn group<'c>(
+        &self,
+        sticky: impl Fn() -> Option<HalError>,
+        size: usize,
+        calls: &'c [GroupCall],
+        stream: &Arc<dyn Stream>,
+    ) -> Result<Vec<(P2pParts<'c>, u64)>> {
+        calls
+            .iter()
+            .map(|c| {
+                let p = c.parts();
+                self.check(sticky(), (CollectiveOp::SendRecv, p.dtype, None), stream)?;
+                check_rank("peer", p.peer, size)?;
+                let arg = if p.recv { "recv" } else { "send" };
+                let a = self.addr(p.buf, arg, p.count, p.dtype)?;
+                Ok((p, a))
+            })
+            .collect()
     }
 }
 

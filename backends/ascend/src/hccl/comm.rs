@@ -1020,12 +1020,12 @@ impl Communicator for HcclComm {
         })?;
         let mut items = Vec::with_capacity(calls.len());
         let mut ops = Vec::with_capacity(calls.len());
-        for c in calls {
-            let p = c.parts();
-            self.check((CollectiveOp::SendRecv, p.dtype, None), stream)?;
-            check_rank("peer", p.peer, self.shared.size)?;
-            let arg = if p.recv { "recv" } else { "send" };
-            let a = self.addr(p.buf, arg, p.count, p.dtype)?;
+        self.check_open()?;
+        let sticky = || self.shared.sticky.lock().clone();
+        for (p, a) in self
+            .operands()
+            .group(sticky, self.shared.size, calls, stream)?
+        {
             if p.count == 0 {
                 // Nothing moves; both sides leave it out.
                 continue;
