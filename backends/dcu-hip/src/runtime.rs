@@ -391,7 +391,10 @@ impl Runtime for Hip {
 
     fn prepare_module(&self, source: &ModuleSource) -> Result<PreparedModule> {
         match source {
-            ModuleSource::HipCodeObject(bytes) => unihal_gpu::amdgpu::prepare(bytes),
+            ModuleSource::HipCodeObject(bytes) => Ok(PreparedModule {
+                params: unihal_codeobj::amdgpu::prepare(bytes)?,
+                image: bytes.to_vec(),
+            }),
             other => Err(unsupported_format(
                 "HIP",
                 "HIP code objects (raw AMDGPU ELF or an uncompressed offload bundle)",

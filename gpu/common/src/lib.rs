@@ -36,13 +36,11 @@
 //! * [`deferred`]: releases triggered inside a host callback (where runtimes forbid their own
 //!   calls) run at the next call outside one;
 //! * [`platform`]: the `unihal-nccl-api` platform, so NCCL and RCCL run on any such backend;
-//! * [`amdgpu`]: AMDGPU code objects and offload bundles (architecture, kernels, argument sizes
-//!   from the msgpack metadata), read by the HIP backend and the simulated HIP runtime alike.
+//! * [`backend`]: `RuntimeBackend<R>`, the `unihal_hal::Backend` of every vendor runtime.
 //!
 //! The collective engine over the NCCL API lives in `unihal-nccl-api`, library loading in
-//! `unihal-dynlib`.
+//! `unihal-dynlib`, module formats (AMDGPU code objects) in `unihal-codeobj`.
 
-pub mod amdgpu;
 pub mod backend;
 pub mod deferred;
 pub mod device;

@@ -7,7 +7,7 @@ use crate::{api, out, sim, Sim};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use unihal_gpu::amdgpu;
+use unihal_codeobj::amdgpu;
 use unihal_sim::gpu::ops;
 use unihal_sim::module::Entry;
 

@@ -7,7 +7,6 @@
 //! simulated HIP runtime also reads the architecture and the kernel descriptors, as the real
 //! loader does.
 
-use crate::runtime::PreparedModule;
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use rmpv::Value;
@@ -281,13 +280,13 @@ fn parse_metadata(mut desc: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
     Ok(out)
 }
 
-/// A HIP code object ready for `hipModuleLoadData`: the bytes unchanged (the runtime picks a
-/// bundle's entry for its device), the argument sizes from the first AMDGPU entry.
+/// The explicit argument sizes of each kernel of a HIP code object as `hipModuleLoadData` takes
+/// it (a raw AMDGPU ELF, or an uncompressed bundle: those of its first AMDGPU entry).
 ///
 /// # Errors
 /// [`HalError::InvalidArgument`] for compressed bundles, bundles without an AMDGPU entry and
 /// anything that is not an AMDGPU ELF.
-pub fn prepare(bytes: &[u8]) -> Result<PreparedModule> {
+pub fn prepare(bytes: &[u8]) -> Result<HashMap<String, Vec<usize>>> {
     let params = if bytes.starts_with(BUNDLE_MAGIC) {
         let entries = bundle_entries(bytes)?;
         let (_, elf) = entries
@@ -302,10 +301,7 @@ pub fn prepare(bytes: &[u8]) -> Result<PreparedModule> {
     } else {
         kernel_args(bytes)?
     };
-    Ok(PreparedModule {
-        image: bytes.to_vec(),
-        params,
-    })
+    Ok(params)
 }
 
 #[cfg(test)]
