@@ -1,7 +1,7 @@
 //! Opening an Ascend device: `aclrtSetDevice` once (it creates the device's default context,
 //! which every later call makes current on its thread), memory from `aclrtGetMemInfo`, compute
 //! units from `aclrtGetDeviceInfo` where the runtime has it, and the op × dtype capabilities:
-//! the SoC's table ([`crate::soc`]) intersected with a phase-1 probe ([`crate::ops::probe`]).
+//! the SoC's table ([`crate::ops::soc`]) intersected with a phase-1 probe ([`crate::ops::probe`]).
 
 use crate::ffi::acl::{dev_attr, AclApi};
 use crate::loader::Cann;
@@ -46,7 +46,7 @@ pub(crate) fn open(cann: &'static Cann, id: DeviceId) -> Result<Arc<AscendDevice
         (unsafe { f(id.ordinal, a, &mut v) } == 0).then_some(v)
     };
     let cores = attr(dev_attr::AICORE_CORE_NUM).unwrap_or(1).max(1) as u32;
-    let class = crate::soc::classify(&cann.soc);
+    let class = crate::ops::soc::classify(&cann.soc);
     let name = sim_name(&cann.acl, o).unwrap_or_else(|| format!("Huawei {} NPU", cann.soc));
     let caps = Capabilities {
         mandatory: MandatoryCaps {
@@ -70,7 +70,7 @@ pub(crate) fn open(cann: &'static Cann, id: DeviceId) -> Result<Arc<AscendDevice
             peer_devices: cann.peers(&ctx)?,
             fault_poisons_device: true,
             timer_resolution_ns: Some(1000),
-            ops: crate::soc::table(class),
+            ops: crate::ops::soc::table(class),
             bitwise_rng: false,
             negative_strides_copied: true,
         },

@@ -30,9 +30,7 @@ pub mod ffi;
 pub mod hccl;
 pub mod loader;
 pub mod ops;
-pub mod report;
 pub mod runtime;
-pub mod soc;
 
 pub use loader::Cann;
 pub use runtime::{AscendDevice, AscendStream};

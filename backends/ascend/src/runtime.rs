@@ -4,7 +4,9 @@
 //! What ACL lacks is said, not faked: no stream-ordered allocation (a workspace comes from the
 //! caching allocator instead), byte fills only (`aclrtMemsetAsync`), no portable kernel library
 //! (every op runs through aclnn, [`crate::ops`]), no BLAS handle (matmul is an aclnn
-//! operator). Host callbacks go through a report thread per stream ([`crate::report`]).
+//! operator). Host callbacks go through a report thread per stream ([`crate::runtime::report`]).
+
+pub mod report;
 
 use crate::conv::{self, codes, LIBRARY};
 use crate::ffi::acl::{self, memcpy, Handle};
@@ -208,7 +210,7 @@ impl Runtime for Cann {
 
     unsafe fn stream_destroy(&self, stream: Raw) -> Result<()> {
         // SAFETY: the caller's contract (a live stream, destroyed once).
-        unsafe { crate::report::destroy(self, stream.0) }
+        unsafe { crate::runtime::report::destroy(self, stream.0) }
     }
 
     fn stream_synchronize(&self, stream: Raw) -> Result<()> {
@@ -238,7 +240,7 @@ impl Runtime for Cann {
         let cann = crate::loader::cann()?;
         // SAFETY: the caller's contract for `f` and `data`; `enter` made the stream's context
         // current.
-        unsafe { crate::report::launch(cann, stream.0, f, data) }
+        unsafe { crate::runtime::report::launch(cann, stream.0, f, data) }
     }
 
     unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: usize, stream: Raw) -> Result<()> {

@@ -130,7 +130,7 @@ impl Engine {
         let Ok(cann) = crate::loader::cann() else {
             return Vec::new();
         };
-        let table = crate::soc::table(crate::soc::classify(&cann.soc));
+        let table = crate::ops::soc::table(crate::ops::soc::classify(&cann.soc));
         let div = table.get(&OpId::DivScalar).cloned().unwrap_or_default();
         conv::REDUCED
             .into_iter()

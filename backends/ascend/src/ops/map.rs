@@ -697,7 +697,7 @@ impl Exec<'_> {
 
     /// True when the SoC's table composes what the fused operators do (the 910).
     fn force_composed(&self) -> bool {
-        crate::soc::classify(&self.cann.soc) == crate::soc::Class::Training910
+        crate::ops::soc::classify(&self.cann.soc) == crate::ops::soc::Class::Training910
     }
 
     fn adamw(&mut self, call: &OpCall) -> Result<()> {

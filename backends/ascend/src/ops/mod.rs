@@ -14,12 +14,13 @@
 //!
 //! Ops aclnn has no single operator for are compositions ([`map`], the op map's A.5); their
 //! intermediates are caching-allocator blocks of the same stream. The op × dtype pairs a device
-//! reports are its SoC's table ([`crate::soc`]) intersected with [`probe`]: each op run once in
+//! reports are its SoC's table ([`crate::ops::soc`]) intersected with [`probe`]: each op run once in
 //! phase 1 only, at device open.
 
 pub mod desc;
 pub mod map;
 pub mod probe;
+pub mod soc;
 
 use crate::conv::{self, ACLNN};
 use crate::ffi::aclnn::{Executor, Op};
