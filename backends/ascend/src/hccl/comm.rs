@@ -660,6 +660,28 @@ impl HcclComm {
         describe("HCCL", op, count, dtype, red)
     }
 
+    /// One round of a collective whose operands `two_buffers` checked: described, `keep`'s
+    /// buffers kept until it ran, issued by `f` (HCCL's `call`) after `before`, its average
+    /// scaled, and watched.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_round(
+        &self,
+        (op, dtype, red): (CollectiveOp, DType, Option<ReduceOp>),
+        (kind, dt, count): (Kind, i32, u64),
+        call: &str,
+        stream: &Arc<dyn Stream>,
+        keep: &[&Buffer],
+        scale: Option<(&Buffer, DType, u64)>,
+        before: impl FnOnce() -> Result<()>,
+        f: impl FnOnce(RawComm, ffi::Stream) -> i32,
+    ) -> Result<()> {
+        let ops = Self::round(kind, dt, dtype, count);
+        let sid = stream.stream_id();
+        let keep = keep.iter().map(|b| b.use_on(sid)).collect();
+        let what = self.describe(op, count, dtype, red);
+        self.enqueue(what, call, stream, keep, &ops, scale, before, f)
+    }
+
     fn round(kind: Kind, dt: i32, dtype: DType, count: u64) -> [Op; 1] {
         [Op::Collective(Round {
             kind,
@@ -750,16 +772,12 @@ impl Communicator for HcclComm {
         let scale = self.needs_scale(op, dtype)?.then_some((recv, dtype, count));
         let hop = conv::reduce_op(op).0;
         let lib = self.shared.lib.clone();
-        let ops = Self::round(Kind::AllReduce { op: hop }, dt, dtype, count);
-        let sid = stream.stream_id();
-        let keep = vec![send.use_on(sid), recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::AllReduce, count, dtype, Some(op));
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (Kind::AllReduce { op: hop }, dt, count),
             "HcclAllReduce",
             stream,
-            keep,
-            &ops,
+            &[send, recv],
             scale,
             || Ok(()),
             |c, st| {
@@ -798,16 +816,12 @@ impl Communicator for HcclComm {
             }
         };
         let lib = self.shared.lib.clone();
-        let ops = Self::round(Kind::Broadcast { root: root as u32 }, dt, dtype, count);
-        let sid = stream.stream_id();
-        let keep = vec![recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::Broadcast, count, dtype, None);
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (Kind::Broadcast { root: root as u32 }, dt, count),
             "HcclBroadcast",
             stream,
-            keep,
-            &ops,
+            &[recv],
             None,
             copy,
             |c, st| {
@@ -840,24 +854,19 @@ impl Communicator for HcclComm {
         let scale = (self.needs_scale(op, dtype)? && is_root).then_some((recv, dtype, count));
         let hop = conv::reduce_op(op).0;
         let lib = self.shared.lib.clone();
-        let ops = Self::round(
-            Kind::Reduce {
-                op: hop,
-                root: root as u32,
-            },
-            dt,
-            dtype,
-            count,
-        );
-        let sid = stream.stream_id();
-        let keep = vec![send.use_on(sid), recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::Reduce, count, dtype, Some(op));
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (
+                Kind::Reduce {
+                    op: hop,
+                    root: root as u32,
+                },
+                dt,
+                count,
+            ),
             "HcclReduce",
             stream,
-            keep,
-            &ops,
+            &[send, recv],
             scale,
             || Ok(()),
             |c, st| {
@@ -884,16 +893,12 @@ impl Communicator for HcclComm {
             return Ok(());
         };
         let lib = self.shared.lib.clone();
-        let ops = Self::round(Kind::AllGather, dt, dtype, count);
-        let sid = stream.stream_id();
-        let keep = vec![send.use_on(sid), recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::AllGather, count, dtype, None);
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (Kind::AllGather, dt, count),
             "HcclAllGather",
             stream,
-            keep,
-            &ops,
+            &[send, recv],
             None,
             || Ok(()),
             |c, st| {
@@ -923,16 +928,12 @@ impl Communicator for HcclComm {
         let scale = self.needs_scale(op, dtype)?.then_some((recv, dtype, count));
         let hop = conv::reduce_op(op).0;
         let lib = self.shared.lib.clone();
-        let ops = Self::round(Kind::ReduceScatter { op: hop }, dt, dtype, count);
-        let sid = stream.stream_id();
-        let keep = vec![send.use_on(sid), recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::ReduceScatter, count, dtype, Some(op));
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (Kind::ReduceScatter { op: hop }, dt, count),
             "HcclReduceScatter",
             stream,
-            keep,
-            &ops,
+            &[send, recv],
             scale,
             || Ok(()),
             |c, st| {
@@ -992,16 +993,12 @@ impl Communicator for HcclComm {
         else {
             return Ok(());
         };
-        let ops = Self::round(Kind::AllToAll, dt, dtype, count);
-        let sid = stream.stream_id();
-        let keep = vec![send.use_on(sid), recv.use_on(sid)];
-        let what = self.describe(CollectiveOp::AllToAll, count, dtype, None);
-        self.enqueue(
-            what,
+        self.issue_round(
+            call,
+            (Kind::AllToAll, dt, count),
             "HcclAlltoAll",
             stream,
-            keep,
-            &ops,
+            &[send, recv],
             None,
             || Ok(()),
             |c, st| {
