@@ -18,7 +18,7 @@
 //!   attribute numbering is probed (DTK keeps the pre-ROCm-5 numbering while reporting HIP 6.x):
 //!   the warp-size query must answer 32 or 64. Wavefront width is the device's (64 on Instinct and
 //!   DCUs, 32 on RDNA); the vendor is Hygon for DCU architectures or DTK's runtime, else AMD.
-//! * **Modules** (`unihal_gpu::amdgpu`): AMDGPU ELF code objects and uncompressed offload bundles,
+//! * **Modules** (`unihal_codeobj::amdgpu`): AMDGPU ELF code objects and uncompressed offload bundles,
 //!   launches size-checked from the `amdhsa.kernels` metadata (hidden arguments skipped).
 //! * **Library ops** ([`library`]): the portable library compiled by hiprtc for the device's
 //!   exact architecture through the shared kernel cache; architectures this hiprtc may abort on

@@ -6,7 +6,7 @@
 //! * an architecture this hiprtc aborts on (gfx942, Hygon's gfx928) is compiled in the helper:
 //!   the error names the architecture, and this process survives (twice: remembered).
 
-use unihal_gpu::amdgpu as code_object;
+use unihal_codeobj::amdgpu as code_object;
 use unihal_hal::HalError;
 use unihal_hip::library;
 use unihal_kernels::source::{entry_names, library_source, GpuTarget};
