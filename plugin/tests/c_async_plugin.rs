@@ -64,21 +64,7 @@ fn main() {
             "{must} did not pass on both devices"
         );
     }
-    for t in &report.targets {
-        for r in &t.results {
-            let unsupported_area = ["kernels.", "ops.", "ccl."]
-                .iter()
-                .any(|p| r.id.starts_with(p));
-            if unsupported_area {
-                assert!(
-                    matches!(&r.outcome, Outcome::Skipped { reason } if reason.contains("asynchronous C plugin")),
-                    "{}: {:?}",
-                    r.id,
-                    r.outcome
-                );
-            }
-        }
-    }
+    support::assert_unsupported_areas_skipped(&report, "asynchronous C plugin");
     println!(
         "asynchronous C plugin: {} passed, {skipped} skipped, 0 failed over {} devices",
         passed.len(),

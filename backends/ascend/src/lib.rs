@@ -36,8 +36,8 @@ pub use loader::Cann;
 pub use runtime::{AscendDevice, AscendStream};
 
 use std::sync::Arc;
-use unihal_gpu::backend::{CollectiveEngine, Loaded, RuntimeBackend, VendorRuntime};
-use unihal_hal::{Collectives, DeviceId, HalError, LibraryInfo, ModuleSource, Result};
+use unihal_gpu::backend::{Loaded, RuntimeBackend, VendorRuntime};
+use unihal_hal::{DeviceId, HalError, LibraryInfo, ModuleSource, Result};
 
 /// Registry name of this backend.
 pub const NAME: &str = "ascend";
@@ -103,15 +103,5 @@ impl VendorRuntime for Cann {
 
     fn test_kernels(_: &AscendDevice) -> Option<ModuleSource> {
         None
-    }
-}
-
-impl CollectiveEngine for hccl::Engine {
-    fn info(&self) -> LibraryInfo {
-        hccl::Engine::info(self)
-    }
-
-    fn available(&self) -> Option<&dyn Collectives> {
-        hccl::Engine::available(self)
     }
 }

@@ -141,3 +141,23 @@ pub fn compile_c(source: &str, tag: &str, defines: &[&str]) -> PathBuf {
     );
     out
 }
+
+/// Asserts that every case of the areas a C example does not implement (kernels, library ops,
+/// collectives) was skipped with a reason naming the example (`who`, from its manifest).
+pub fn assert_unsupported_areas_skipped(report: &unihal_conformance::Report, who: &str) {
+    for t in &report.targets {
+        for r in &t.results {
+            let unsupported_area = ["kernels.", "ops.", "ccl."]
+                .iter()
+                .any(|p| r.id.starts_with(p));
+            if unsupported_area {
+                assert!(
+                    matches!(&r.outcome, unihal_conformance::Outcome::Skipped { reason } if reason.contains(who)),
+                    "{}: {:?}",
+                    r.id,
+                    r.outcome
+                );
+            }
+        }
+    }
+}

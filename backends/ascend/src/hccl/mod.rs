@@ -106,25 +106,6 @@ impl Engine {
             .map_err(Clone::clone)
     }
 
-    /// The report line of HCCL.
-    pub fn info(&self) -> LibraryInfo {
-        match self.lib() {
-            Ok(l) => LibraryInfo::found("collectives", "HCCL", l.path.clone(), None),
-            Err(e) => LibraryInfo::missing("collectives", "HCCL", e.to_string()),
-        }
-    }
-
-    /// The engine as the backend's collectives, when HCCL opened (else `None`, logged).
-    pub fn available(&self) -> Option<&dyn Collectives> {
-        match self.lib() {
-            Ok(_) => Some(self),
-            Err(e) => {
-                tracing::info!(target: "unihal::ascend", "no collectives: {e}");
-                None
-            }
-        }
-    }
-
     /// The float dtypes whose average the engine emulates: those the SoC's op table divides.
     fn averaged() -> Vec<DType> {
         let Ok(cann) = crate::loader::cann() else {
@@ -304,6 +285,27 @@ fn ranks_u32(nranks: usize) -> Result<u32> {
             },
         )
     })
+}
+
+/// HCCL's report line, and the engine as the backend's collectives when HCCL opened (else
+/// `None`, logged).
+impl unihal_gpu::backend::CollectiveEngine for Engine {
+    fn info(&self) -> LibraryInfo {
+        match self.lib() {
+            Ok(l) => LibraryInfo::found("collectives", "HCCL", l.path.clone(), None),
+            Err(e) => LibraryInfo::missing("collectives", "HCCL", e.to_string()),
+        }
+    }
+
+    fn available(&self) -> Option<&dyn Collectives> {
+        match self.lib() {
+            Ok(_) => Some(self),
+            Err(e) => {
+                tracing::info!(target: "unihal::ascend", "no collectives: {e}");
+                None
+            }
+        }
+    }
 }
 
 impl Collectives for Engine {
