@@ -20,14 +20,14 @@
 //!   order, compositions where aclnn has no single operator. Capabilities: the SoC's table
 //!   ([`soc`]) intersected with a phase-1 probe at device open. Random numbers come from the
 //!   NPU's generator (`bitwise_rng` is false): statistically checked, never bit-compared.
-//! * **Collectives** through HCCL ([`hccl`]).
+//! * **Collectives** through HCCL ([`ccl`]: HCCL described for the shared engine).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod ccl;
 pub mod conv;
 pub mod device;
 pub mod ffi;
-pub mod hccl;
 pub mod loader;
 pub mod ops;
 pub mod runtime;
@@ -49,10 +49,10 @@ pub type AscendBackend = RuntimeBackend<Cann>;
 impl VendorRuntime for Cann {
     const NAME: &'static str = NAME;
     const MANIFEST: &'static str = include_str!("../conformance.manifest");
-    type Ccl = hccl::Engine;
+    type Ccl = ccl::HcclEngine;
 
-    fn collective_engine() -> hccl::Engine {
-        hccl::Engine::default()
+    fn collective_engine() -> ccl::HcclEngine {
+        ccl::engine()
     }
 
     fn load() -> Result<Loaded<Cann>> {

@@ -5,7 +5,7 @@
 //! * every entry point of the runtime's symbol table ([`unihal_ascend::ffi::acl::AclApi`]) has
 //!   the header's parameter and result classes (integer, float or pointer, and size);
 //! * every enum value, flag and error code the backend uses equals the header's;
-//! * HCCL's table likewise ([`unihal_ascend::hccl::ffi`]), with `HcclRootInfo`'s size.
+//! * HCCL's table likewise ([`unihal_ascend::ffi::hccl`]), with `HcclRootInfo`'s size.
 //!
 //! The aclnn operators and the descriptor API have no header in the wheel (CANN generates the
 //! operator headers at build time): their declarations cite the op map's sources instead.
@@ -16,9 +16,10 @@
 // the type of the backend's constant, whatever the header's is.
 #![allow(clippy::unnecessary_cast)]
 
+use unihal_ascend::conv::hccl as hconv;
 use unihal_ascend::conv::{self, codes, dt};
 use unihal_ascend::ffi::acl::{self, dev_attr, memcpy, AclApi};
-use unihal_ascend::hccl::{conv as hconv, ffi as hffi};
+use unihal_ascend::ffi::hccl as hffi;
 use unihal_dynlib::abi::{declared, ours, ours_opt};
 use unihal_hal::{DType, ReduceOp};
 use unihal_sim_cann::header as h;

@@ -39,7 +39,7 @@
 //!
 //! * **Matmul** through cuBLAS (`Runtime::blas_gemm` in [`runtime`]) opened at run time (a handle per stream), for every
 //!   layout it expresses; otherwise, and without cuBLAS, the library's tiled GEMM.
-//! * **Collectives** through NCCL on the shared NCCL-API engine (`unihal-nccl-api`, the same
+//! * **Collectives** through NCCL on the shared NCCL-API engine (`unihal-ccl`, the same
 //!   engine RCCL runs on), with a watchdog per communicator so nothing hangs; [`CudaPlatform`] is
 //!   the CUDA side of it.
 //! * **Peers, pools and split**: peer copies through `cuMemcpyPeerAsync` (access enabled on first
@@ -74,10 +74,10 @@ pub type CudaBackend = RuntimeBackend<Cuda>;
 impl VendorRuntime for Cuda {
     const NAME: &'static str = NAME;
     const MANIFEST: &'static str = include_str!("../conformance.manifest");
-    type Ccl = unihal_nccl_api::Engine;
+    type Ccl = unihal_ccl::NcclEngine;
 
-    fn collective_engine() -> unihal_nccl_api::Engine {
-        unihal_gpu::platform::nccl_api_engine::<Cuda>(unihal_nccl_api::NCCL)
+    fn collective_engine() -> unihal_ccl::NcclEngine {
+        unihal_gpu::platform::nccl_api_engine::<Cuda>(unihal_ccl::NCCL)
     }
 
     fn load() -> Result<Loaded<Cuda>> {

@@ -8,10 +8,10 @@ mod support;
 
 use std::sync::Arc;
 use support::{controls, simulated_driver};
+use unihal_ccl::{NcclEngine as Engine, RCCL};
 use unihal_cuda::CudaBackend;
 use unihal_cuda::CudaPlatform;
 use unihal_hal::{Backend, Collectives, CommConfig, DType, HalError, Stream};
-use unihal_nccl_api::{Engine, RCCL};
 
 #[test]
 fn the_rccl_instance_runs_all_to_all_through_rccls_entry_point() {

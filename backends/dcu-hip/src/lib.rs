@@ -26,7 +26,7 @@
 //! * **Matmul** through rocBLAS opened at run time ([`loader`]; `Runtime::blas_gemm` in [`runtime`]), with the shared GEMM mapping;
 //!   the portable tiled GEMM otherwise.
 //! * **Collectives** through RCCL, the second instance of the shared NCCL-API engine
-//!   (`unihal-nccl-api`'s `RCCL` flavour, DTK's RCCL paths included) on [`HipPlatform`].
+//!   (`unihal-ccl`'s `RCCL` flavour, DTK's RCCL paths included) on [`HipPlatform`].
 //! * **Peers, pools**: `hipMemcpyPeerAsync` with access enabled on first use, stream-ordered
 //!   allocation (`hipMallocAsync`, returned with `hipFreeAsync`) where the device has pools.
 
@@ -60,10 +60,10 @@ pub type HipBackend = RuntimeBackend<Hip>;
 impl VendorRuntime for Hip {
     const NAME: &'static str = NAME;
     const MANIFEST: &'static str = include_str!("../conformance.manifest");
-    type Ccl = unihal_nccl_api::Engine;
+    type Ccl = unihal_ccl::NcclEngine;
 
-    fn collective_engine() -> unihal_nccl_api::Engine {
-        unihal_gpu::platform::nccl_api_engine::<Hip>(unihal_nccl_api::RCCL)
+    fn collective_engine() -> unihal_ccl::NcclEngine {
+        unihal_gpu::platform::nccl_api_engine::<Hip>(unihal_ccl::RCCL)
     }
 
     fn load() -> Result<Loaded<Hip>> {

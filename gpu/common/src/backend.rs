@@ -34,16 +34,11 @@ pub trait CollectiveEngine: Send + Sync + 'static {
     fn available(&self) -> Option<&dyn Collectives>;
 }
 
-impl CollectiveEngine for unihal_nccl_api::Engine {
+impl<L: unihal_ccl::CollectiveLib> CollectiveEngine for unihal_ccl::Engine<L> {
     fn info(&self) -> LibraryInfo {
         match self.lib() {
-            Ok(l) => LibraryInfo::found(
-                "collectives",
-                self.flavor().label,
-                l.path.clone(),
-                Some(l.version_string()),
-            ),
-            Err(e) => LibraryInfo::missing("collectives", self.flavor().label, e.to_string()),
+            Ok(l) => LibraryInfo::found("collectives", self.label(), l.path().into(), l.version()),
+            Err(e) => LibraryInfo::missing("collectives", self.label(), e.to_string()),
         }
     }
 
@@ -51,7 +46,7 @@ impl CollectiveEngine for unihal_nccl_api::Engine {
         match self.lib() {
             Ok(_) => Some(self),
             Err(e) => {
-                tracing::info!(target: "unihal::gpu", "{}: no collectives: {e}", self.flavor().label);
+                tracing::info!(target: "unihal::gpu", "{}: no collectives: {e}", self.label());
                 None
             }
         }

@@ -35,10 +35,10 @@
 //! * [`event`], [`module`], [`memory`]: the HAL objects over the runtime's handles;
 //! * [`deferred`]: releases triggered inside a host callback (where runtimes forbid their own
 //!   calls) run at the next call outside one;
-//! * [`platform`]: the `unihal-nccl-api` platform, so NCCL and RCCL run on any such backend;
+//! * [`platform`]: the `unihal-ccl` platform, so NCCL and RCCL run on any such backend;
 //! * [`backend`]: `RuntimeBackend<R>`, the `unihal_hal::Backend` of every vendor runtime.
 //!
-//! The collective engine over the NCCL API lives in `unihal-nccl-api`, library loading in
+//! The collective engine over the NCCL API lives in `unihal-ccl`, library loading in
 //! `unihal-dynlib`, module formats (AMDGPU code objects) in `unihal-codeobj`.
 
 pub mod backend;

@@ -1,4 +1,4 @@
-//! The GPU side of the collective engine: [`GpuPlatform`], the `unihal-nccl-api` platform that
+//! The GPU side of the collective engine: [`GpuPlatform`], the `unihal-ccl` platform that
 //! runs a library of the NCCL API (NCCL, RCCL) on the devices and streams of one GPU runtime.
 
 use crate::device::GpuDevice;
@@ -7,8 +7,8 @@ use crate::stream::{device_addr, GpuStream};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use unihal_ccl::Platform;
 use unihal_hal::{Buffer, Device, DeviceId, HalError, Invalid, Keep, Result, Stream};
-use unihal_nccl_api::Platform;
 
 /// Devices and streams of runtime `R` for the NCCL-API engine. Stateless; `Send + Sync`.
 pub struct GpuPlatform<R>(PhantomData<fn() -> R>);
@@ -27,8 +27,8 @@ impl<R> std::fmt::Debug for GpuPlatform<R> {
 
 /// The NCCL-API engine of `flavor` (NCCL, RCCL) on runtime `R`'s devices and streams; the
 /// library is opened on first use.
-pub fn nccl_api_engine<R: Runtime>(flavor: unihal_nccl_api::Flavor) -> unihal_nccl_api::Engine {
-    unihal_nccl_api::Engine::new(flavor, Arc::new(GpuPlatform::<R>::default()))
+pub fn nccl_api_engine<R: Runtime>(flavor: unihal_ccl::Flavor) -> unihal_ccl::NcclEngine {
+    unihal_ccl::Engine::new(flavor, Arc::new(GpuPlatform::<R>::default()))
 }
 
 fn gpu_device<R: Runtime>(device: &Arc<dyn Device>) -> Result<&GpuDevice<R>> {

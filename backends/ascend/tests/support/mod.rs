@@ -196,7 +196,7 @@ pub mod sim {
 /// The HCCL handle of `comm` (0 once given up).
 pub fn native(comm: &Arc<dyn Communicator>) -> usize {
     comm.as_any()
-        .downcast_ref::<unihal_ascend::hccl::HcclComm>()
+        .downcast_ref::<unihal_ascend::ccl::HcclComm>()
         .expect("an HCCL communicator")
         .native()
 }

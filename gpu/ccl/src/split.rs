@@ -1,39 +1,41 @@
-//! [`unihal_hal::Communicator::split`] for HCCL, which has no split of its own: emulated with two
-//! all-gathers on the parent and one `HcclCommInitRootInfo` per new communicator.
+//! [`unihal_hal::Communicator::split`] for a library without a split of its own (HCCL; an NCCL
+//! older than 2.18): emulated with two all-gathers on the parent and one blocking init per new
+//! communicator.
 //!
 //! 1. **The requests**: every rank of the parent posts its `(color, key)` (three `i32`: whether
 //!    it has a color, the color, the key) to an all-gather on the parent, on a stream of its
 //!    own on its device, and reads the result back; each rank then places every rank with
 //!    [`unihal_hal::ccl::split_place`], the rule of every engine (by key, then old rank).
-//! 2. **The root infos**: the leader of each color (its new rank 0) makes a root info
-//!    (`HcclGetRootInfo`, with its device current), and a second all-gather on the parent hands
-//!    every rank the 4108-byte slot of each rank (leaders' root infos, zeros from the others);
-//!    each member keeps its leader's. When no rank has a color, the second all-gather is left
-//!    out (every rank knows it from the requests).
-//! 3. **The communicators**: each member makes its own with `HcclCommInitRootInfo(group size,
-//!    leader's root info, new rank)` exactly as `init_rank` does (a helper thread with the
-//!    device current, bounded by the child's timeout: `config`'s, else the parent's). The child
-//!    keeps the rank's device and the parent's capabilities; its in-process ranks form a group
-//!    of their own (keyed by the leader's root info), so a failure there ends posted operations
-//!    through stand-ins as for every HCCL communicator.
+//! 2. **The unique ids**: the leader of each color (its new rank 0) makes a unique id (with its
+//!    device current), and a second all-gather on the parent hands every rank the id-sized slot
+//!    of each rank (leaders' ids, zeros from the others); each member keeps its leader's. When
+//!    no rank has a color, the second all-gather is left out (every rank knows it from the
+//!    requests).
+//! 3. **The communicators**: each member makes its own with the library's init (group size,
+//!    leader's id, new rank) exactly as `init_rank` does (a helper thread with the device
+//!    current, bounded by the child's timeout: `config`'s, else the parent's). The child keeps
+//!    the rank's device and the parent's capabilities; its in-process ranks form a group of their
+//!    own (keyed by the leader's id), so a failure there ends posted operations through
+//!    stand-ins as for every communicator of a library without an abort.
 //!
 //! Both all-gathers are ordinary operations of the parent: they are watched, time out at the
 //! parent's timeout, and count in the parent's order of operations (a split is a collective
 //! call). A rank that fails before it posted both (no stream, no memory, a failed copy) would
 //! leave its peers waiting inside a collective it never posts, so it fails the parent, as a
-//! timeout would (its in-process peers end at once, with `Aborted`). A leader whose
-//! `HcclGetRootInfo` fails still takes part with zeros: it returns HCCL's error, the members of
-//! its color `Aborted` naming it, and the parent and the other colors go on. A color is any
-//! `u32` (no C `int` lies in between, unlike `ncclCommSplit`'s and `MPI_Comm_split`'s).
+//! timeout would (its in-process peers end at once, with `Aborted`). A leader whose unique id
+//! fails still takes part with zeros: it returns the library's error, the members of its color
+//! `Aborted` naming it, and the parent and the other colors go on. A color is any `u32` (no C
+//! `int` lies in between, unlike `ncclCommSplit`'s and `MPI_Comm_split`'s).
 
-use super::comm::{HcclComm, Parts};
-use super::ffi::{RootInfo, ROOT_INFO_BYTES};
-use super::group::Group;
-use super::{init_comm, root_info};
+use crate::comm::{LibComm, Parts};
+use crate::engine::init_rank_bounded;
+use crate::group::Group;
+use crate::library::CollectiveLib;
+use crate::platform::with_current;
 use std::sync::Arc;
+use std::time::Duration;
 use unihal_hal::ccl::split_place;
 use unihal_hal::{Buffer, CommConfig, Communicator, DType, HalError, Result, Stream};
-use unihal_nccl_api::platform::with_current;
 
 /// One rank's request as posted: three `i32` (has a color, the color's bits, the key).
 const ASK_ELEMS: u64 = 3;
@@ -73,27 +75,22 @@ struct Scratch {
     root_recv: Buffer,
 }
 
-impl HcclComm {
-    /// [`Communicator::split`], emulated (see the module's documentation).
-    pub(super) fn split_emulated(
+impl<L: CollectiveLib> LibComm<L> {
+    /// [`Communicator::split`], emulated (see the module's documentation); the parent was
+    /// checked open.
+    pub(crate) fn split_emulated(
         &self,
         color: Option<u32>,
         key: i32,
-        config: &CommConfig,
+        timeout: Duration,
     ) -> Result<Option<Arc<dyn Communicator>>> {
-        let s = &self.shared;
-        if let Some(e) = s.sticky.lock().clone() {
-            return Err(e);
-        }
-        if s.stopped() {
-            return Err(s.stopped_error());
-        }
-        let timeout = config.timeout.unwrap_or(s.timeout);
+        let s = self.split_parts();
+        let label = s.lib.label();
         let x = self.exchange(color, key).inspect_err(|e| {
             // Peers wait in (or will post) an all-gather this rank may not have posted: the
             // parent's order of operations is broken. A parent that failed already stays as it
             // is (failing is once per group).
-            s.fail(e.clone());
+            self.fail(e.clone());
         })?;
         let Some(color) = color else {
             return Ok(None);
@@ -113,34 +110,25 @@ impl HcclComm {
         if slot.iter().all(|&b| b == 0) {
             return Err(HalError::Aborted {
                 what: format!(
-                    "split: rank {leader}, the leader of color {color}, could not make a root \
-                     info (HcclGetRootInfo failed there): color {color} has no communicator"
+                    "split: rank {leader}, the leader of color {color}, could not make a {label} \
+                     unique id there: color {color} has no communicator"
                 ),
             });
         }
-        let root: Arc<RootInfo> = Arc::from(RootInfo::from_bytes(&slot).ok_or_else(|| {
-            HalError::Internal(format!("split: a root info slot of {} bytes", slot.len()))
-        })?);
-        let group = Group::of(&slot, size);
-        group.arrive(rank);
-        // Sizes fit HCCL's `uint32_t`: the parent's did.
-        let raw = init_comm(
-            &s.platform,
-            &s.lib,
-            &root,
-            (size as u32, rank as u32),
-            &s.device,
-            timeout,
-        )?;
-        Ok(Some(HcclComm::new(
+        let group = (!s.lib.can_abort()).then(|| Group::of(label, &slot, size));
+        if let Some(g) = &group {
+            g.arrive(rank);
+        }
+        let raw = init_rank_bounded(s.platform, s.lib, &slot, (size, rank), s.device, timeout)?;
+        Ok(Some(LibComm::new(
             Parts {
                 lib: s.lib.clone(),
                 platform: s.platform.clone(),
-                raw: raw as super::ffi::Comm,
+                raw,
                 rank,
                 size,
                 device: s.device.clone(),
-                caps: self.caps.clone(),
+                caps: s.caps.clone(),
                 group,
             },
             &CommConfig {
@@ -149,22 +137,24 @@ impl HcclComm {
         )))
     }
 
-    fn scratch(&self) -> Result<Scratch> {
-        let (dev, n) = (&self.shared.device, self.shared.size);
+    fn scratch(&self, id_bytes: usize) -> Result<Scratch> {
+        let s = self.split_parts();
+        let (dev, n) = (s.device, s.size);
         Ok(Scratch {
             stream: dev.create_stream()?,
             ask_send: dev.alloc(ASK_BYTES)?,
             ask_recv: dev.alloc(ASK_BYTES * n)?,
-            root_send: dev.alloc(ROOT_INFO_BYTES)?,
-            root_recv: dev.alloc(ROOT_INFO_BYTES * n)?,
+            root_send: dev.alloc(id_bytes)?,
+            root_recv: dev.alloc(id_bytes * n)?,
         })
     }
 
-    /// Steps 1 and 2: the requests, then the leaders' root infos, through the parent.
+    /// Steps 1 and 2: the requests, then the leaders' unique ids, through the parent.
     fn exchange(&self, color: Option<u32>, key: i32) -> Result<Exchanged> {
-        let s = &self.shared;
+        let s = self.split_parts();
         let (n, me) = (s.size, s.rank);
-        let x = self.scratch()?;
+        let id_bytes = s.lib.id_kind().1;
+        let x = self.scratch(id_bytes)?;
         let st = &x.stream;
         st.write(&x.ask_send, 0, &encode_ask(color, key))?;
         self.all_gather(&x.ask_send, &x.ask_recv, ASK_ELEMS, DType::I32, st)?;
@@ -191,26 +181,25 @@ impl HcclComm {
         let leader = color.and_then(|c| {
             (0..n).find(|&q| asks[q].0 == Some(c) && split_place(&asks, q).map(|p| p.0) == Some(0))
         });
-        let mut slot = vec![0u8; ROOT_INFO_BYTES];
+        let mut slot = vec![0u8; id_bytes];
         if leader == Some(me) {
-            match with_current(&*s.platform, &s.device, "HcclGetRootInfo", || {
-                root_info(&s.lib)
-            }) {
-                Ok(r) => slot = r.bytes(),
+            match with_current(&**s.platform, s.device, "unique id", || s.lib.unique_id()) {
+                Ok(id) if id.len() == id_bytes => slot = id,
+                Ok(id) => {
+                    out.own = Some(HalError::Internal(format!(
+                        "{} made a unique id of {} bytes, not {id_bytes}",
+                        s.lib.label(),
+                        id.len()
+                    )))
+                }
                 Err(e) => out.own = Some(e),
             }
         }
         st.write(&x.root_send, 0, &slot)?;
-        self.all_gather(
-            &x.root_send,
-            &x.root_recv,
-            ROOT_INFO_BYTES as u64,
-            DType::U8,
-            st,
-        )?;
+        self.all_gather(&x.root_send, &x.root_recv, id_bytes as u64, DType::U8, st)?;
         match leader {
             Some(q) => {
-                st.read(&x.root_recv, (q * ROOT_INFO_BYTES) as u64, &mut slot)?;
+                st.read(&x.root_recv, (q * id_bytes) as u64, &mut slot)?;
                 out.leader = Some((q, slot));
             }
             None => st.synchronize()?,

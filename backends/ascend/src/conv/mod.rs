@@ -1,6 +1,8 @@
 //! Conversions of the Ascend backend: `aclError` and `aclnnStatus` codes to [`HalError`] (the
 //! vendor's name and number kept, with `aclGetRecentErrMsg`'s text), and HAL dtypes to
-//! `aclDataType`.
+//! `aclDataType`; HCCL's values in [`hccl`].
+
+pub mod hccl;
 
 use unihal_hal::{DType, HalError};
 

@@ -3,7 +3,7 @@
 //! `HCCL` (facts sheet §2). Codes are kept raw: newer headers added codes past `E_NETWORK = 19`
 //! (and gave 20, once the implicit `HCCL_E_RESERVED`, to `E_AGAIN`).
 
-use super::ffi::Hccl;
+use crate::ffi::hccl::Hccl;
 use unihal_hal::{DType, HalError, ReduceOp};
 
 /// The library name of HCCL's [`HalError::Vendor`]s.

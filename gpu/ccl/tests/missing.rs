@@ -5,8 +5,8 @@
 mod support;
 
 use std::sync::Arc;
+use unihal_ccl::{NcclEngine as Engine, NCCL, RCCL};
 use unihal_hal::{Collectives, HalError};
-use unihal_nccl_api::{Engine, NCCL, RCCL};
 
 #[test]
 fn a_missing_library_names_every_path_tried() {

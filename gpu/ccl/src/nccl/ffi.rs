@@ -4,7 +4,7 @@
 //! (`ncclAlltoAll` on NVIDIA >= 2.28.3, `ncclAllToAll` on RCCL) and is optional, as is
 //! `ncclCommSplit` (NCCL >= 2.18).
 
-use crate::engine::Flavor;
+use super::Flavor;
 use std::ffi::{c_char, c_int, c_void};
 use unihal_dynlib::Library;
 use unihal_hal::Result;

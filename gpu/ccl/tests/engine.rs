@@ -7,9 +7,10 @@ mod support;
 
 use std::sync::{Arc, Once};
 use support::{simulated_library, NoDevices};
+use unihal_ccl::nccl::conv;
+use unihal_ccl::nccl::ffi::Nccl;
+use unihal_ccl::{Flavor, NcclEngine as Engine, NCCL, RCCL};
 use unihal_hal::{Backend, CollectiveOp, Collectives, CommConfig, HalError, Invalid, UniqueId};
-use unihal_nccl_api::ffi::Nccl;
-use unihal_nccl_api::{conv, Engine, Flavor, NCCL, RCCL};
 
 /// Both override variables name the simulated library (set once, before any engine opens it).
 fn setup() {

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use unihal_ccl::Platform;
 use unihal_hal::{Buffer, Device, DeviceId, HalError, Invalid, Keep, Result, Stream};
-use unihal_nccl_api::Platform;
 
 /// The simulated driver and NCCL built for these tests (one object, `libunihal_sim_cuda.so`).
 pub fn simulated_library() -> PathBuf {

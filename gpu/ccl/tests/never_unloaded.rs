@@ -5,7 +5,7 @@
 mod support;
 
 use support::simulated_library as simulated_driver;
-use unihal_nccl_api::ffi::Nccl;
+use unihal_ccl::nccl::ffi::Nccl;
 
 /// glibc's `RTLD_NOLOAD` (dlfcn.h): open only a library already loaded.
 const RTLD_NOLOAD: std::ffi::c_int = 4;
@@ -14,7 +14,7 @@ const RTLD_NOLOAD: std::ffi::c_int = 4;
 fn nccl_stays_loaded_after_its_last_handle_drops() {
     let lib = simulated_driver();
     std::env::set_var("UNIHAL_NCCL_LIB", &lib);
-    let nccl = Nccl::load(&unihal_nccl_api::NCCL).unwrap();
+    let nccl = Nccl::load(&unihal_ccl::NCCL).unwrap();
     drop(nccl);
     // RTLD_NOLOAD: succeeds only if the library is still mapped.
     // SAFETY: opens nothing new (RTLD_NOLOAD); no initialiser runs.

@@ -1,26 +1,26 @@
-//! The ranks of one HCCL communicator that live in this process (`Group`), and what stands in
-//! for the abort HCCL lacks.
+//! The ranks of one communicator that live in this process ([`Group`]), and what stands in for
+//! the abort a library lacks (HCCL).
 //!
-//! HCCL has no call that ends an operation already posted on a stream: an operation whose peers
-//! never post theirs waits until HCCL's own execution timeout (`HCCL_EXEC_TIMEOUT`), and a
-//! stream synchronisation waits with it. Where every rank of the communicator lives in this
-//! process (`init_all`, or `init_rank` from threads), the group knows what each rank posted, so a
-//! failure of one rank (its timeout, an asynchronous error, `abort`) can end the others' posted
-//! operations: every rank stops issuing, the streams with pending work fail, and each rank then
-//! posts **stand-ins** — the collectives and the sends and receives its peers are still waiting
-//! for, on scratch buffers and streams of its own — so that every posted round completes
-//! (moving nothing anyone reads: the streams that wait on them have failed already). Only then
-//! are the communicators destroyed ([`super::comm`]).
+//! Without an abort, nothing ends an operation already posted on a stream: an operation whose
+//! peers never post theirs waits until the library's own execution timeout (HCCL's
+//! `HCCL_EXEC_TIMEOUT`), and a stream synchronisation waits with it. Where every rank of the
+//! communicator lives in this process (`init_all`, or `init_rank` from threads), the group knows
+//! what each rank posted, so a failure of one rank (its timeout, an asynchronous error, `abort`)
+//! can end the others' posted operations: every rank stops issuing, the streams with pending
+//! work fail, and each rank then posts **stand-ins** — the collectives and the sends and
+//! receives its peers are still waiting for, on scratch buffers and streams of its own — so that
+//! every posted round completes (moving nothing anyone reads: the streams that wait on them have
+//! failed already). Only then are the communicators destroyed ([`crate::comm`]).
 //!
 //! What each rank posted is logged only while every rank has arrived in this process (ranks
-//! announce themselves before `HcclCommInitRootInfo`, which returns only once every rank called
+//! announce themselves before their blocking init, which returns only once every rank called
 //! it, so by the first operation the group knows whether it is complete); a group with ranks in
-//! other processes logs nothing, and its posted operations end at HCCL's execution timeout. The
-//! log holds only what some rank posted and a peer did not yet: collective rounds by their
-//! number (HCCL matches the k-th collective of every rank), sends and receives per ordered pair
-//! of ranks in issue order.
+//! other processes logs nothing, and its posted operations end at the library's execution
+//! timeout. The log holds only what some rank posted and a peer did not yet: collective rounds
+//! by their number (the library matches the k-th collective of every rank), sends and receives
+//! per ordered pair of ranks in issue order.
 
-use super::comm::Shared;
+use crate::library::{P2p, Round};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,42 +28,25 @@ use std::sync::{Arc, OnceLock, Weak};
 use unihal_hal::HalError;
 
 /// Most entries the log holds before it gives up (a rank far behind its peers): failures then
-/// end posted operations at HCCL's execution timeout only.
+/// end posted operations at the library's own timeout only.
 const LOG_LIMIT: usize = 1 << 16;
-
-/// A collective as HCCL sees it: what a stand-in must repeat to complete its round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    AllReduce { op: i32 },
-    Broadcast { root: u32 },
-    Reduce { op: i32, root: u32 },
-    AllGather,
-    ReduceScatter { op: i32 },
-    AllToAll,
-}
-
-/// One collective round: its kind, `HcclDataType`, element size and count (per rank or per
-/// block, as HCCL counts it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Round {
-    pub kind: Kind,
-    pub dtype: i32,
-    pub esize: u64,
-    pub count: u64,
-}
 
 /// What a rank posted, or what a stand-in posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
+pub enum Op {
     Collective(Round),
-    /// A send to `peer`, or a receive from it (`recv`).
-    P2p {
-        peer: usize,
-        recv: bool,
-        count: u64,
-        dtype: i32,
-        esize: u64,
-    },
+    P2p(P2p),
+}
+
+/// A rank of a group: what failing the group does to it ([`crate::comm`]'s rank state).
+pub trait Member: Send + Sync {
+    /// Stops issuing with `e` as the sticky error and fails the streams with pending work;
+    /// true when this call stopped it.
+    fn stop(&self, e: HalError) -> bool;
+    /// Posts `ops` as stand-ins.
+    fn stand_in(&self, ops: &[Op]);
+    /// Gives the communicator to a reaper (destroyed once its operations drained).
+    fn hand_to_reaper(&self);
 }
 
 /// The calls of one ordered pair (sender, receiver) that the other side has not matched yet.
@@ -71,7 +54,7 @@ pub(crate) enum Op {
 struct Unmatched {
     /// True when the sends are ahead (the entries are sends), false for receives.
     sends_ahead: bool,
-    calls: VecDeque<(u64, i32, u64)>,
+    calls: VecDeque<(u64, unihal_hal::DType)>,
 }
 
 #[derive(Default)]
@@ -99,7 +82,7 @@ impl Log {
         }
     }
 
-    fn p2p(&mut self, pair: (usize, usize), is_send: bool, call: (u64, i32, u64)) {
+    fn p2p(&mut self, pair: (usize, usize), is_send: bool, call: (u64, unihal_hal::DType)) {
         let u = self.p2p.entry(pair).or_default();
         if !u.calls.is_empty() && u.sends_ahead != is_send {
             u.calls.pop_front();
@@ -125,20 +108,19 @@ impl Log {
             }
         }
         for (&(src, dst), u) in &self.p2p {
-            for &(count, dtype, esize) in &u.calls {
+            for &(count, dtype) in &u.calls {
                 // Sends ahead: the receiver receives; receives ahead: the sender sends.
                 let (at, peer) = if u.sends_ahead {
                     (dst, src)
                 } else {
                     (src, dst)
                 };
-                out[at].push(Op::P2p {
+                out[at].push(Op::P2p(P2p {
                     peer,
                     recv: u.sends_ahead,
                     count,
                     dtype,
-                    esize,
-                });
+                }));
             }
         }
         out
@@ -146,15 +128,15 @@ impl Log {
 }
 
 struct State {
-    /// Ranks that announced themselves (before their `HcclCommInitRootInfo`).
+    /// Ranks that announced themselves (before their blocking init).
     arrived: Vec<bool>,
     /// Ranks whose communicator exists.
-    members: Vec<Weak<Shared>>,
+    members: Vec<Option<Weak<dyn Member>>>,
     log: Log,
 }
 
 /// The ranks of one communicator in this process. Thread-safe.
-pub(crate) struct Group {
+pub struct Group {
     pub nranks: usize,
     state: Mutex<State>,
     failed: AtomicBool,
@@ -166,7 +148,7 @@ impl Group {
             nranks,
             state: Mutex::new(State {
                 arrived: vec![false; nranks],
-                members: (0..nranks).map(|_| Weak::new()).collect(),
+                members: (0..nranks).map(|_| None).collect(),
                 log: Log {
                     issued: vec![0; nranks],
                     ..Log::default()
@@ -176,25 +158,41 @@ impl Group {
         }
     }
 
-    /// The group of the communicator of root info `id` (one per id while any of its ranks
-    /// lives in this process).
-    pub fn of(id: &[u8], nranks: usize) -> Arc<Group> {
-        static GROUPS: OnceLock<Mutex<HashMap<Vec<u8>, Weak<Group>>>> = OnceLock::new();
+    /// The group of the communicator of unique id `id` of library `label` (one per id while any
+    /// of its ranks lives in this process).
+    pub fn of(label: &str, id: &[u8], nranks: usize) -> Arc<Group> {
+        type Groups = HashMap<(String, Vec<u8>), Weak<Group>>;
+        static GROUPS: OnceLock<Mutex<Groups>> = OnceLock::new();
         let mut groups = GROUPS.get_or_init(Default::default).lock();
         groups.retain(|_, g| g.strong_count() > 0);
-        if let Some(g) = groups.get(id).and_then(Weak::upgrade) {
+        let key = (label.to_string(), id.to_vec());
+        if let Some(g) = groups.get(&key).and_then(Weak::upgrade) {
             if g.nranks == nranks {
                 return g;
             }
-            // Another size for the same id: HCCL refuses it; this rank gets a group of its own.
+            // Another size for the same id: the library refuses it; this rank gets a group of
+            // its own.
             return Arc::new(Group::new(nranks));
         }
         let g = Arc::new(Group::new(nranks));
-        groups.insert(id.to_vec(), Arc::downgrade(&g));
+        groups.insert(key, Arc::downgrade(&g));
         g
     }
 
-    /// Rank `rank` is about to join (before its `HcclCommInitRootInfo`).
+    /// A group with every rank in this process (`init_all`).
+    pub fn complete(nranks: usize) -> Arc<Group> {
+        let g = Group::new(nranks);
+        g.state.lock().arrived.fill(true);
+        Arc::new(g)
+    }
+
+    /// A group whose other ranks are unknown (a native split's child): it never logs, so a
+    /// failure leaves posted operations to the library's own timeout.
+    pub fn unknown(nranks: usize) -> Arc<Group> {
+        Arc::new(Group::new(nranks))
+    }
+
+    /// Rank `rank` is about to join (before its blocking init).
     pub fn arrive(&self, rank: usize) {
         if let Some(a) = self.state.lock().arrived.get_mut(rank) {
             *a = true;
@@ -202,14 +200,14 @@ impl Group {
     }
 
     /// Rank `rank`'s communicator exists.
-    pub fn join(&self, rank: usize, member: &Arc<Shared>) {
+    pub fn join(&self, rank: usize, member: Weak<dyn Member>) {
         if let Some(m) = self.state.lock().members.get_mut(rank) {
-            *m = Arc::downgrade(member);
+            *m = Some(member);
         }
     }
 
     /// Logs what rank `rank` just posted (called under its communicator's lock, right after
-    /// HCCL took the call, so the log is in the order HCCL matches).
+    /// the library took the call, so the log is in the order the library matches).
     pub fn record(&self, rank: usize, ops: &[Op]) {
         let mut st = self.state.lock();
         if st.log.off || ops.is_empty() {
@@ -226,20 +224,19 @@ impl Group {
         for op in ops {
             match *op {
                 Op::Collective(round) => st.log.collective(rank, round),
-                Op::P2p {
+                Op::P2p(P2p {
                     peer,
                     recv,
                     count,
                     dtype,
-                    esize,
-                } => {
+                }) => {
                     let pair = if recv { (peer, rank) } else { (rank, peer) };
-                    st.log.p2p(pair, !recv, (count, dtype, esize));
+                    st.log.p2p(pair, !recv, (count, dtype));
                 }
             }
         }
         if st.log.size() > LOG_LIMIT {
-            tracing::warn!(target: "unihal::ccl", "HCCL: a rank is more than {LOG_LIMIT} operations behind its peers; a failure will leave posted operations to HCCL's execution timeout");
+            tracing::warn!(target: "unihal::ccl", "a rank is more than {LOG_LIMIT} operations behind its peers; a failure will leave posted operations to the library's own timeout");
             st.log = Log {
                 off: true,
                 ..Log::default()
@@ -251,7 +248,9 @@ impl Group {
     /// and fails the streams with pending work (`origin` with `own`, the others with `peers`),
     /// posts the stand-ins its peers wait for, and hands its communicator to a reaper that
     /// destroys it once its operations drained. Once per group.
-    pub fn fail(&self, origin: &Shared, own: HalError, peers: HalError) {
+    pub fn fail(&self, origin: &dyn Member, own: HalError, peers: HalError) {
+        let is_origin =
+            |m: &Arc<dyn Member>| std::ptr::addr_eq(Arc::as_ptr(m), origin as *const dyn Member);
         if self.failed.swap(true, Ordering::SeqCst) {
             // Failing already: every rank that existed then is stopped.
             if origin.stop(own) {
@@ -259,25 +258,25 @@ impl Group {
             }
             return;
         }
-        let members: Vec<Option<Arc<Shared>>> = self
+        let members: Vec<Option<Arc<dyn Member>>> = self
             .state
             .lock()
             .members
             .iter()
-            .map(Weak::upgrade)
+            .map(|m| m.as_ref().and_then(Weak::upgrade))
             .collect();
-        let live: Vec<&Arc<Shared>> = members.iter().flatten().collect();
+        let live: Vec<&Arc<dyn Member>> = members.iter().flatten().collect();
+        let origin_is_member = live.iter().any(|m| is_origin(m));
         // Stopping takes each rank's operation lock: an issue in progress finishes (and is
         // logged) first, and none starts after.
         for m in &live {
-            let e = if std::ptr::eq(&***m, origin) {
+            m.stop(if is_origin(m) {
                 own.clone()
             } else {
                 peers.clone()
-            };
-            m.stop(e);
+            });
         }
-        if !live.iter().any(|m| std::ptr::eq(&***m, origin)) {
+        if !origin_is_member {
             origin.stop(own);
         }
         let stand_ins = {
@@ -294,14 +293,14 @@ impl Group {
             }
             None => tracing::warn!(
                 target: "unihal::ccl",
-                "HCCL: not every rank of the failed communicator is in this process; their \
-                 posted operations end at HCCL's execution timeout (HCCL_EXEC_TIMEOUT)"
+                "not every rank of the failed communicator is in this process; their posted \
+                 operations end at the library's own timeout (HCCL_EXEC_TIMEOUT)"
             ),
         }
         for m in &live {
             m.hand_to_reaper();
         }
-        if !live.iter().any(|m| std::ptr::eq(&***m, origin)) {
+        if !origin_is_member {
             origin.hand_to_reaper();
         }
     }
@@ -311,11 +310,13 @@ impl Group {
 mod tests {
     use super::*;
 
+    use crate::library::Call;
+    use unihal_hal::{DType, ReduceOp};
+
     fn round(count: u64) -> Round {
         Round {
-            kind: Kind::AllReduce { op: 0 },
-            dtype: 4,
-            esize: 4,
+            call: Call::AllReduce(ReduceOp::Sum),
+            dtype: DType::F32,
             count,
         }
     }
@@ -346,29 +347,27 @@ mod tests {
     fn stand_ins_match_unmatched_sends_and_receives_in_order() {
         let mut l = log(2);
         // Rank 0 sends twice to rank 1, which received once.
-        l.p2p((0, 1), true, (5, 4, 4));
-        l.p2p((0, 1), true, (7, 4, 4));
-        l.p2p((0, 1), false, (5, 4, 4));
+        l.p2p((0, 1), true, (5, DType::F32));
+        l.p2p((0, 1), true, (7, DType::F32));
+        l.p2p((0, 1), false, (5, DType::F32));
         // Rank 0 receives from rank 1, which never sends.
-        l.p2p((1, 0), false, (3, 2, 4));
+        l.p2p((1, 0), false, (3, DType::I32));
         let s = l.stand_ins();
         assert!(s[0].is_empty());
         assert_eq!(s[1].len(), 2);
         for want in [
-            Op::P2p {
+            Op::P2p(P2p {
                 peer: 0,
                 recv: true,
                 count: 7,
-                dtype: 4,
-                esize: 4,
-            },
-            Op::P2p {
+                dtype: DType::F32,
+            }),
+            Op::P2p(P2p {
                 peer: 0,
                 recv: false,
                 count: 3,
-                dtype: 2,
-                esize: 4,
-            },
+                dtype: DType::I32,
+            }),
         ] {
             assert!(s[1].contains(&want), "{want:?} in {:?}", s[1]);
         }

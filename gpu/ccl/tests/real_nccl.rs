@@ -5,9 +5,9 @@
 mod support;
 
 use std::sync::Arc;
+use unihal_ccl::nccl::ffi::Nccl;
+use unihal_ccl::{NcclEngine as Engine, NCCL};
 use unihal_hal::Collectives;
-use unihal_nccl_api::ffi::Nccl;
-use unihal_nccl_api::{Engine, NCCL};
 
 #[test]
 fn real_libnccl_loads_and_makes_unique_ids() {
