@@ -38,11 +38,11 @@ use crate::loader::Cann;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Arc;
-use unihal_ccl::library::{Call, P2p, RawComm, Round};
+use unihal_ccl::library::{c_arg, Call, P2p, RawComm, Round};
 use unihal_ccl::{CollectiveLib, Engine, LibComm};
 use unihal_gpu::platform::GpuPlatform;
 use unihal_hal::ccl::Accumulation;
-use unihal_hal::{CclCaps, CollectiveOp, DType, HalError, Invalid, OpId, ReduceOp, Result};
+use unihal_hal::{CclCaps, CollectiveOp, DType, HalError, OpId, ReduceOp, Result};
 
 /// The HCCL engine: the shared engine over [`Hccl`] on Ascend devices and streams.
 pub type HcclEngine = Engine<Hccl>;
@@ -75,19 +75,6 @@ fn averaged() -> Vec<DType> {
         .into_iter()
         .filter(|d| d.is_float() && div.contains(d))
         .collect()
-}
-
-/// `v` as HCCL's `uint32_t`, or `InvalidArgument` naming `arg`.
-fn u32_arg(arg: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| {
-        HalError::invalid(
-            arg,
-            Invalid::Value {
-                value: v.to_string(),
-                accepted: format!("0..={}", u32::MAX),
-            },
-        )
-    })
 }
 
 /// An `HcclResult` of `call` as ours.
@@ -199,7 +186,7 @@ impl CollectiveLib for Hccl {
     }
 
     fn init_rank(&self, id: &[u8], nranks: usize, rank: usize) -> Result<RawComm> {
-        let (n, r) = (u32_arg("nranks", nranks)?, u32_arg("rank", rank)?);
+        let (n, r): (u32, u32) = (c_arg("nranks", nranks as u64)?, c_arg("rank", rank as u64)?);
         let root = RootInfo::from_bytes(id)
             .ok_or_else(|| HalError::Internal(format!("a root info of {} bytes", id.len())))?;
         let mut comm: Comm = std::ptr::null_mut();
@@ -348,7 +335,7 @@ impl CollectiveLib for Hccl {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let n = u32_arg("calls", items.len())?;
+        let n: u32 = c_arg("calls", items.len() as u64)?;
         // SAFETY: `n` items, each range in a live buffer kept until the work ran (the caller's
         // contract); HCCL reads the list during the call.
         let code = unsafe { batch(items.as_mut_ptr(), n, c, stream) };

@@ -8,7 +8,23 @@
 //! comments cite it next to the vendor call.
 
 use std::ffi::c_void;
-use unihal_hal::{CclCaps, CollectiveOp, DType, HalError, ReduceOp, Result};
+use unihal_hal::{CclCaps, CollectiveOp, DType, HalError, Invalid, ReduceOp, Result};
+
+/// `v` as the library's integer type `T` (a C `int` rank, a `uint32_t` count).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming `arg` when `v` does not fit.
+pub fn c_arg<T: TryFrom<u64>>(arg: &'static str, v: u64) -> Result<T> {
+    T::try_from(v).map_err(|_| {
+        HalError::invalid(
+            arg,
+            Invalid::Value {
+                value: v.to_string(),
+                accepted: format!("a value the library's {} holds", std::any::type_name::<T>()),
+            },
+        )
+    })
+}
 
 /// A library communicator handle as an address (`0`: none).
 pub type RawComm = usize;

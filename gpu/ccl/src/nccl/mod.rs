@@ -17,7 +17,7 @@ pub mod conv;
 pub mod ffi;
 
 use crate::engine::Engine;
-use crate::library::{Call, CollectiveLib, P2p, RawComm, Round};
+use crate::library::{c_arg, Call, CollectiveLib, P2p, RawComm, Round};
 use crate::platform::Platform;
 use conv::{IN_PROGRESS, REMOTE_ERROR};
 use ffi::{Comm, Nccl, UniqueId as RawId};
@@ -26,7 +26,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use unihal_dynlib::Candidates;
 use unihal_hal::ccl::Accumulation;
-use unihal_hal::{CclCaps, CollectiveOp, HalError, Invalid, ReduceOp, Result};
+use unihal_hal::{CclCaps, CollectiveOp, HalError, ReduceOp, Result};
 
 /// One library of the NCCL API: its names, where to look, and its spelling of all-to-all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,19 +121,6 @@ fn init_error(lib: &Nccl, call: &str, code: i32) -> HalError {
     }
 }
 
-/// `v` as a C `int`, or `InvalidArgument` naming `arg`.
-fn c_int(arg: &'static str, v: u64) -> Result<i32> {
-    i32::try_from(v).map_err(|_| {
-        HalError::invalid(
-            arg,
-            Invalid::Value {
-                value: v.to_string(),
-                accepted: format!("0..={}", i32::MAX),
-            },
-        )
-    })
-}
-
 /// A result of the NCCL API as ours (`ncclInProgress` is success: the call was enqueued).
 fn check(lib: &Nccl, call: &str, code: i32) -> Result<()> {
     match code {
@@ -218,7 +205,7 @@ impl CollectiveLib for Nccl {
     }
 
     fn init_rank(&self, id: &[u8], nranks: usize, rank: usize) -> Result<RawComm> {
-        let n = c_int("nranks", nranks as u64)?;
+        let n = c_arg("nranks", nranks as u64)?;
         let mut raw_id = RawId { internal: [0; 128] };
         for (d, &b) in raw_id.internal.iter_mut().zip(id) {
             *d = b as std::ffi::c_char;
@@ -385,7 +372,7 @@ impl CollectiveLib for Nccl {
         })?;
         let color = match color {
             None => ffi::SPLIT_NOCOLOR,
-            Some(c) => c_int("color", c.into())?,
+            Some(c) => c_arg("color", c.into())?,
         };
         let mut child: Comm = std::ptr::null_mut();
         // SAFETY: the caller's contract (a live communicator used by this thread alone, the
