@@ -5,14 +5,19 @@
 use crate::conv::{attr, vendor};
 use crate::ffi::result;
 use crate::loader::guard;
-use crate::runtime::{Cuda, CudaDevice, CUDA};
+use crate::runtime::{prepare_ptx, Cuda, CudaDevice, CUDA};
 use cudarc::driver::sys;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use unihal_gpu::runtime::{DeviceSetup, Runtime};
+use unihal_gpu::kernel_cache::CacheKey;
+use unihal_gpu::library::{self, Library};
+use unihal_gpu::module::GpuModule;
+use unihal_gpu::runtime::{DeviceSetup, PreparedModule, Runtime};
 use unihal_hal::{
     Capabilities, DeviceId, DeviceInfo, MandatoryCaps, ModuleFormat, OptionalCaps, Result,
 };
+use unihal_kernels::rtc::nvrtc::Nvrtc;
+use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
 
 fn attribute(ctx: &Context, a: sys::CUdevice_attribute) -> Result<i32> {
     // SAFETY: a valid device and attribute.
@@ -68,7 +73,7 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                 // The portable library, when NVRTC is there to compile it; cuBLAS's matmul with
                 // or without it.
                 ops: unihal_gpu::gemm::ops_with_blas(
-                    match crate::library::nvrtc() {
+                    match crate::loader::nvrtc() {
                         Ok(_) => unihal_kernels::support(),
                         Err(e) => {
                             tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");
@@ -140,4 +145,64 @@ impl Drop for Context {
             }
         });
     }
+}
+
+/// The kernel library's PTX and cubin for `arch`, from the shared cache or NVRTC (keyed on the
+/// source hash, the architecture, NVRTC's version and options, and the driver's version).
+fn compiled(arch: &str) -> Result<(String, Vec<u8>)> {
+    let nvrtc = crate::loader::nvrtc()?;
+    let src = library_source(GpuTarget::Cuda);
+    let (major, minor) = nvrtc.version();
+    let key = CacheKey {
+        source_hash: fnv1a(&src),
+        target: arch.to_string(),
+        compiler: format!("NVRTC {major}.{minor}"),
+        options: Nvrtc::options(arch),
+        runtime: format!(
+            "CUDA driver {}",
+            crate::loader::driver().map_or(0, |d| d.version)
+        ),
+    };
+    let what = format!("NVRTC {major}.{minor} compiled the kernel library");
+    let parts = library::compiled(&key, &what, || {
+        let out = nvrtc.compile(&src, "unihal_kernels.cu", arch)?;
+        Ok(vec![
+            ("ptx".to_string(), out.ptx.into_bytes()),
+            ("cubin".to_string(), out.cubin),
+        ])
+    })?;
+    let ptx = String::from_utf8_lossy(&library::part(&parts, "ptx")).into_owned();
+    Ok((ptx, library::part(&parts, "cubin")))
+}
+
+/// The portable kernel library on `dev`: compiled by NVRTC from the same sources as the CPU build
+/// for the device's exact architecture, loaded as a cubin (PTX only as a fallback: the driver
+/// JIT-compiles it, and a driver older than NVRTC rejects its PTX).
+///
+/// # Errors
+/// [`unihal_hal::HalError::Unavailable`] without NVRTC; NVRTC's log; the driver's error for the
+/// PTX.
+pub(crate) fn load_library(dev: &Arc<CudaDevice>) -> Result<Library> {
+    let arch = library::device_arch(dev.as_ref());
+    let (ptx, cubin) = compiled(&arch)?;
+    // The cubin carries no parameter sizes: they come from the PTX of the same build.
+    let from_ptx = prepare_ptx(&ptx)?;
+    let cubin = PreparedModule {
+        image: cubin,
+        params: from_ptx.params.clone(),
+    };
+    let cubin_err = match GpuModule::<Cuda>::load_prepared(dev.clone(), ModuleFormat::Cubin, cubin)
+    {
+        Ok(module) => return Ok(Library::new(module, "cubin")),
+        Err(e) => e,
+    };
+    let module = GpuModule::<Cuda>::load_prepared(dev.clone(), ModuleFormat::Ptx, from_ptx)
+        .inspect_err(|e| {
+            tracing::error!(target: "unihal::cuda", "the kernel library loads neither as cubin ({cubin_err}) nor as PTX ({e})");
+        })?;
+    tracing::info!(target: "unihal::cuda", "kernel library loaded from PTX (cubin refused: {cubin_err})");
+    Ok(Library::new(
+        module,
+        format!("PTX (cubin refused: {cubin_err})"),
+    ))
 }

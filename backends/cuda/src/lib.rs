@@ -33,25 +33,25 @@
 //! * **Modules**: PTX (JIT-compiled by the driver; parameter sizes read from the PTX,
 //!   so launches are size-checked) and cubin.
 //!
-//! * **Library ops** ([`library`]): `run_op` plans with `unihal_kernels::plan` (the same planner as
-//!   every backend) and launches the portable library, compiled by NVRTC for the device's exact
-//!   architecture (cubin, PTX fallback) and cached on disk. Without NVRTC the device reports no ops.
+//! * **Library ops**: `run_op` plans with `unihal_kernels::plan` (the same planner as every
+//!   backend) and launches the portable library, compiled by NVRTC ([`loader::nvrtc`]) for the
+//!   device's exact architecture through the shared kernel cache (`unihal_gpu::library`) and
+//!   loaded as a cubin, PTX as the fallback ([`device`]). Without NVRTC the device reports no ops.
 //!
 //! * **Matmul** through cuBLAS (`Runtime::blas_gemm` in [`runtime`]) opened at run time (a handle per stream), for every
 //!   layout it expresses; otherwise, and without cuBLAS, the library's tiled GEMM.
-//! * **Collectives** through NCCL on the shared NCCL-API engine (`unihal-ccl`, the same
-//!   engine RCCL runs on), with a watchdog per communicator so nothing hangs; [`CudaPlatform`] is
+//! * **Collectives** through NCCL on the shared collective engine (`unihal-ccl`, the same
+//!   engine RCCL and HCCL run on), with a watchdog per communicator so nothing hangs; [`CudaPlatform`] is
 //!   the CUDA side of it.
 //! * **Peers, pools and split**: peer copies through `cuMemcpyPeerAsync` (access enabled on first
-//!   use), stream-ordered allocation from the device's default memory pool, `ncclCommSplit` when
-//!   the NCCL library has it: the capabilities say which a device and library have.
+//!   use), stream-ordered allocation from the device's default memory pool, `ncclCommSplit` (the
+//!   engine's emulated split before NCCL 2.18): the capabilities say which a device and library have.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod conv;
 pub mod device;
 mod ffi;
-pub mod library;
 pub mod loader;
 pub mod runtime;
 
@@ -103,7 +103,7 @@ impl VendorRuntime for Cuda {
         vec![
             compiler_info(
                 "NVRTC",
-                library::nvrtc().map(|n| (n.path().to_string(), n.version())),
+                loader::nvrtc().map(|n| (n.path().to_string(), n.version())),
             ),
             if loader::cublas_available() {
                 LibraryInfo::found("BLAS", "cuBLAS", "libcublas (system loader)".into(), None)

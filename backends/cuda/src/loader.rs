@@ -156,6 +156,19 @@ pub fn cublas_available() -> bool {
     })
 }
 
+/// NVRTC, opened once per process (devices ask whether it is there; the kernel library compiles
+/// with it).
+///
+/// # Errors
+/// [`HalError::Unavailable`] with the names tried (the first outcome is kept).
+pub fn nvrtc() -> Result<&'static unihal_kernels::rtc::nvrtc::Nvrtc> {
+    static NVRTC: OnceLock<Result<unihal_kernels::rtc::nvrtc::Nvrtc>> = OnceLock::new();
+    NVRTC
+        .get_or_init(unihal_kernels::rtc::nvrtc::Nvrtc::load)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

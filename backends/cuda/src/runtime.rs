@@ -363,7 +363,7 @@ impl Runtime for Cuda {
     }
 
     fn load_library(&self, device: &Arc<CudaDevice>) -> Result<Library> {
-        crate::library::load(device)
+        crate::device::load_library(device)
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {

@@ -9,10 +9,17 @@ use std::collections::BTreeMap;
 use std::ffi::c_int;
 use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
+use unihal_gpu::kernel_cache::CacheKey;
+use unihal_gpu::library::{self, Library};
+use unihal_gpu::module::GpuModule;
 use unihal_gpu::runtime::{DeviceSetup, Runtime};
 use unihal_hal::{
-    Capabilities, DeviceId, DeviceInfo, HalError, MandatoryCaps, ModuleFormat, OptionalCaps, Result,
+    Capabilities, DeviceId, DeviceInfo, HalError, MandatoryCaps, ModuleFormat, ModuleSource,
+    OptionalCaps, Result,
 };
+use unihal_kernels::rtc::helper;
+use unihal_kernels::rtc::hiprtc::{Hiprtc, SAFE_ARCHS};
+use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
 
 /// Bytes of the zeroed buffer the properties struct is read into (both layouts are smaller:
 /// 792 bytes for ROCm 5's, 1472 for ROCm 6's `R0600`).
@@ -119,9 +126,8 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
             // on the null stream tells.
             None => probe_pools(rt),
         };
-        let kernel_ops = match crate::library::hiprtc() {
-            Ok(_) if unihal_kernels::rtc::hiprtc::SAFE_ARCHS.contains(&arch.as_str())
-                || crate::library::helper_path().is_ok() =>
+        let kernel_ops = match crate::loader::hiprtc() {
+            Ok(_) if SAFE_ARCHS.contains(&arch.as_str()) || helper::helper_path().is_ok() =>
             {
                 unihal_kernels::support()
             }
@@ -172,4 +178,57 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
         };
         Ok(GpuDevice::<Hip>::new(rt, DeviceSetup { ctx, info, caps }))
     })
+}
+
+/// A code object of `src` (file name `name`) for `arch`, from the shared cache (keyed on the
+/// source hash, the architecture, hiprtc's version, path and options), hiprtc in this process
+/// (the architectures it is known to handle) or the helper process (every other one:
+/// `unihal_kernels::rtc::helper`).
+///
+/// # Errors
+/// [`HalError::Unavailable`] without hiprtc (or the helper when it is needed); the compiler's
+/// log; a crash of the helper naming the architecture.
+pub fn code_object(src: &str, name: &str, arch: &str) -> Result<Vec<u8>> {
+    let rtc = crate::loader::hiprtc()?;
+    let (major, minor) = rtc.version();
+    let version = format!("{major}.{minor}");
+    let key = CacheKey {
+        source_hash: fnv1a(src),
+        target: arch.to_string(),
+        compiler: format!("hiprtc {version} ({})", rtc.path()),
+        options: Hiprtc::options(arch),
+        runtime: String::new(),
+    };
+    let what = format!("hiprtc {version} compiled {name}");
+    let parts = library::compiled(&key, &what, || {
+        let code = if SAFE_ARCHS.contains(&arch) {
+            rtc.compile(src, name, arch)?.code
+        } else {
+            helper::compile_in_helper(src, name, arch, &version)?
+        };
+        Ok(vec![("code".to_string(), code)])
+    })?;
+    Ok(library::part(&parts, "code"))
+}
+
+/// The portable kernel library on `dev`, compiled by hiprtc for its exact architecture and
+/// loaded as a code object.
+///
+/// # Errors
+/// As [`code_object`]; the runtime's error loading it.
+pub(crate) fn load_library(dev: &Arc<HipDevice>) -> Result<Library> {
+    let arch = library::device_arch(dev.as_ref());
+    let code = code_object(&library_source(GpuTarget::Hip), "unihal_kernels.hip", &arch)?;
+    let module = GpuModule::load(dev.clone(), &ModuleSource::HipCodeObject(code))?;
+    Ok(Library::new(module, format!("code object for {arch}")))
+}
+
+/// The conformance suite's test kernels compiled for `dev`'s architecture.
+///
+/// # Errors
+/// As [`code_object`].
+pub fn test_kernels(dev: &HipDevice) -> Result<ModuleSource> {
+    let arch = library::device_arch(dev);
+    let code = code_object(unihal_kernels::testing::HIP_SOURCE, "uh_testing.hip", &arch)?;
+    Ok(ModuleSource::HipCodeObject(code))
 }

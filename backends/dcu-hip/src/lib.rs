@@ -20,13 +20,14 @@
 //!   DCUs, 32 on RDNA); the vendor is Hygon for DCU architectures or DTK's runtime, else AMD.
 //! * **Modules** (`unihal_codeobj::amdgpu`): AMDGPU ELF code objects and uncompressed offload bundles,
 //!   launches size-checked from the `amdhsa.kernels` metadata (hidden arguments skipped).
-//! * **Library ops** ([`library`]): the portable library compiled by hiprtc for the device's
-//!   exact architecture through the shared kernel cache; architectures this hiprtc may abort on
-//!   are compiled in the `unihal-hiprtc-helper` process. Without hiprtc the device reports no ops.
+//! * **Library ops**: the portable library compiled by hiprtc ([`loader::hiprtc`]) for the
+//!   device's exact architecture through the shared kernel cache (`unihal_gpu::library`) and
+//!   loaded as a code object ([`device`]); architectures this hiprtc may abort on are compiled in
+//!   the `unihal-hiprtc-helper` process (`unihal_kernels::rtc::helper`). Without hiprtc the device reports no ops.
 //! * **Matmul** through rocBLAS opened at run time ([`loader`]; `Runtime::blas_gemm` in [`runtime`]), with the shared GEMM mapping;
 //!   the portable tiled GEMM otherwise.
-//! * **Collectives** through RCCL, the second instance of the shared NCCL-API engine
-//!   (`unihal-ccl`'s `RCCL` flavour, DTK's RCCL paths included) on [`HipPlatform`].
+//! * **Collectives** through RCCL on the shared collective engine (`unihal-ccl`'s `RCCL`
+//!   flavour of the NCCL C API, DTK's RCCL paths included) on [`HipPlatform`].
 //! * **Peers, pools**: `hipMemcpyPeerAsync` with access enabled on first use, stream-ordered
 //!   allocation (`hipMallocAsync`, returned with `hipFreeAsync`) where the device has pools.
 
@@ -35,7 +36,6 @@
 pub mod conv;
 pub mod device;
 pub mod ffi;
-pub mod library;
 pub mod loader;
 pub mod runtime;
 
@@ -99,7 +99,7 @@ impl VendorRuntime for Hip {
         vec![
             compiler_info(
                 "hiprtc",
-                library::hiprtc().map(|r| (r.path().to_string(), r.version())),
+                loader::hiprtc().map(|r| (r.path().to_string(), r.version())),
             ),
             match loader::rocblas() {
                 Ok((api, path)) => LibraryInfo::found(
@@ -122,7 +122,7 @@ impl VendorRuntime for Hip {
     }
 
     fn test_kernels(device: &HipDevice) -> Option<ModuleSource> {
-        match library::test_kernels(device) {
+        match device::test_kernels(device) {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(target: "unihal::hip", "no test kernels for {}: {e}", device.core().id);

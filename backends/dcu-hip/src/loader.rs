@@ -242,3 +242,16 @@ pub fn rocblas_version(api: &RocblasApi) -> Option<String> {
     // SAFETY: NUL-terminated within the buffer (the last byte was forced to NUL).
     Some(unsafe { unihal_dynlib::c_str(buf.as_ptr()) })
 }
+
+/// hiprtc, opened once per process (devices ask whether it is there; the kernel library and the
+/// suite's test kernels compile with it).
+///
+/// # Errors
+/// [`HalError::Unavailable`] with the names tried (the first outcome is kept).
+pub fn hiprtc() -> Result<&'static unihal_kernels::rtc::hiprtc::Hiprtc> {
+    static HIPRTC: OnceLock<Result<unihal_kernels::rtc::hiprtc::Hiprtc>> = OnceLock::new();
+    HIPRTC
+        .get_or_init(unihal_kernels::rtc::hiprtc::Hiprtc::load)
+        .as_ref()
+        .map_err(Clone::clone)
+}

@@ -429,7 +429,7 @@ impl Runtime for Hip {
     }
 
     fn load_library(&self, device: &Arc<HipDevice>) -> Result<Library> {
-        crate::library::load(device)
+        crate::device::load_library(device)
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {

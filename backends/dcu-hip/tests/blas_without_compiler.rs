@@ -14,7 +14,7 @@ fn matmul_runs_through_rocblas_without_hiprtc() {
     std::env::set_var("UNIHAL_HIPRTC_LIB", "/nonexistent/libhiprtc.so");
     let backend = support::simulated(&[("UNIHAL_SIM_DEVICES", "1")]);
     assert!(
-        unihal_hip::library::hiprtc().is_err(),
+        unihal_hip::loader::hiprtc().is_err(),
         "hiprtc should be hidden for this test"
     );
     let dev = backend.open(0).unwrap();

@@ -8,7 +8,7 @@
 
 use unihal_codeobj::amdgpu as code_object;
 use unihal_hal::HalError;
-use unihal_hip::library;
+use unihal_hip::{device, loader};
 use unihal_kernels::source::{entry_names, library_source, GpuTarget};
 use unihal_kernels::testing::{names, HIP_SOURCE};
 
@@ -20,10 +20,10 @@ fn cache_off() {
 #[test]
 fn test_kernels_and_library_compile_with_their_argument_sizes() {
     cache_off();
-    let rtc = library::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
+    let rtc = loader::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
     eprintln!("hiprtc {:?} from {}", rtc.version(), rtc.path());
     for arch in ["gfx906", "gfx90a"] {
-        let code = library::code_object(HIP_SOURCE, "uh_testing.hip", arch)
+        let code = device::code_object(HIP_SOURCE, "uh_testing.hip", arch)
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(&code[..4], b"\x7fELF", "{arch}: not an ELF");
         let args = code_object::kernel_args(&code).unwrap();
@@ -38,7 +38,7 @@ fn test_kernels_and_library_compile_with_their_argument_sizes() {
         for n in names::ALL {
             assert!(args.contains_key(n), "{arch}: {n} missing");
         }
-        let lib = library::code_object(&library_source(GpuTarget::Hip), "unihal_kernels.hip", arch)
+        let lib = device::code_object(&library_source(GpuTarget::Hip), "unihal_kernels.hip", arch)
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         let args = code_object::kernel_args(&lib).unwrap();
         for e in entry_names() {
@@ -51,11 +51,12 @@ fn test_kernels_and_library_compile_with_their_argument_sizes() {
 #[test]
 fn an_architecture_hiprtc_aborts_on_is_an_error_naming_it() {
     cache_off();
-    library::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
-    library::helper_path().unwrap_or_else(|e| panic!("the helper must be built: {e}"));
+    loader::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
+    unihal_kernels::rtc::helper::helper_path()
+        .unwrap_or_else(|e| panic!("the helper must be built: {e}"));
     for arch in ["gfx942", "gfx928"] {
         for attempt in 0..2 {
-            let e = library::code_object(HIP_SOURCE, "uh_testing.hip", arch)
+            let e = device::code_object(HIP_SOURCE, "uh_testing.hip", arch)
                 .expect_err("this hiprtc cannot compile it");
             let text = e.to_string();
             assert!(matches!(e, HalError::Vendor { .. }), "{arch}: {e:?}");

@@ -3,6 +3,7 @@
 //! needs neither. A missing library is [`unihal_hal::HalError::Unavailable`] naming every path tried.
 
 pub mod compiler;
+pub mod helper;
 pub mod hiprtc;
 pub mod nvrtc;
 

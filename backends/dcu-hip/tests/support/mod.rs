@@ -26,7 +26,7 @@ pub fn simulated(env: &[(&str, &str)]) -> Arc<HipBackend> {
 /// A skip is allowed only for a kernel running concurrently with the host (deferred mode) and,
 /// on a machine without hiprtc, for the test kernels it compiles.
 pub fn non_op_cases(backend: Arc<HipBackend>, device: Arc<dyn Device>) -> usize {
-    let has_hiprtc = unihal_hip::library::hiprtc().is_ok();
+    let has_hiprtc = unihal_hip::loader::hiprtc().is_ok();
     let t = Target {
         device,
         backend: backend as Arc<dyn Backend>,

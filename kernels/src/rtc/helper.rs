@@ -1,47 +1,25 @@
-//! The portable kernel library (and the conformance suite's test kernels) on a HIP device:
-//! compiled by hiprtc for the device's exact architecture, cached in memory and on disk through
-//! the shared kernel cache (`UNIHAL_KERNEL_CACHE`), loaded as a code object.
-//!
-//! hiprtc 5.x aborts the whole process when given an architecture it does not know (gfx94x,
-//! gfx11xx, Hygon gfx92x/93x). So only the architectures that hiprtc is known to handle
-//! (`unihal_kernels::rtc::hiprtc::SAFE_ARCHS`) are compiled in this process; every other one is
-//! compiled by the helper executable `unihal-hiprtc-helper`, shipped with unihal and found through
-//! `UNIHAL_HIPRTC_HELPER` or beside the running executable (never the executable itself, which
-//! inside many engines is Python). A helper that crashes is an error naming the architecture and
-//! the hiprtc version, remembered for the process, never the host's death.
+//! Compiling in a process of its own: hiprtc 5.x aborts the whole process when given an
+//! architecture it does not know (gfx94x, gfx11xx, Hygon gfx92x/93x). So only the architectures
+//! that hiprtc is known to handle ([`super::hiprtc::SAFE_ARCHS`]) are compiled in the calling
+//! process; every other one is compiled by the helper executable `unihal-hiprtc-helper` (built by
+//! the HIP backend), shipped with unihal and found through `UNIHAL_HIPRTC_HELPER` or beside the
+//! running executable (never the executable itself, which inside many engines is Python). A
+//! helper that crashes is an error naming the architecture and the hiprtc version, remembered for
+//! the process, never the host's death.
 
-use crate::runtime::HipDevice;
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use unihal_gpu::kernel_cache::{CacheKey, KernelCache};
-use unihal_gpu::library::Library;
-use unihal_gpu::module::GpuModule;
-use unihal_hal::{HalError, ModuleSource, Result};
-use unihal_kernels::rtc::hiprtc::{Hiprtc, SAFE_ARCHS};
-use unihal_kernels::source::{fnv1a, library_source, GpuTarget};
+use unihal_hal::{HalError, Result};
 
 /// The helper's file name.
 pub const HELPER: &str = "unihal-hiprtc-helper";
 
 /// How long the helper may take for one compilation.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// hiprtc, opened once per process.
-///
-/// # Errors
-/// [`HalError::Unavailable`] with the names tried (the first outcome is kept).
-pub fn hiprtc() -> Result<&'static Hiprtc> {
-    static HIPRTC: OnceLock<Result<Hiprtc>> = OnceLock::new();
-    HIPRTC
-        .get_or_init(Hiprtc::load)
-        .as_ref()
-        .map_err(Clone::clone)
-}
 
 /// Where the helper is: `UNIHAL_HIPRTC_HELPER`, else beside the running executable (or one
 /// directory up, where cargo puts binaries next to a test's `deps/`).
@@ -72,20 +50,27 @@ pub fn helper_path() -> Result<PathBuf> {
 }
 
 /// Failures of the helper, per (hiprtc version, architecture): not retried in this process.
-fn failures() -> &'static Mutex<HashMap<(String, String), HalError>> {
+fn failures() -> std::sync::MutexGuard<'static, HashMap<(String, String), HalError>> {
     static FAILURES: OnceLock<Mutex<HashMap<(String, String), HalError>>> = OnceLock::new();
-    FAILURES.get_or_init(|| Mutex::new(HashMap::new()))
+    let m = FAILURES.get_or_init(|| Mutex::new(HashMap::new()));
+    // A panic while holding it leaves a map that is still whole.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Compiles `src` for `arch` in the helper process.
-fn compile_in_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8>> {
+/// Compiles `src` (file name `name`) for `arch` with hiprtc `version` in the helper process; a
+/// failure is remembered per (version, architecture) and not retried in this process.
+///
+/// # Errors
+/// [`HalError::Unavailable`] without the helper; the compiler's log; a crash of the helper
+/// naming the architecture and hiprtc's version.
+pub fn compile_in_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8>> {
     let key = (version.to_string(), arch.to_string());
-    if let Some(e) = failures().lock().get(&key) {
+    if let Some(e) = failures().get(&key) {
         return Err(e.clone());
     }
     let r = run_helper(src, name, arch, version);
     if let Err(e) = &r {
-        failures().lock().insert(key, e.clone());
+        failures().insert(key, e.clone());
     }
     r
 }
@@ -178,76 +163,4 @@ fn run_helper(src: &str, name: &str, arch: &str, version: &str) -> Result<Vec<u8
         )),
         None => failed(format!("failed: {}", log.trim())),
     })
-}
-
-/// A code object of `src` for `arch`, from the cache, hiprtc in this process (known-safe
-/// architectures) or the helper (every other one).
-///
-/// # Errors
-/// [`HalError::Unavailable`] without hiprtc (or the helper when it is needed); the compiler's
-/// log; a crash of the helper naming the architecture.
-pub fn code_object(src: &str, name: &str, arch: &str) -> Result<Vec<u8>> {
-    let rtc = hiprtc()?;
-    let (major, minor) = rtc.version();
-    let version = format!("{major}.{minor}");
-    let key = CacheKey {
-        source_hash: fnv1a(src),
-        target: arch.to_string(),
-        compiler: format!("hiprtc {version} ({})", rtc.path()),
-        options: Hiprtc::options(arch),
-        runtime: String::new(),
-    };
-    let (parts, from) = KernelCache::global().get_or_compile(&key, || {
-        let t = Instant::now();
-        let code = if SAFE_ARCHS.contains(&arch) {
-            rtc.compile(src, name, arch)?.code
-        } else {
-            compile_in_helper(src, name, arch, &version)?
-        };
-        tracing::info!(target: "unihal::hip", "hiprtc {version} compiled {name} for {arch} in {:?}", t.elapsed());
-        Ok(vec![("code".to_string(), code)])
-    })?;
-    tracing::debug!(target: "unihal::hip", "{name} for {arch}: {from:?}");
-    Ok(parts
-        .iter()
-        .find(|(n, _)| n == "code")
-        .map(|(_, b)| b.clone())
-        .unwrap_or_default())
-}
-
-fn arch_of(dev: &HipDevice) -> String {
-    unihal_hal::Device::capabilities(dev)
-        .optional
-        .arch
-        .clone()
-        .unwrap_or_default()
-}
-
-/// Compiles (or reads from the cache) and loads the library on `dev`.
-///
-/// # Errors
-/// As [`code_object`]; the runtime's error loading it.
-pub(crate) fn load(dev: &Arc<HipDevice>) -> Result<Library> {
-    let arch = arch_of(dev);
-    let code = code_object(&library_source(GpuTarget::Hip), "unihal_kernels.hip", &arch)?;
-    let module = GpuModule::load(dev.clone(), &ModuleSource::HipCodeObject(code))?;
-    Ok(Library::new(module, format!("code object for {arch}")))
-}
-
-/// The conformance suite's test kernels compiled for `dev`'s architecture.
-///
-/// # Errors
-/// As [`code_object`].
-pub fn test_kernels(dev: &HipDevice) -> Result<ModuleSource> {
-    let arch = arch_of(dev);
-    let code = code_object(unihal_kernels::testing::HIP_SOURCE, "uh_testing.hip", &arch)?;
-    Ok(ModuleSource::HipCodeObject(code))
-}
-
-/// Deletes the disk cache (and forgets the compiled images of this process).
-///
-/// # Errors
-/// The I/O error, except when there is nothing to delete.
-pub fn clear_cache() -> std::io::Result<()> {
-    KernelCache::global().clear()
 }
