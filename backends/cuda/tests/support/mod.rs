@@ -89,4 +89,32 @@ pub mod controls {
         let msg = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
         (n, msg.to_string_lossy().into_owned())
     }
+
+    /// Starts counting (from zero) every entry point's calls, or stops (`false`).
+    pub fn count_calls(on: bool) {
+        // SAFETY: the signature of `unihal_sim_count_calls`.
+        unsafe {
+            lib()
+                .get::<unsafe extern "C" fn(c_int)>(b"unihal_sim_count_calls")
+                .unwrap()(c_int::from(on))
+        }
+    }
+
+    /// How many times entry point `name` was called since counting started.
+    pub fn calls(name: &str) -> u64 {
+        let mut buf = vec![0 as c_char; 1 << 16];
+        // SAFETY: the signature of `unihal_sim_calls`; a buffer of its length.
+        unsafe {
+            lib()
+                .get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"unihal_sim_calls")
+                .unwrap()(buf.as_mut_ptr(), buf.len())
+        };
+        // SAFETY: NUL-terminated by the callee.
+        let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, c)| c.trim().parse().ok())
+            .unwrap_or(0)
+    }
 }
