@@ -90,6 +90,7 @@ pub use module::{
     Function, HostKernel, HostKernelFn, HostLaunchCtx, HostSymbolTable, Module, ModuleFormat,
     ModuleSource,
 };
+pub use op::args::{AmpScaleUpdate, OptimizerStep};
 pub use op::nn::{AdamWOptions, CeOptions, CeReduction, ParamGroup, SgdOptions};
 pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};

@@ -7,7 +7,8 @@ use crate::args::{UhArgs, MT_GROUPS};
 use crate::plan::{iterate, launch_shape, Launch, Plan};
 use unihal_hal::op::nn::axis_of;
 use unihal_hal::{
-    DType, HalError, LaunchConfig, MandatoryCaps, OpCall, OpClass, OpId, Result, TensorView,
+    DType, HalError, LaunchConfig, MandatoryCaps, OpCall, OpClass, OpId, OptimizerStep, Result,
+    TensorView,
 };
 
 /// Threads of a GPU block for row kernels: a power of two, at most 256 (`UH_ROW_THREADS`).
@@ -156,7 +157,7 @@ impl Cx<'_> {
 /// The plan of Reduce.
 fn plan_reduce(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
-    let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
+    let ax = axis_of(call.reduce_axis()?, t[0].shape.len())?;
     let drop = |v: &[i64]| [&v[..ax], &v[ax + 1..]].concat();
     let rows: Vec<u64> = [&t[0].shape[..ax], &t[0].shape[ax + 1..]].concat();
     let len = t[0].shape[ax];
@@ -202,7 +203,8 @@ fn plan_cross_entropy(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
     let (n, c) = (t[0].shape[0], t[0].shape[1]);
     let idx = t[1].dtype.name();
-    let red = call.scalars[0].as_i64();
+    let ce = call.ce_options()?;
+    let red = ce.reduction as i64;
     let fwd = call.op == OpId::CrossEntropy;
     let loss = &t[2];
     let loss_stride = if red == 2 { loss.strides[0] } else { 0 };
@@ -219,8 +221,8 @@ fn plan_cross_entropy(cx: &Cx, plan: &mut Plan) -> Result<()> {
         a.ptr[k] = addr(v);
     }
     a.axis[1] = t[1].strides[0];
-    a.i = [red, call.scalars[1].as_i64(), c as i64, n as i64];
-    a.s[0] = call.scalars[2].as_f64();
+    a.i = [red, ce.ignore_index, c as i64, n as i64];
+    a.s[0] = ce.label_smoothing;
     let rows_cfg = rows_shape(n, c, caps);
     if fwd {
         let reduce = red != 2;
@@ -291,8 +293,8 @@ fn plan_layer_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
     for (k, v) in t.iter().enumerate() {
         a.ptr[k] = addr(v);
     }
-    if call.scalars.len() == 1 {
-        a.s[0] = call.scalars[0].as_f64();
+    if matches!(call.op.class(), OpClass::LayerNorm | OpClass::RmsNorm) {
+        a.s[0] = call.norm_eps()?;
     }
     let name = call.op.name();
     let nrows = a.n as u64;
@@ -346,8 +348,7 @@ fn plan_matmul(cx: &Cx, plan: &mut Plan) -> Result<()> {
         tc.strides[nc - 2],
         tc.strides[nc - 1],
     ]);
-    a.s[0] = call.scalars[0].as_f64();
-    a.s[1] = call.scalars[1].as_f64();
+    (a.s[0], a.s[1]) = call.matmul_scales()?;
     if a.n > 0 && m > 0 && n > 0 {
         let tile = 64u64;
         let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
@@ -401,11 +402,28 @@ fn plan_index_select(cx: &Cx, plan: &mut Plan) -> Result<()> {
 /// The plan of Optimizer, AmpUnscale.
 fn plan_optimizer(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let (call, caps, t) = (cx.call, cx.caps, cx.t);
+    let mut base = UhArgs::default();
+    base.ptr[0] = addr(&t[0]);
     let (width, first, kernel) = if call.op.class() == OpClass::AmpUnscale {
+        base.ptr[1] = addr(&t[1]);
         (1, 2, format!("uh_amp_unscale_{}", t[2].dtype.name()))
     } else {
-        let copy = call.scalars[6].as_i64() != 0;
-        let width = if call.op == OpId::AdamW { 4 } else { 3 } + copy as usize;
+        let (step, copy) = call.optimizer_step()?;
+        let width = match step {
+            OptimizerStep::AdamW(o) => {
+                let n = o.step as f64;
+                base.s[..5].copy_from_slice(&[o.lr, o.beta1, o.beta2, o.eps, o.weight_decay]);
+                base.s[5] = o.lr / (1.0 - o.beta1.powf(n));
+                base.s[6] = (1.0 - o.beta2.powf(n)).sqrt();
+                4
+            }
+            OptimizerStep::Sgd(o) => {
+                base.s[..4].copy_from_slice(&[o.lr, o.momentum, o.dampening, o.weight_decay]);
+                base.i[0] = o.nesterov as i64;
+                base.i[1] = o.first_step as i64;
+                3
+            }
+        } + copy as usize;
         let c = if copy {
             t[width - 1].dtype.name()
         } else {
@@ -417,23 +435,6 @@ fn plan_optimizer(cx: &Cx, plan: &mut Plan) -> Result<()> {
             format!("uh_{}_{}_{c}", call.op.name(), t[1].dtype.name()),
         )
     };
-    let mut base = UhArgs::default();
-    base.ptr[0] = addr(&t[0]);
-    if first == 2 {
-        base.ptr[1] = addr(&t[1]);
-    } else {
-        let s: Vec<f64> = call.scalars.iter().map(|s| s.as_f64()).collect();
-        if call.op == OpId::AdamW {
-            let step = call.scalars[5].as_i64() as f64;
-            base.s[..5].copy_from_slice(&s[..5]);
-            base.s[5] = s[0] / (1.0 - s[1].powf(step));
-            base.s[6] = (1.0 - s[2].powf(step)).sqrt();
-        } else {
-            base.s[..4].copy_from_slice(&s[..4]);
-            base.i[0] = call.scalars[4].as_i64();
-            base.i[1] = call.scalars[5].as_i64();
-        }
-    }
     for chunk in t[first..].chunks(width * MT_GROUPS) {
         let mut a = base;
         let mut total = 0u64;
@@ -458,9 +459,8 @@ fn plan_amp_update_scale(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let (call, t) = (cx.call, cx.t);
     let mut a = UhArgs::default();
     a.ptr[..3].copy_from_slice(&[addr(&t[0]), addr(&t[1]), addr(&t[2])]);
-    a.s[0] = call.scalars[0].as_f64();
-    a.s[1] = call.scalars[1].as_f64();
-    a.i[0] = call.scalars[2].as_i64();
+    let u = call.amp_scale_update()?;
+    (a.s[0], a.s[1], a.i[0]) = (u.growth_factor, u.backoff_factor, u.growth_interval);
     plan.launches
         .push(cx.one("uh_amp_update_scale".into(), LaunchConfig::linear(1, 1), a)?);
     Ok(())
@@ -474,7 +474,7 @@ fn plan_clip_grad_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
     plan.scratch_bytes = (grads.len() as u64 * 4).next_multiple_of(256);
     let mut base = UhArgs::default();
     base.ptr[0] = addr(&t[0]);
-    base.s[0] = call.scalars[0].as_f64();
+    base.s[0] = call.max_norm()?;
     let mut scale = Vec::new();
     for (c, chunk) in grads.chunks(MT_GROUPS).enumerate() {
         let mut a = base;

@@ -60,6 +60,7 @@ impl MatmulJob {
     /// other dims say).
     pub(crate) fn new(call: &OpCall) -> Result<Option<MatmulJob>> {
         call.validate()?;
+        let (alpha, beta) = call.matmul_scales()?;
         if call.tensors[2].numel() == 0 {
             return Ok(None);
         }
@@ -83,8 +84,8 @@ impl MatmulJob {
             batch_strides: strides,
             base: [addr(a), addr(b), addr(c)],
             strides: [pair(a, na), pair(b, nb), pair(c, nc)],
-            alpha: call.scalars[0].as_f64(),
-            beta: call.scalars[1].as_f64(),
+            alpha,
+            beta,
         }))
     }
 

@@ -15,6 +15,7 @@
 //! * **Integers** wrap on overflow; float→integer casts truncate toward zero and saturate, NaN → 0
 //!   (as Rust's `as`). Float→f16/bf16 rounds to nearest even, once, from any source type.
 
+pub mod args;
 pub mod nn;
 
 use crate::buffer::Buffer;

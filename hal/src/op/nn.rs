@@ -643,7 +643,7 @@ fn check_reduce(cx: &Ctx) -> Result<Option<Vec<u64>>> {
     want_dtype(call, 0, FLOATS, "x")?;
     let arg = matches!(call.op, OpId::Argmax | OpId::Argmin);
     want_dtype(call, 1, &[if arg { I64 } else { d0 }], "out")?;
-    let ax = axis_of(call.scalars[0].as_i64(), t[0].shape.len())?;
+    let ax = axis_of(call.reduce_axis()?, t[0].shape.len())?;
     let mut shape = t[0].shape.clone();
     if shape[ax] == 0 && !matches!(call.op, OpId::ReduceSum | OpId::ReduceMean) {
         return Err(value(

@@ -24,7 +24,8 @@ use super::desc::Descs;
 use super::Exec;
 use crate::conv::acl_dtype;
 use unihal_hal::{
-    op::contiguous_strides, DType, HalError, OpCall, OpId, Result, RngState, Scalar, TensorView,
+    op::contiguous_strides, DType, HalError, OpCall, OpId, OptimizerStep, Result, RngState, Scalar,
+    TensorView,
 };
 
 type D = crate::ffi::nnopbase::Desc;
@@ -49,7 +50,8 @@ fn f(v: f64) -> Scalar {
     Scalar::F64(v)
 }
 
-/// The call's scalar `k` as f64.
+/// The call's scalar `k` as f64 (the elementwise classes' scalars: the training classes read
+/// theirs through the HAL's typed accessors, `unihal_hal::op::args`).
 fn sc(call: &OpCall, k: usize) -> f64 {
     call.scalars.get(k).map_or(0.0, |s| s.as_f64())
 }
@@ -312,7 +314,8 @@ impl Exec<'_> {
     fn ce_setup(&mut self, call: &OpCall) -> Result<Ce> {
         let logits = &call.tensors[0];
         let (n, c) = (logits.shape[0], logits.shape[1]);
-        let reduction = sc(call, 0) as i64;
+        let o = call.ce_options()?;
+        let reduction = o.reduction as i64;
         // HAL reduction: 0 mean, 1 sum, 2 none; NLL: 0 none, 1 mean, 2 sum.
         let nll_red = match reduction {
             0 => 1,
@@ -326,8 +329,8 @@ impl Exec<'_> {
             n,
             c,
             reduction,
-            ignore: sc(call, 1) as i64,
-            s: sc(call, 2),
+            ignore: o.ignore_index,
+            s: o.label_smoothing,
             nll_red,
             x,
             logp,
@@ -498,7 +501,7 @@ impl Exec<'_> {
     fn matmul(&mut self, call: &OpCall) -> Result<()> {
         let t = &call.tensors;
         let (a, b, c) = (&t[0], &t[1], &t[2]);
-        let (alpha, beta) = (sc(call, 0), sc(call, 1));
+        let (alpha, beta) = call.matmul_scales()?;
         let direct = alpha == 1.0 && beta == 0.0;
         // With alpha/beta, f16/bf16 products are made in f32 (one rounding into c, as the HAL
         // says). The 910 takes f32 only as ALLOW_FP32_DOWN_PRECISION, which rounds the inputs
@@ -625,8 +628,11 @@ impl Exec<'_> {
     }
 
     fn sgd(&mut self, call: &OpCall) -> Result<()> {
-        let (lr, mom, damp, wd) = (sc(call, 0), sc(call, 1), sc(call, 2), sc(call, 3));
-        let (nesterov, first, copy) = (sc(call, 4) != 0.0, sc(call, 5) != 0.0, sc(call, 6) != 0.0);
+        let (OptimizerStep::Sgd(o), copy) = call.optimizer_step()? else {
+            return Err(HalError::Internal(format!("{} is not SGD", call.op)));
+        };
+        let (lr, mom, damp, wd) = (o.lr, o.momentum, o.dampening, o.weight_decay);
+        let (nesterov, first) = (o.nesterov, o.first_step);
         let width = 3 + copy as usize;
         // Empty tensors have nothing to update (and aclnn's lists need none).
         let groups: Vec<&[TensorView]> = call
@@ -701,15 +707,11 @@ impl Exec<'_> {
     }
 
     fn adamw(&mut self, call: &OpCall) -> Result<()> {
-        let (lr, b1, b2, eps, wd) = (
-            sc(call, 0),
-            sc(call, 1),
-            sc(call, 2),
-            sc(call, 3),
-            sc(call, 4),
-        );
-        let step = sc(call, 5);
-        let copy = sc(call, 6) != 0.0;
+        let (OptimizerStep::AdamW(o), copy) = call.optimizer_step()? else {
+            return Err(HalError::Internal(format!("{} is not AdamW", call.op)));
+        };
+        let (lr, b1, b2, eps, wd) = (o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+        let step = o.step as f64;
         let width = 4 + copy as usize;
         let groups: Vec<Vec<TensorView>> = call
             .tensors
@@ -771,7 +773,7 @@ impl Exec<'_> {
             given.clone()
         };
         let grads = &grads[..];
-        let max_norm = sc(call, 0);
+        let max_norm = call.max_norm()?;
         if grads.is_empty() {
             return self.fill(total, f(0.0));
         }
@@ -983,7 +985,7 @@ fn rows(ex: &mut Exec, call: &OpCall) -> Result<()> {
     let op = call.op;
     match call.op {
         OpId::ReduceSum | OpId::ReduceMean | OpId::ReduceMax | OpId::ReduceMin => {
-            let ax = axis(sc(call, 0) as i64, t[0].shape.len());
+            let ax = axis(call.reduce_axis()?, t[0].shape.len());
             let mut d = Descs::new(ex.cann);
             let (x, dims, o) = (d.tensor(&t[0]), d.ints(&[ax]), d.tensor(&t[1]));
             let dt = acl_dtype(t[1].dtype);
@@ -1016,7 +1018,7 @@ fn rows(ex: &mut Exec, call: &OpCall) -> Result<()> {
             }
         }
         OpId::Argmax | OpId::Argmin => {
-            let ax = axis(sc(call, 0) as i64, t[0].shape.len());
+            let ax = axis(call.reduce_axis()?, t[0].shape.len());
             let mut d = Descs::new(ex.cann);
             let (x, o) = (d.tensor(&t[0]), d.tensor(&t[1]));
             let (f_, name) = if op == OpId::Argmax {
@@ -1064,7 +1066,7 @@ fn rows(ex: &mut Exec, call: &OpCall) -> Result<()> {
         OpId::CrossEntropy => ex.cross_entropy(call),
         OpId::CrossEntropyBackward => ex.cross_entropy_backward(call),
         OpId::LayerNorm => {
-            let eps = sc(call, 0);
+            let eps = call.norm_eps()?;
             let dlast = *t[0].shape.last().unwrap_or(&1) as i64;
             let mut d = Descs::new(ex.cann);
             let (x, ns, w, b, y) = (
@@ -1096,7 +1098,7 @@ fn rows(ex: &mut Exec, call: &OpCall) -> Result<()> {
             })
         }
         OpId::RmsNorm => {
-            let eps = sc(call, 0);
+            let eps = call.norm_eps()?;
             let mut d = Descs::new(ex.cann);
             let (x, w, y, r) = (
                 d.tensor(&t[0]),
@@ -1189,7 +1191,8 @@ fn training(ex: &mut Exec, call: &OpCall) -> Result<()> {
             })
         }
         OpId::AmpUpdateScale => {
-            let (g, b, n) = (sc(call, 0), sc(call, 1), sc(call, 2) as i64);
+            let u = call.amp_scale_update()?;
+            let (g, b, n) = (u.growth_factor, u.backoff_factor, u.growth_interval);
             let mut d = Descs::new(ex.cann);
             let (s, tr, fi) = (d.tensor(&t[0]), d.tensor(&t[1]), d.tensor(&t[2]));
             let (s2, tr2) = (d.tensor(&t[0]), d.tensor(&t[1]));
