@@ -33,11 +33,13 @@ VENDOR_TESTS=(
     unavailable simulated simulated_legacy simulated_init_fails blas_keep blas_without_compiler
     # unihal-cuda: the simulated driver and NCCL, with NVRTC when found
     ctx_release foreign_arch_library nccl_abort nccl_bounded nccl_drop nccl_simulated
-    rccl_instance stream_errors sync_race wrong_library
+    rccl_instance stream_errors sync_race wrong_library ccl_lacks
     # unihal-dlpack: numpy through DLPack
     numpy
     # unihal-launch: PyTorch's TCPStore against unihal's
     torch_store
+    # unihal-alloc: PyTorch's memory_summary over unihal's statistics
+    torch_memory
     # unihal: `unihal devices`, the fault sweeps and backend preference over every backend
     cli fault_sweep open_preferred
     # unihal-sim: the simulated core's kernels (the NVRTC-compiled library when found)

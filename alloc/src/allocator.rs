@@ -303,6 +303,8 @@ impl CachingAllocator {
                     let free = self.device.memory_info().map(|m| m.free).unwrap_or(0);
                     let mut p = self.shared.pools.lock();
                     p.stats.num_ooms += 1;
+                    // Refused by the memory-fraction limit, not by the device.
+                    p.stats.num_oom_rejections += u64::from(!within_limit);
                     return Err(oom(&p.stats, &p, free));
                 }
                 Err(e) => return Err(e),

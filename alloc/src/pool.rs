@@ -104,7 +104,10 @@ impl Pools {
             small: FreeLists::new(),
             large: FreeLists::new(),
             fences: HashMap::new(),
-            stats: MemoryStats::default(),
+            stats: MemoryStats {
+                max_split_size: (max_split != u64::MAX).then_some(max_split),
+                ..MemoryStats::default()
+            },
             max_split,
             history: None,
         }
@@ -283,6 +286,9 @@ impl Pools {
         self.stats.segment.add(pool, 1);
         self.stats.reserved_bytes.add(pool, size);
         self.stats.num_device_alloc += 1;
+        if size >= self.max_split {
+            self.stats.oversize_segments.add(1);
+        }
         self.insert_free(first);
         first
     }
@@ -361,6 +367,9 @@ impl Pools {
         st.active.add(pool, 1);
         st.active_bytes.add(pool, size);
         st.requested_bytes.add(pool, requested);
+        if size >= self.max_split {
+            st.oversize_allocations.add(1);
+        }
         if let Some(h) = &mut self.history {
             h.push(TraceEvent::Alloc {
                 id: token,
@@ -393,6 +402,9 @@ impl Pools {
         st.allocation.sub(pool, 1);
         st.allocated_bytes.sub(pool, size);
         st.requested_bytes.sub(pool, requested);
+        if size >= self.max_split {
+            st.oversize_allocations.sub(1);
+        }
         if let Some(h) = &mut self.history {
             h.push(TraceEvent::Free { id: token });
         }
@@ -482,6 +494,9 @@ impl Pools {
             self.stats.segment.sub(s.pool, 1);
             self.stats.reserved_bytes.sub(s.pool, s.size);
             self.stats.num_device_free += 1;
+            if s.size >= self.max_split {
+                self.stats.oversize_segments.sub(1);
+            }
             out.push(s.segment);
         }
         out

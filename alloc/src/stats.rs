@@ -7,6 +7,14 @@
 //! | active | `active`, `active_bytes` | allocated blocks, and freed blocks that queued work still uses |
 //! | inactive split | `inactive_split`, `inactive_split_bytes` | cached free blocks inside a split segment (fragmentation: they cannot be returned to the device) |
 //! | requested | `requested_bytes` | what callers asked for, before rounding |
+//! | oversize allocations | `oversize_allocations` | allocated blocks of at least `max_split_size` (one total, no pools) |
+//! | oversize segments | `oversize_segments` | segments of at least `max_split_size` |
+//!
+//! And the counts `num_alloc_retries`, `num_ooms`, `num_device_alloc`, `num_device_free`,
+//! `num_oom_rejections` (requests that failed because the memory-fraction limit refused their
+//! segment before the device was asked), `num_sync_all_streams` (always 0: this allocator never synchronises every stream to
+//! reclaim memory, it waits for each block's own uses through events), and `max_split_size` (the
+//! configured bytes, -1 when unset, as PyTorch reports its default).
 //!
 //! Each is kept for `all`, `small_pool` and `large_pool` as `current`, `peak`, `allocated`
 //! (everything ever added) and `freed` (everything ever taken away), so
@@ -26,13 +34,13 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn add(&mut self, n: u64) {
+    pub(crate) fn add(&mut self, n: u64) {
         self.current += n;
         self.allocated += n;
         self.peak = self.peak.max(self.current);
     }
 
-    fn sub(&mut self, n: u64) {
+    pub(crate) fn sub(&mut self, n: u64) {
         debug_assert!(self.current >= n, "statistic below zero");
         self.current = self.current.saturating_sub(n);
         self.freed += n;
@@ -95,6 +103,18 @@ pub struct MemoryStats {
     pub num_device_alloc: u64,
     /// Segments released to the device.
     pub num_device_free: u64,
+    /// Allocated blocks of at least `max_split_size` bytes.
+    pub oversize_allocations: Stat,
+    /// Segments of at least `max_split_size` bytes.
+    pub oversize_segments: Stat,
+    /// Requests that failed because the memory-fraction limit refused their segment before the
+    /// device was asked (counted in `num_ooms` too).
+    pub num_oom_rejections: u64,
+    /// Synchronisations of every stream to reclaim memory: none in this allocator (kept for
+    /// PyTorch's key).
+    pub num_sync_all_streams: u64,
+    /// The configured `max_split_size` in bytes (`None`: unset, no limit).
+    pub max_split_size: Option<u64>,
 }
 
 impl MemoryStats {
@@ -112,30 +132,44 @@ impl MemoryStats {
         ]
     }
 
-    /// The statistics under PyTorch's flat keys, as `torch.cuda.memory_stats()` gives them
-    /// (`allocated_bytes.all.current`, `num_alloc_retries`, ...).
-    pub fn to_map(&self) -> BTreeMap<String, u64> {
+    /// The statistics under PyTorch's flat keys, every key `torch.cuda.memory_stats()` gives
+    /// (`allocated_bytes.all.current`, `oversize_segments.peak`, `num_alloc_retries`,
+    /// `max_split_size`, ...), with its signed values.
+    pub fn to_map(&self) -> BTreeMap<String, i64> {
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut m = BTreeMap::new();
+        let stat = |m: &mut BTreeMap<String, i64>, prefix: &str, s: &Stat| {
+            for (what, v) in [
+                ("current", s.current),
+                ("peak", s.peak),
+                ("allocated", s.allocated),
+                ("freed", s.freed),
+            ] {
+                m.insert(format!("{prefix}.{what}"), int(v));
+            }
+        };
         for (name, a) in self.arrays() {
             for (pool, s) in [
                 ("all", &a.all),
                 ("small_pool", &a.small_pool),
                 ("large_pool", &a.large_pool),
             ] {
-                for (what, v) in [
-                    ("current", s.current),
-                    ("peak", s.peak),
-                    ("allocated", s.allocated),
-                    ("freed", s.freed),
-                ] {
-                    m.insert(format!("{name}.{pool}.{what}"), v);
-                }
+                stat(&mut m, &format!("{name}.{pool}"), s);
             }
         }
-        m.insert("num_alloc_retries".into(), self.num_alloc_retries);
-        m.insert("num_ooms".into(), self.num_ooms);
-        m.insert("num_device_alloc".into(), self.num_device_alloc);
-        m.insert("num_device_free".into(), self.num_device_free);
+        stat(&mut m, "oversize_allocations", &self.oversize_allocations);
+        stat(&mut m, "oversize_segments", &self.oversize_segments);
+        for (k, v) in [
+            ("num_alloc_retries", self.num_alloc_retries),
+            ("num_ooms", self.num_ooms),
+            ("num_device_alloc", self.num_device_alloc),
+            ("num_device_free", self.num_device_free),
+            ("num_oom_rejections", self.num_oom_rejections),
+            ("num_sync_all_streams", self.num_sync_all_streams),
+        ] {
+            m.insert(k.into(), int(v));
+        }
+        m.insert("max_split_size".into(), self.max_split_size.map_or(-1, int));
         m
     }
 
@@ -145,6 +179,9 @@ impl MemoryStats {
             for s in a.each() {
                 s.peak = s.current;
             }
+        }
+        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+            s.peak = s.current;
         }
     }
 
@@ -157,10 +194,16 @@ impl MemoryStats {
                 s.freed = 0;
             }
         }
+        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+            s.allocated = s.current;
+            s.freed = 0;
+        }
         self.num_alloc_retries = 0;
         self.num_ooms = 0;
         self.num_device_alloc = 0;
         self.num_device_free = 0;
+        self.num_oom_rejections = 0;
+        self.num_sync_all_streams = 0;
     }
 
     fn arrays_mut(&mut self) -> [&mut StatArray; 9] {

@@ -263,6 +263,8 @@ fn the_memory_fraction_limits_what_is_reserved() {
     assert_eq!(r.reserved, 20 * MIB);
     assert!(r.free >= 44 * MIB, "the device itself had room: {r:?}");
     assert_eq!(a.stats().num_ooms, 1);
+    // The limit, not the device, refused it.
+    assert_eq!(a.stats().num_oom_rejections, 1);
     drop(x);
     // Cached 20 MiB are released for a request the limit allows only without them.
     let y = a.alloc(&s, 30 * MIB as usize).unwrap();
@@ -287,9 +289,19 @@ fn peaks_reset_to_current() {
     assert_eq!(st.num_device_alloc, 0);
     let m = st.to_map();
     assert_eq!(m["allocated_bytes.all.current"], 8192);
-    assert_eq!(m["reserved_bytes.small_pool.peak"], 2 * MIB);
+    assert_eq!(m["reserved_bytes.small_pool.peak"], 2 * MIB as i64);
     assert_eq!(m["num_alloc_retries"], 0);
-    assert_eq!(m.len(), 9 * 3 * 4 + 4);
+    // Every key of torch 2.15's `memory_stats()`: 9 statistics x 3 pools x 4 values, the two
+    // oversize statistics x 4, six counts and `max_split_size` (-1: unset, as torch reports it).
+    assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 6 + 1);
+    assert_eq!(m["max_split_size"], -1);
+    for k in [
+        "oversize_allocations.peak",
+        "oversize_segments.freed",
+        "num_sync_all_streams",
+    ] {
+        assert_eq!(m[k], 0, "{k}");
+    }
     drop(x);
 }
 
@@ -427,4 +439,44 @@ fn pytorchs_rule_splits_a_much_larger_cached_block() {
         "served from the cached 40 MiB"
     );
     drop(x);
+}
+
+#[test]
+fn blocks_and_segments_of_max_split_size_or_more_are_oversize() {
+    let dev = device("256M");
+    let s = dev.create_stream().unwrap();
+    let cfg = AllocatorConfig::parse("max_split_size_mb:32").unwrap();
+    let a = CachingAllocator::new(dev, cfg).unwrap();
+    let small = a.alloc(&s, 4 * MIB as usize).unwrap();
+    let big = a.alloc(&s, 40 * MIB as usize).unwrap();
+    let st = a.stats();
+    assert_eq!(st.max_split_size, Some(32 * MIB));
+    assert_eq!(st.to_map()["max_split_size"], (32 * MIB) as i64);
+    // Only the 40 MiB block and its segment are at least 32 MiB.
+    assert_eq!(
+        (
+            st.oversize_allocations.current,
+            st.oversize_segments.current
+        ),
+        (1, 1)
+    );
+    drop(big);
+    let st = a.stats();
+    // Freed, cached: the allocation is gone, the segment stays reserved.
+    assert_eq!(st.oversize_allocations.current, 0);
+    assert_eq!(st.oversize_allocations.peak, 1);
+    assert_eq!(st.oversize_segments.current, 1);
+    s.synchronize().unwrap();
+    a.empty_cache();
+    let st = a.stats();
+    assert_eq!(st.oversize_segments.current, 0);
+    assert_eq!(st.oversize_segments.freed, 1);
+    a.reset_accumulated_stats();
+    a.reset_peak_stats();
+    let st = a.stats();
+    assert_eq!(
+        (st.oversize_segments.peak, st.oversize_segments.freed),
+        (0, 0)
+    );
+    drop(small);
 }
