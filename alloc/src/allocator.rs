@@ -157,6 +157,8 @@ pub struct CachingAllocator {
     limit: Mutex<Option<u64>>,
     thrifty: bool,
     shared: Arc<Shared>,
+    /// Where the drop writes the snapshot in PyTorch's layout (`snapshot_at_drop`).
+    snapshot_to: Mutex<Option<std::path::PathBuf>>,
 }
 
 impl CachingAllocator {
@@ -178,6 +180,7 @@ impl CachingAllocator {
             shared: Arc::new(Shared {
                 pools: Mutex::new(Pools::new(config.max_split_size.unwrap_or(u64::MAX))),
             }),
+            snapshot_to: Mutex::new(None),
         };
         if let Some(f) = config.memory_fraction {
             a.set_memory_fraction(f)?;
@@ -185,13 +188,27 @@ impl CachingAllocator {
         Ok(a)
     }
 
-    /// An allocator configured from `UNIHAL_ALLOC_CONF` (see [`AllocatorConfig::parse`]).
+    /// An allocator configured from `UNIHAL_ALLOC_CONF` (see [`AllocatorConfig::parse`]); with
+    /// `UNIHAL_MEMORY_SNAPSHOT=FILE` it records its history and writes the snapshot in PyTorch's
+    /// layout when dropped ([`CachingAllocator::snapshot_at_drop`]).
     ///
     /// # Errors
     /// As [`CachingAllocator::new`] and [`AllocatorConfig::parse`].
     pub fn from_env(device: Arc<dyn Device>) -> Result<CachingAllocator> {
         let conf = std::env::var("UNIHAL_ALLOC_CONF").unwrap_or_default();
-        CachingAllocator::new(device, AllocatorConfig::parse(&conf)?)
+        let a = CachingAllocator::new(device, AllocatorConfig::parse(&conf)?)?;
+        if let Some(path) = std::env::var_os("UNIHAL_MEMORY_SNAPSHOT").filter(|p| !p.is_empty()) {
+            a.snapshot_at_drop(path.into());
+        }
+        Ok(a)
+    }
+
+    /// Records the history from now on and writes [`CachingAllocator::torch_snapshot`] to `path`
+    /// when the allocator is dropped (the end of a run), `%d` in the file name replaced by the
+    /// device ordinal (put it there when several devices run). A write that fails is logged.
+    pub fn snapshot_at_drop(&self, path: std::path::PathBuf) {
+        self.record_history(true);
+        *self.snapshot_to.lock() = Some(path);
     }
 
     /// The device it allocates on.
@@ -305,6 +322,12 @@ impl CachingAllocator {
                     p.stats.num_ooms += 1;
                     // Refused by the memory-fraction limit, not by the device.
                     p.stats.num_oom_rejections += u64::from(!within_limit);
+                    if let Some(h) = &mut p.history {
+                        h.push(TraceEvent::Oom {
+                            size: requested,
+                            device_free: free,
+                        });
+                    }
                     return Err(oom(&p.stats, &p, free));
                 }
                 Err(e) => return Err(e),
@@ -399,6 +422,17 @@ impl CachingAllocator {
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
         self.shared.pools.lock().snapshot()
     }
+
+    /// The snapshot in PyTorch's layout, pickled as `torch.cuda.memory._dump_snapshot` writes
+    /// it ([`crate::torch`]): the segments, and the history recorded so far (left in place) as
+    /// device `device_index`'s trace, for `python -m torch.cuda._memory_viz` and the memory
+    /// visualiser. Taken under the allocator's lock, so segments and trace agree.
+    pub fn torch_snapshot(&self, device_index: u64) -> Vec<u8> {
+        let p = self.shared.pools.lock();
+        let history = p.history.as_deref().unwrap_or_default();
+        let max_split = p.stats.max_split_size;
+        crate::torch::snapshot(device_index, &p.snapshot(), history, max_split).pickle()
+    }
 }
 
 impl Drop for CachingAllocator {
@@ -406,6 +440,18 @@ impl Drop for CachingAllocator {
     /// callbacks, so the pools would otherwise keep themselves alive; blocks still out keep
     /// their segment until they go, and their callbacks then find nothing to do.
     fn drop(&mut self) {
+        if let Some(path) = self.snapshot_to.get_mut().take() {
+            let ordinal = self.id.ordinal;
+            let name = path.to_string_lossy().replace("%d", &ordinal.to_string());
+            match std::fs::write(&name, self.torch_snapshot(ordinal as u64)) {
+                Ok(()) => {
+                    tracing::info!(target: "unihal::alloc", "{}: memory snapshot written to {name}", self.id)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "unihal::alloc", "{}: memory snapshot not written to {name}: {e}", self.id)
+                }
+            }
+        }
         let segments = self.shared.pools.lock().clear();
         drop(segments);
     }

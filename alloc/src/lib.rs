@@ -4,7 +4,8 @@
 //! costs microseconds to milliseconds and may synchronise the device. [`CachingAllocator`] sits
 //! above any backend's `Device::alloc` and serves requests from cached segments, as PyTorch's
 //! CUDA caching allocator does, with the same size classes ([`size`]), the same statistics under
-//! the same keys ([`stats`]) and a snapshot of segments and blocks.
+//! the same keys ([`stats`]) and a snapshot of segments and blocks, also in PyTorch's pickled
+//! layout for its memory tools ([`torch`]).
 //!
 //! ## Design
 //!
@@ -37,6 +38,7 @@ pub mod planted;
 mod pool;
 pub mod size;
 pub mod stats;
+pub mod torch;
 
 pub use allocator::{AllocatorConfig, CachingAllocator};
 pub use size::PoolKind;

@@ -39,6 +39,8 @@ struct Block {
     offset: u64,
     size: u64,
     requested: u64,
+    /// The stream of the hand-out (`StreamId::get`; 0 while free).
+    stream: u64,
     state: State,
     prev: Option<Idx>,
     next: Option<Idx>,
@@ -160,6 +162,19 @@ impl Pools {
     }
 
     /// The block a token names, if that hand-out is still the block's current one.
+    /// Records `e` in the history, while it is recorded.
+    fn trace(&mut self, e: impl FnOnce() -> TraceEvent) {
+        if let Some(h) = &mut self.history {
+            h.push(e());
+        }
+    }
+
+    /// The device address of block `i`.
+    fn addr(&self, i: Idx) -> u64 {
+        let b = self.b(i);
+        self.seg(b.seg).segment.device_addr() + b.offset
+    }
+
     fn resolve(&self, token: u64) -> Option<Idx> {
         let (idx, gen) = ((token & 0xffff_ffff) as Idx, (token >> 32) as u32);
         let s = self.slots.get(idx as usize)?;
@@ -272,6 +287,7 @@ impl Pools {
             offset: 0,
             size,
             requested: 0,
+            stream: 0,
             state: State::Free,
             prev: None,
             next: None,
@@ -289,6 +305,8 @@ impl Pools {
         if size >= self.max_split {
             self.stats.oversize_segments.add(1);
         }
+        let addr = self.seg(seg).segment.device_addr();
+        self.trace(|| TraceEvent::SegmentAlloc { addr, size });
         self.insert_free(first);
         first
     }
@@ -338,6 +356,7 @@ impl Pools {
                 offset: offset + size,
                 size: block_size - size,
                 requested: 0,
+                stream: 0,
                 state: State::Free,
                 prev: Some(i),
                 next,
@@ -356,6 +375,7 @@ impl Pools {
             let b = self.bm(i);
             b.state = State::Allocated;
             b.requested = requested;
+            b.stream = stream.get();
             b.size
         };
         let s = &mut self.slots[i as usize];
@@ -370,13 +390,13 @@ impl Pools {
         if size >= self.max_split {
             st.oversize_allocations.add(1);
         }
-        if let Some(h) = &mut self.history {
-            h.push(TraceEvent::Alloc {
-                id: token,
-                size: requested,
-                stream: stream.get(),
-            });
-        }
+        let addr = self.addr(i);
+        self.trace(|| TraceEvent::Alloc {
+            id: token,
+            addr,
+            size: requested,
+            stream: stream.get(),
+        });
         self.seg(seg).segment.block(offset, requested, token)
     }
 
@@ -405,16 +425,24 @@ impl Pools {
         if size >= self.max_split {
             st.oversize_allocations.sub(1);
         }
-        if let Some(h) = &mut self.history {
-            h.push(TraceEvent::Free { id: token });
-        }
+        let (addr, stream) = (self.addr(i), self.b(i).stream);
+        let freed = TraceEvent::FreeRequested {
+            id: token,
+            addr,
+            size: requested,
+            stream,
+        };
+        self.trace(|| freed);
         match pending {
             PendingUses::None => {
+                self.trace(|| freed.completed());
                 self.deactivate(i);
                 self.make_free(i);
                 Reclaim::Now
             }
             PendingUses::OneStream(stream) => {
+                // Back in the cache at once, for the stream whose work still uses it.
+                self.trace(|| freed.completed());
                 let seg = self.b(i).seg;
                 self.bm(i).fences.push(Fence { id: token, stream });
                 self.fences.insert(token, seg);
@@ -435,6 +463,14 @@ impl Pools {
             self.close_fence(token);
         } else if let Some(i) = self.resolve(token) {
             if self.b(i).state == State::PendingFree {
+                let b = self.b(i);
+                let done = TraceEvent::FreeCompleted {
+                    id: token,
+                    addr: self.addr(i),
+                    size: b.requested,
+                    stream: b.stream,
+                };
+                self.trace(|| done);
                 self.deactivate(i);
                 self.make_free(i);
             }
@@ -497,6 +533,8 @@ impl Pools {
             if s.size >= self.max_split {
                 self.stats.oversize_segments.sub(1);
             }
+            let (addr, size) = (s.segment.device_addr(), s.size);
+            self.trace(|| TraceEvent::SegmentFree { addr, size });
             out.push(s.segment);
         }
         out

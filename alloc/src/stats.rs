@@ -261,13 +261,60 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-/// One entry of the allocation history (see `CachingAllocator::record_history`).
+/// One entry of the allocation history (see `CachingAllocator::record_history`), with PyTorch's
+/// actions (`torch.cuda.memory._record_memory_history`'s trace entries), in the order they
+/// happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TraceEvent {
-    /// A block of `size` requested bytes handed out for work on `stream`; `id` names it until
-    /// its free.
-    Alloc { id: u64, size: u64, stream: u64 },
-    /// The caller's last handle of block `id` was dropped.
-    Free { id: u64 },
+    /// A block at `addr` handed out for `size` requested bytes, for work on `stream`
+    /// (`StreamId::get`); `id` names the hand-out until its free (torch's `alloc`).
+    Alloc {
+        id: u64,
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    /// The caller's last handle of hand-out `id` was dropped (torch's `free_requested`).
+    FreeRequested {
+        id: u64,
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    /// Hand-out `id`'s block is back in the cache (torch's `free_completed`): at once, or, when
+    /// queued work of several streams used it, once that work completed.
+    FreeCompleted {
+        id: u64,
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    /// A segment of `size` bytes at `addr` taken from the device (torch's `segment_alloc`).
+    SegmentAlloc { addr: u64, size: u64 },
+    /// A segment returned to the device (torch's `segment_free`).
+    SegmentFree { addr: u64, size: u64 },
+    /// A request of `size` bytes failed with `device_free` bytes free on the device (torch's
+    /// `oom`).
+    Oom { size: u64, device_free: u64 },
+}
+
+impl TraceEvent {
+    /// The `FreeCompleted` of a `FreeRequested` (itself otherwise).
+    pub(crate) fn completed(self) -> TraceEvent {
+        match self {
+            TraceEvent::FreeRequested {
+                id,
+                addr,
+                size,
+                stream,
+            } => TraceEvent::FreeCompleted {
+                id,
+                addr,
+                size,
+                stream,
+            },
+            e => e,
+        }
+    }
 }

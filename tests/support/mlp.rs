@@ -401,7 +401,8 @@ pub fn trace_replay(config: AllocatorConfig) -> TraceReplay {
                 live += size;
                 peak = peak.max(live);
             }
-            TraceEvent::Free { id } => live -= sizes[&id],
+            TraceEvent::FreeRequested { id, .. } => live -= sizes[&id],
+            _ => {}
         }
     }
     let scale = GIB.div_ceil(peak);
@@ -417,9 +418,10 @@ pub fn trace_replay(config: AllocatorConfig) -> TraceReplay {
                 TraceEvent::Alloc { id, size, .. } => {
                     held.insert(id, a.alloc(&s, (size * scale) as usize).unwrap());
                 }
-                TraceEvent::Free { id } => {
+                TraceEvent::FreeRequested { id, .. } => {
                     held.remove(&id);
                 }
+                _ => {}
             }
         }
         device_allocs.push(a.stats().num_device_alloc);
@@ -427,7 +429,17 @@ pub fn trace_replay(config: AllocatorConfig) -> TraceReplay {
     let st = a.stats();
     TraceReplay {
         steps: steps.len(),
-        events: steps.iter().map(Vec::len).sum(),
+        // Hand-outs and frees (what the replay repeats; segment and completion entries aside).
+        events: steps
+            .iter()
+            .flatten()
+            .filter(|e| {
+                matches!(
+                    e,
+                    TraceEvent::Alloc { .. } | TraceEvent::FreeRequested { .. }
+                )
+            })
+            .count(),
         scale,
         peak_requested: peak * scale,
         peak_allocated: st.allocated_bytes.all.peak,

@@ -4,7 +4,7 @@
 
 use crate::Error;
 use std::sync::Arc;
-use unihal::alloc::{AllocatorConfig, CachingAllocator};
+use unihal::alloc::CachingAllocator;
 use unihal::{DType, Device, OpCall, OpId, Scalar, Stream, TensorView};
 
 /// A device, its compute stream and the caching allocator every buffer comes from.
@@ -18,14 +18,16 @@ pub struct Exec {
 }
 
 impl Exec {
-    /// A compute stream and an allocator on `dev`.
+    /// A compute stream and an allocator on `dev`, configured by `UNIHAL_ALLOC_CONF`
+    /// (`max_split_size_mb:N`, `memory_fraction:F`) as every user of the allocator is.
     ///
     /// # Errors
-    /// The backend's, when it cannot create a stream or an allocator.
+    /// The backend's, when it cannot create a stream or an allocator; an invalid
+    /// `UNIHAL_ALLOC_CONF`.
     pub fn new(dev: Arc<dyn Device>) -> Result<Exec, Error> {
         let s = dev.create_stream().map_err(Error::hal("create_stream"))?;
-        let alloc = CachingAllocator::new(dev.clone(), AllocatorConfig::default())
-            .map_err(Error::hal("CachingAllocator::new"))?;
+        let alloc = CachingAllocator::from_env(dev.clone())
+            .map_err(Error::hal("the allocator (UNIHAL_ALLOC_CONF)"))?;
         Ok(Exec { dev, s, alloc })
     }
 

@@ -64,6 +64,11 @@ struct Args {
     /// Write the report (configuration, every step's figures, held-out losses, sample) as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Write each rank's allocator snapshot and history at the end, pickled in PyTorch's layout
+    /// (`%d` in the name becomes the device ordinal): `python -m torch.cuda._memory_viz stats
+    /// FILE` reads it. `UNIHAL_MEMORY_SNAPSHOT=FILE` does the same for any run.
+    #[arg(long)]
+    memory_snapshot: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -100,6 +105,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         overlap: !a.no_overlap,
         eval_every: a.eval_every,
         sample_len: a.sample,
+        memory_snapshot: a.memory_snapshot.clone(),
         ..TrainConfig::default()
     };
     let backend = unihal::registry().get(&a.backend)?;

@@ -57,6 +57,9 @@ pub struct TrainConfig {
     pub eval_seqs: usize,
     /// Characters generated at the end (0: none).
     pub sample_len: usize,
+    /// Write each rank's allocator snapshot and history in PyTorch's layout here at the end of
+    /// the run (`%d` replaced by the device ordinal), for `python -m torch.cuda._memory_viz`.
+    pub memory_snapshot: Option<std::path::PathBuf>,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
@@ -85,6 +88,7 @@ impl Default for TrainConfig {
             eval_every: 0,
             eval_seqs: 64,
             sample_len: 0,
+            memory_snapshot: None,
         }
     }
 }
@@ -293,6 +297,9 @@ pub fn train_rank(
     check_support(backend, &dev, dt, ranks)?;
     let layout = Layout::new(cfg.model(corpus))?;
     let x = Exec::new(dev.clone())?;
+    if let Some(path) = &cfg.memory_snapshot {
+        x.alloc.snapshot_at_drop(path.clone());
+    }
     let mixed = dt != DType::F32;
     // Parameters: f32 masters from the host-side initialisation, AdamW state, compute copies.
     let init = layout.init(cfg.seed);
