@@ -11,7 +11,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::sync::Arc;
 use std::time::Instant;
-use unihal::validate::{wrap, Mode};
+use unihal::layer::{wrap, Mode};
 use unihal::{Backend, EventFlags, FillValue};
 
 fn backends() -> [(&'static str, Arc<dyn Backend>); 2] {
@@ -66,7 +66,7 @@ fn handoff(c: &mut Criterion) {
         assert_eq!(
             backend
                 .as_any()
-                .downcast_ref::<unihal::validate::ValidatingBackend>()
+                .downcast_ref::<unihal::layer::LayerBackend>()
                 .map_or(0, |v| v.findings().len()),
             0,
             "the ordered handoff made findings"

@@ -30,8 +30,10 @@ pub use unihal_alloc as alloc;
 pub use unihal_dlpack as dlpack;
 pub use unihal_hal as hal;
 pub use unihal_hal::*;
+pub use unihal_layer as layer;
+/// The validation layer's names, as before the layer also traced.
+pub use unihal_layer as validate;
 pub use unihal_plugin as plugin;
-pub use unihal_validate as validate;
 
 use std::sync::OnceLock;
 
@@ -50,18 +52,21 @@ pub const BUILD_INFO: &str = concat!(
 /// The registry of the backends compiled into this build, in default preference order:
 /// accelerators first, then the plugins `UNIHAL_PLUGIN_PATH` names (out-of-tree backends, see
 /// [`plugin`]), the always-available CPU last. Adding a backend to this build is one more
-/// `register` call here. With `UNIHAL_VALIDATE=1` (or `error`) every backend comes wrapped in the
-/// [`validate`] layer; an unknown value is logged and taken as `1`.
+/// `register` call here. With `UNIHAL_VALIDATE=1` (or `error`) or `UNIHAL_TRACE=FILE` every
+/// backend comes wrapped in the [`layer`] (an unknown validation value is logged and taken as `1`).
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let r = Registry::new();
-        let mode = validate::Mode::from_env().unwrap_or_else(|why| {
+        let observers = layer::Observers::from_env().unwrap_or_else(|why| {
             tracing::error!(target: "unihal", "{why}; validating in report mode");
-            Some(validate::Mode::Report)
+            layer::Observers {
+                validate: Some(layer::Mode::Report),
+                trace: layer::Trace::from_env(),
+            }
         });
-        if let Some(mode) = mode {
-            r.set_layer(Box::new(move |b| validate::wrap(b, mode)))
+        if !observers.is_empty() {
+            r.set_layer(Box::new(move |b| layer::wrap_with(b, observers.clone())))
                 .expect("a fresh registry has no layer");
         }
         r.register(unihal_cuda::NAME, || {

@@ -178,7 +178,7 @@ impl CachingAllocator {
             limit: Mutex::new(None),
             thrifty: config.thrifty,
             shared: Arc::new(Shared {
-                pools: Mutex::new(Pools::new(config.max_split_size.unwrap_or(u64::MAX))),
+                pools: Mutex::new(Pools::new(config.max_split_size.unwrap_or(u64::MAX), id)),
             }),
             snapshot_to: Mutex::new(None),
         };

@@ -12,7 +12,7 @@ use crate::bins::SizeBins;
 use crate::size::{self, PoolKind};
 use crate::stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot, TraceEvent};
 use std::collections::HashMap;
-use unihal_hal::{Buffer, PendingUses, Reclaim, Result, Segment, StreamId};
+use unihal_hal::{counters, Buffer, DeviceId, PendingUses, Reclaim, Result, Segment, StreamId};
 
 /// Index of a block or segment slot.
 pub(crate) type Idx = u32;
@@ -90,6 +90,8 @@ pub(crate) struct Pools {
     pub max_split: u64,
     /// The allocation history, while recorded.
     pub history: Option<Vec<TraceEvent>>,
+    /// The device, named in counter samples for a timeline (`unihal_hal::counters`).
+    device: DeviceId,
 }
 
 fn token(idx: Idx, gen: u32) -> u64 {
@@ -97,7 +99,7 @@ fn token(idx: Idx, gen: u32) -> u64 {
 }
 
 impl Pools {
-    pub fn new(max_split: u64) -> Pools {
+    pub fn new(max_split: u64, device: DeviceId) -> Pools {
         Pools {
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -112,6 +114,7 @@ impl Pools {
             },
             max_split,
             history: None,
+            device,
         }
     }
 
@@ -163,9 +166,25 @@ impl Pools {
 
     /// The block a token names, if that hand-out is still the block's current one.
     /// Records `e` in the history, while it is recorded.
+    /// Every change of the allocated or reserved bytes passes here: it also samples them for a
+    /// timeline when one records (`UNIHAL_TRACE`).
     fn trace(&mut self, e: impl FnOnce() -> TraceEvent) {
         if let Some(h) = &mut self.history {
             h.push(e());
+        }
+        if counters::recording() {
+            let (a, r) = (
+                &self.stats.allocated_bytes.all,
+                &self.stats.reserved_bytes.all,
+            );
+            counters::sample(
+                self.device,
+                "memory",
+                &[
+                    ("allocated", i64::try_from(a.current).unwrap_or(i64::MAX)),
+                    ("reserved", i64::try_from(r.current).unwrap_or(i64::MAX)),
+                ],
+            );
         }
     }
 

@@ -129,7 +129,7 @@ impl Blocker {
         let mem = ctx.device.alloc(8)?;
         // The kernel and the side stream talk through `mem` while both run: device-side
         // synchronisation a validation layer cannot see, so it is told.
-        unihal_validate::exempt(ctx.device.as_ref(), &mem);
+        unihal_layer::exempt(ctx.device.as_ref(), &mem);
         let side = ctx.stream()?;
         side.write(&mem, 0, &[0u8; 8])?;
         let flag = mem.slice(0, 4)?;

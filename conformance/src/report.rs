@@ -106,7 +106,8 @@ impl TargetReport {
             counts: Counts::of(&results),
             results,
             validation: crate::runner::validation_layer(target)
-                .map(|v| format!("{:?}", v.mode()).to_lowercase()),
+                .and_then(|v| v.mode())
+                .map(|m| format!("{m:?}").to_lowercase()),
         }
     }
 }

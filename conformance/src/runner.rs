@@ -506,11 +506,12 @@ fn with_validation_findings(target: &Target, outcome: Outcome) -> Outcome {
 }
 
 /// The validation layer `target`'s backend runs under, if any.
-pub fn validation_layer(target: &Target) -> Option<&unihal_validate::ValidatingBackend> {
+pub fn validation_layer(target: &Target) -> Option<&unihal_layer::LayerBackend> {
     target
         .backend
         .as_any()
-        .downcast_ref::<unihal_validate::ValidatingBackend>()
+        .downcast_ref::<unihal_layer::LayerBackend>()
+        .filter(|v| v.mode().is_some())
 }
 
 fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -> Outcome {

@@ -55,6 +55,7 @@ pub mod backend;
 pub mod buffer;
 pub mod caps;
 pub mod ccl;
+pub mod counters;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -17,6 +17,22 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum TraceCmd {
+    /// Check FILE against the Trace Event Format's rules, then print per device the busy share
+    /// of each stream, the top ops by device time, the communication share (and how much of it
+    /// no compute overlapped) and the longest idle gaps.
+    Summary {
+        file: PathBuf,
+        /// How many ops and gaps to list per device.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// List backends (available or not, with the reason) and their devices.
     Devices {
@@ -56,6 +72,11 @@ enum Cmd {
         /// Only the first N devices of each backend.
         #[arg(long)]
         max_devices: Option<usize>,
+    },
+    /// Read a timeline written with UNIHAL_TRACE=FILE.
+    Trace {
+        #[command(subcommand)]
+        what: TraceCmd,
     },
     /// Benchmark a collective with nccl-tests' flags and output (all_reduce, all_gather,
     /// reduce_scatter, broadcast, reduce, alltoall, sendrecv).
@@ -581,7 +602,7 @@ fn bench_backend(name: Option<&str>) -> Result<std::sync::Arc<dyn Backend>, Stri
 fn main() -> ExitCode {
     unihal_conformance::run_child_if_requested(unihal::registry());
     unihal::init_logging();
-    match Cli::parse().command {
+    let code = match Cli::parse().command {
         Cmd::Devices { backend, json } => devices(backend, json),
         Cmd::Conformance {
             list: Some(pattern),
@@ -611,6 +632,46 @@ fn main() -> ExitCode {
                 max_devices,
             )
         }
+        Cmd::Trace {
+            what: TraceCmd::Summary { file, top, json },
+        } => trace_summary(&file, top, json),
         cmd @ Cmd::Bench { .. } => bench_cmd(cmd),
+    };
+    // UNIHAL_TRACE: the run's timeline, written once its work is done.
+    if let Err(e) = unihal::layer::trace::finish() {
+        eprintln!("unihal: {e}");
+        return ExitCode::FAILURE;
+    }
+    code
+}
+
+/// `unihal trace summary FILE`.
+fn trace_summary(file: &std::path::Path, top: usize, json: bool) -> ExitCode {
+    let doc = match std::fs::read(file)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("not JSON: {e}")))
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("unihal trace summary: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match unihal::layer::trace::summary::summarize(&doc, top) {
+        Ok(s) if json => {
+            println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(s) => {
+            print!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "unihal trace summary: {} breaks the Trace Event Format's rules:\n{e}",
+                file.display()
+            );
+            ExitCode::FAILURE
+        }
     }
 }

@@ -74,13 +74,23 @@ struct Args {
 fn main() -> ExitCode {
     unihal::init_logging();
     let args = Args::parse();
-    match run(&args) {
+    let code = match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpt: {e}");
             ExitCode::FAILURE
         }
+    };
+    // UNIHAL_TRACE: the run's timeline, written once its work is done.
+    match unihal::layer::trace::finish() {
+        Ok(Some(path)) if !args.quiet => println!("  timeline written to {}", path.display()),
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("gpt: {e}");
+            return ExitCode::FAILURE;
+        }
     }
+    code
 }
 
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -126,16 +136,17 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         summarise(&report);
     }
     // Under UNIHAL_VALIDATE: say so, and fail a run the layer found unordered work in.
-    if let Some(v) = backend
+    if let Some((v, mode)) = backend
         .as_any()
-        .downcast_ref::<unihal::validate::ValidatingBackend>()
+        .downcast_ref::<unihal::layer::LayerBackend>()
+        .and_then(|v| Some((v, v.mode()?)))
     {
         let found = v.findings();
         println!(
             "  ran under the validation layer ({} mode): {} finding(s)",
-            match v.mode() {
-                unihal::validate::Mode::Report => "report",
-                unihal::validate::Mode::Error => "error",
+            match mode {
+                unihal::layer::Mode::Report => "report",
+                unihal::layer::Mode::Error => "error",
             },
             found.len()
         );

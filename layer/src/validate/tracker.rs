@@ -12,7 +12,7 @@
 //! ordered before everything that can still come and are dropped; the rest are bounded per
 //! allocation (`MAX_RECORDS`), the oldest dropped first, which can only hide findings.
 
-use crate::finding::{Finding, FindingKind, Site};
+use crate::validate::finding::{Finding, FindingKind, Site};
 use std::collections::{BTreeMap, HashMap};
 use unihal_hal::DeviceId;
 

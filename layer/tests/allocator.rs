@@ -7,10 +7,10 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use unihal_alloc::{AllocatorConfig, CachingAllocator};
 use unihal_hal::{Backend, Device, FillValue, Stream};
-use unihal_validate::{wrap, FindingKind, Mode, ValidatingBackend};
+use unihal_layer::{wrap, FindingKind, LayerBackend, Mode};
 
 struct Setup {
-    v: Arc<ValidatingBackend>,
+    v: Arc<LayerBackend>,
     alloc: CachingAllocator,
     a: Arc<dyn Stream>,
     b: Arc<dyn Stream>,

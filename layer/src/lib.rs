@@ -1,4 +1,11 @@
-//! # unihal-validate: the validation layer
+//! # unihal-layer: a backend wrapping any other, for validation and for a timeline
+//!
+//! The layer sits between the program and a backend and changes nothing the program sees. It
+//! has two observers, switched on separately for every backend of `unihal::registry`:
+//! **validation** (`UNIHAL_VALIDATE`, below) and **the timeline** (`UNIHAL_TRACE=FILE`, see
+//! [`trace`]). With neither set, nothing is wrapped.
+//!
+//! # Validation
 //!
 //! A backend that wraps any other and reports what the HAL leaves to the program: stream work the
 //! program did not order. Switched on for every backend of [`unihal::registry`] by
@@ -6,7 +13,7 @@
 //! [`wrap`]. Like Vulkan's validation layers and Unified Runtime's, it sits between the program
 //! and the backend and changes nothing the program sees but the findings.
 //!
-//! ## What it checks
+//! ## What validation checks
 //! * **Unordered stream access** ([`FindingKind::UnorderedAccess`]): for every byte range of
 //!   every allocation, the last writer and the readers since (stream, epoch, call site). An
 //!   access by another stream that is not ordered after an earlier write (or a write not ordered
@@ -26,7 +33,7 @@
 //!
 //! A finding is made only for a call the backend accepted: a call the backend refuses already
 //! returned an error. In [`Mode::Report`] findings are logged (WARN, target `unihal::validate`)
-//! and kept ([`ValidatingBackend::findings`]); in [`Mode::Error`] the offending call returns
+//! and kept ([`LayerBackend::findings`]); in [`Mode::Error`] the offending call returns
 //! [`unihal_hal::HalError::InvalidArgument`] with the finding and enqueues nothing (a map cannot
 //! be refused after the fact: its findings are reported; nor can a call with a foreign handle,
 //! which the backend judges first in both modes: it refuses a handle it did not make with its
@@ -54,83 +61,62 @@
 
 mod backend;
 mod ccl;
-mod finding;
 mod layer;
 mod stream;
-mod tracker;
+pub mod trace;
+mod validate;
 
-pub use backend::{ValidatingBackend, ValidatingDevice};
-pub use ccl::{ValidatingCollectives, ValidatingCommunicator};
-pub use finding::{Finding, FindingKind, Site};
-pub use stream::{ValidatingEvent, ValidatingStream};
+pub use backend::{LayerBackend, LayerDevice};
+pub use ccl::{LayerCollectives, LayerCommunicator};
+pub use stream::{LayerEvent, LayerStream};
+pub use trace::Trace;
+pub use validate::finding::{Finding, FindingKind, Site};
+pub use validate::{exempt, total_findings, Mode, VALIDATE_ENV};
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use unihal_hal::Backend;
 
-/// The variable that switches the layer on for the facade's registry.
-pub const VALIDATE_ENV: &str = "UNIHAL_VALIDATE";
-
-/// What the layer does with a finding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Log it (WARN) and keep it; the call proceeds.
-    Report,
-    /// Refuse the call with `InvalidArgument` naming the finding (nothing is enqueued).
-    Error,
+/// What a layer does: validate (in a mode), trace (into a trace), or both.
+#[derive(Clone, Default)]
+pub struct Observers {
+    pub validate: Option<Mode>,
+    pub trace: Option<Arc<Trace>>,
 }
 
-impl Mode {
-    /// The mode a value of [`VALIDATE_ENV`] asks for: `None` for unset, empty, `0` or `off`.
+impl Observers {
+    /// What the environment asks for: [`VALIDATE_ENV`] and [`trace::TRACE_ENV`].
     ///
     /// # Errors
-    /// A message naming the accepted values.
-    pub fn parse(value: Option<&str>) -> Result<Option<Mode>, String> {
-        match value.map(str::trim) {
-            None | Some("" | "0" | "off") => Ok(None),
-            Some("1" | "report" | "on") => Ok(Some(Mode::Report)),
-            Some("error") => Ok(Some(Mode::Error)),
-            Some(v) => Err(format!(
-                "{VALIDATE_ENV}={v:?}: accepted values are 1 (or report), error, 0 (or off)"
-            )),
-        }
+    /// As [`Mode::from_env`] (the trace variable takes any path).
+    pub fn from_env() -> Result<Observers, String> {
+        Ok(Observers {
+            validate: Mode::from_env()?,
+            trace: Trace::from_env(),
+        })
     }
 
-    /// [`Mode::parse`] of the environment's [`VALIDATE_ENV`].
-    ///
-    /// # Errors
-    /// As [`Mode::parse`].
-    pub fn from_env() -> Result<Option<Mode>, String> {
-        Mode::parse(std::env::var(VALIDATE_ENV).ok().as_deref())
-    }
-}
-
-/// Findings made by every validation layer of the process so far (for run summaries).
-pub fn total_findings() -> u64 {
-    TOTAL.load(Ordering::Relaxed)
-}
-
-static TOTAL: AtomicU64 = AtomicU64::new(0);
-
-/// Declares that the program orders every access to `buffer`'s allocation itself, through
-/// device-side synchronisation the layer cannot see (a flag a spinning kernel polls while another
-/// stream writes it): the layer stops tracking that allocation until its memory is allocated
-/// again. Does nothing when `device` is not a device of a validation layer.
-///
-/// Thread safety: any thread.
-pub fn exempt(device: &dyn unihal_hal::Device, buffer: &unihal_hal::Buffer) {
-    if let Some(v) = device.as_any().downcast_ref::<ValidatingDevice>() {
-        let base = buffer.device_addr().wrapping_sub(buffer.offset());
-        v.layer()
-            .tracker
-            .lock()
-            .exempt(tracker::Space::Device(buffer.device()), base);
+    /// True when neither observer is on (the backend needs no layer).
+    pub fn is_empty(&self) -> bool {
+        self.validate.is_none() && self.trace.is_none()
     }
 }
 
 /// Wraps `backend` in a validation layer.
 ///
 /// Ownership: the layer owns `backend`. Thread safety: as the backend's.
-pub fn wrap(backend: Arc<dyn Backend>, mode: Mode) -> Arc<ValidatingBackend> {
-    ValidatingBackend::new(backend, mode)
+pub fn wrap(backend: Arc<dyn Backend>, mode: Mode) -> Arc<LayerBackend> {
+    wrap_with(
+        backend,
+        Observers {
+            validate: Some(mode),
+            trace: None,
+        },
+    )
+}
+
+/// Wraps `backend` in a layer with `observers`.
+///
+/// Ownership: the layer owns `backend` and shares the trace. Thread safety: as the backend's.
+pub fn wrap_with(backend: Arc<dyn Backend>, observers: Observers) -> Arc<LayerBackend> {
+    LayerBackend::new(backend, observers)
 }

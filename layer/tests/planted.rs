@@ -6,15 +6,15 @@ use unihal_hal::{
     Backend, Buffer, CommConfig, DType, Device, EventFlags, FillValue, HalError, OpCall, ReduceOp,
     Scalar, Stream, TensorView,
 };
-use unihal_validate::{wrap, FindingKind, Mode, ValidatingBackend};
+use unihal_layer::{wrap, FindingKind, LayerBackend, Mode};
 
-fn layer(mode: Mode) -> Arc<ValidatingBackend> {
+fn layer(mode: Mode) -> Arc<LayerBackend> {
     let cfg = unihal_cpu::CpuConfig::from_values(Some("2"), Some("256M"), Some("1")).unwrap();
     wrap(Arc::new(unihal_cpu::CpuBackend::with_config(cfg)), mode)
 }
 
 struct Setup {
-    v: Arc<ValidatingBackend>,
+    v: Arc<LayerBackend>,
     dev: Arc<dyn Device>,
     a: Arc<dyn Stream>,
     b: Arc<dyn Stream>,
@@ -37,7 +37,7 @@ fn setup(mode: Mode) -> Setup {
     }
 }
 
-fn kinds(v: &ValidatingBackend) -> Vec<FindingKind> {
+fn kinds(v: &LayerBackend) -> Vec<FindingKind> {
     v.take_findings().iter().map(|f| f.kind).collect()
 }
 

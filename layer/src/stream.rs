@@ -1,17 +1,61 @@
 //! Wrapped streams and events: every enqueue is tracked, every wait and synchronisation moves
 //! the clocks.
 
-use crate::finding::{Finding, FindingKind, Site};
-use crate::layer::Layer;
-use crate::tracker::{Clock, Space, Touch};
+use crate::layer::{Layer, Traced};
+use crate::trace::timeline::{FlowEnd, Timeline};
+use crate::trace::Detail;
+use crate::validate::finding::{Finding, FindingKind, Site};
+use crate::validate::tracker::{Clock, Space, Touch};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::Location;
 use std::sync::Arc;
 use unihal_hal::{
     Buffer, Device, DeviceId, Event, FillValue, Function, HostBuffer, KernelArgs, LaunchConfig,
-    NativeHandle, OpCall, Result, Stream, StreamId,
+    NativeHandle, OpCall, OpId, Result, Stream, StreamId,
 };
+
+/// A copy's trace detail.
+fn copy(direction: &'static str, len: u64) -> Detail {
+    Detail::new(format!("copy {direction}"), "copy")
+        .arg("direction", direction)
+        .bytes(len)
+}
+
+/// A kernel launch's trace detail.
+fn launch_detail(function: &Arc<dyn Function>, config: &LaunchConfig) -> Detail {
+    let (g, b) = (config.grid, config.block);
+    Detail::new(function.name().to_owned(), "kernel")
+        .arg("grid", format!("{}x{}x{}", g.x, g.y, g.z))
+        .arg("block", format!("{}x{}x{}", b.x, b.y, b.z))
+        .arg("shared memory", config.shared_mem_bytes)
+}
+
+/// A library op's trace detail: its operands' shapes and dtypes, the bytes they span, and the
+/// FLOPs of a matmul (2·M·N·K per batch: the count every GEMM benchmark uses).
+fn op_detail(call: &OpCall) -> Detail {
+    let shapes: Vec<String> = call
+        .tensors
+        .iter()
+        .map(|t| format!("{}{:?}", t.dtype, t.shape))
+        .collect();
+    let bytes: u64 = call
+        .tensors
+        .iter()
+        .map(|t| t.numel().saturating_mul(t.dtype.size() as u64))
+        .fold(0, u64::saturating_add);
+    let mut d = Detail::new(call.op.name(), "op")
+        .arg("operands", shapes.join(", "))
+        .arg("bytes", bytes);
+    if call.op == OpId::Matmul {
+        if let (Some(a), Some(out)) = (call.tensors.first(), call.tensors.last()) {
+            let k = a.shape.last().copied().unwrap_or(0);
+            let flops = out.numel().saturating_mul(k).saturating_mul(2);
+            d = d.arg("FLOPs", flops);
+        }
+    }
+    d
+}
 
 /// A touch of `len` bytes at `offset` of a device buffer view.
 pub(crate) fn device_touch(
@@ -83,28 +127,90 @@ pub(crate) fn foreign(what: &str, device: DeviceId, site: Site) -> Finding {
     }
 }
 
-/// A stream of a [`crate::ValidatingDevice`].
+/// A stream of a [`crate::LayerDevice`].
 ///
 /// Ownership: owns the backend's stream; keeps its (wrapped) device alive. Thread safety: any
 /// thread; enqueues on one stream are serialised by the wrapper.
-pub struct ValidatingStream {
+pub struct LayerStream {
     inner: Arc<dyn Stream>,
     device: Arc<dyn Device>,
     layer: Arc<Layer>,
     key: u64,
     enqueue: Mutex<()>,
+    /// The stream's device spans and its device's process, when tracing.
+    timeline: Option<(u32, Arc<Mutex<Timeline>>)>,
 }
 
-impl ValidatingStream {
-    pub(crate) fn new(inner: Arc<dyn Stream>, device: Arc<dyn Device>, layer: Arc<Layer>) -> Self {
+impl LayerStream {
+    pub(crate) fn new(
+        inner: Arc<dyn Stream>,
+        device: Arc<dyn Device>,
+        layer: Arc<Layer>,
+        pid: Option<u32>,
+    ) -> Self {
         let key = inner.stream_id().get();
         layer.tracker.lock().stream_created(key, device.id());
-        ValidatingStream {
+        let timeline = match (&layer.trace, pid) {
+            (Some(t), Some(pid)) => {
+                let backend_device = crate::backend::inner_device(&device);
+                let line = Timeline::new(t, backend_device, inner.as_ref(), pid, key);
+                Some((pid, t.timeline(line, pid, key)))
+            }
+            _ => None,
+        };
+        LayerStream {
             inner,
             device,
             layer,
             key,
             enqueue: Mutex::new(()),
+            timeline,
+        }
+    }
+
+    /// The device's process in the trace, when tracing.
+    fn pid(&self) -> Option<u32> {
+        self.timeline.as_ref().map(|t| t.0)
+    }
+
+    fn traced(&self) -> Option<Traced<'_>> {
+        self.timeline.as_ref().map(|(pid, t)| Traced {
+            pid: *pid,
+            timeline: t,
+            inner: self.inner.as_ref(),
+        })
+    }
+
+    /// Host time now, when this stream is traced.
+    fn start(&self) -> Option<u64> {
+        self.timeline
+            .as_ref()
+            .and(self.layer.trace.as_ref())
+            .map(|t| t.now())
+    }
+
+    /// After a call the backend accepted at `start` that the validation model follows itself
+    /// (records, waits, host callbacks): its host span and device span.
+    fn after(
+        &self,
+        start: Option<u64>,
+        what: &'static str,
+        detail: impl FnOnce() -> Detail,
+        flow: Option<FlowEnd>,
+    ) {
+        if let (Some(t), Some(start), Some((pid, line))) =
+            (&self.layer.trace, start, &self.timeline)
+        {
+            t.host_span(*pid, start, what);
+            line.lock()
+                .after(t, self.inner.as_ref(), start, detail(), flow);
+        }
+    }
+
+    /// Resolves the device spans that completed (after a synchronisation or a query).
+    fn resolve(&self) {
+        if let (Some(t), Some((_, line))) = (&self.layer.trace, &self.timeline) {
+            line.lock().resolve(t);
         }
     }
 
@@ -119,10 +225,13 @@ impl ValidatingStream {
         what: &'static str,
         site: Site,
         touches: &[Touch],
+        detail: impl FnOnce() -> Detail,
         call: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let _order = self.enqueue.lock();
-        self.layer.enqueue(self.key, what, site, touches, call)
+        let traced = self.traced();
+        self.layer
+            .enqueue(self.key, what, site, touches, traced, detail, None, call)
     }
 
     /// `stream` as the backend must see it: `Ours` for a stream of this layer, otherwise the
@@ -131,9 +240,9 @@ impl ValidatingStream {
         layer: &Arc<Layer>,
         stream: &'a Arc<dyn Stream>,
         site: Site,
-    ) -> Arg<'a, dyn Stream, ValidatingStream> {
+    ) -> Arg<'a, dyn Stream, LayerStream> {
         let dev = stream.device_id();
-        match stream.as_any().downcast_ref::<ValidatingStream>() {
+        match stream.as_any().downcast_ref::<LayerStream>() {
             Some(v) if Arc::ptr_eq(&v.layer, layer) => Arg::Ours(&v.inner, v),
             Some(v) => Arg::Foreign(
                 &v.inner,
@@ -147,9 +256,9 @@ impl ValidatingStream {
         &self,
         event: &'a Arc<dyn Event>,
         site: Site,
-    ) -> Arg<'a, dyn Event, ValidatingEvent> {
+    ) -> Arg<'a, dyn Event, LayerEvent> {
         let dev = event.device_id();
-        match event.as_any().downcast_ref::<ValidatingEvent>() {
+        match event.as_any().downcast_ref::<LayerEvent>() {
             Some(v) if Arc::ptr_eq(&v.layer, &self.layer) => Arg::Ours(&v.inner, v),
             Some(v) => Arg::Foreign(
                 &v.inner,
@@ -192,13 +301,15 @@ impl<'a, T: ?Sized, W> Arg<'a, T, W> {
     }
 }
 
-impl Drop for ValidatingStream {
+impl Drop for LayerStream {
     fn drop(&mut self) {
         self.layer.tracker.lock().stream_dropped(self.key);
+        // What completed is written now; the rest stays with the trace until its end.
+        self.resolve();
     }
 }
 
-impl Stream for ValidatingStream {
+impl Stream for LayerStream {
     fn device(&self) -> &Arc<dyn Device> {
         &self.device
     }
@@ -220,17 +331,25 @@ impl Stream for ValidatingStream {
             host_touch("src", src, src_offset, len, false),
             device_touch("dst", dst, dst_offset, len, true),
         ];
-        self.tracked("copy_h2d", Location::caller(), &touches, || {
-            self.inner.copy_h2d(src, src_offset, dst, dst_offset, len)
-        })
+        self.tracked(
+            "copy_h2d",
+            Location::caller(),
+            &touches,
+            || copy("H2D", len),
+            || self.inner.copy_h2d(src, src_offset, dst, dst_offset, len),
+        )
     }
 
     #[track_caller]
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
         let touches = [device_touch("dst", dst, dst_offset, src.len() as u64, true)];
-        self.tracked("copy_h2d_staged", Location::caller(), &touches, || {
-            self.inner.copy_h2d_staged(src, dst, dst_offset)
-        })
+        self.tracked(
+            "copy_h2d_staged",
+            Location::caller(),
+            &touches,
+            || copy("H2D (staged)", src.len() as u64),
+            || self.inner.copy_h2d_staged(src, dst, dst_offset),
+        )
     }
 
     #[track_caller]
@@ -246,9 +365,13 @@ impl Stream for ValidatingStream {
             device_touch("src", src, src_offset, len, false),
             host_touch("dst", dst, dst_offset, len, true),
         ];
-        self.tracked("copy_d2h", Location::caller(), &touches, || {
-            self.inner.copy_d2h(src, src_offset, dst, dst_offset, len)
-        })
+        self.tracked(
+            "copy_d2h",
+            Location::caller(),
+            &touches,
+            || copy("D2H", len),
+            || self.inner.copy_d2h(src, src_offset, dst, dst_offset, len),
+        )
     }
 
     #[track_caller]
@@ -261,9 +384,13 @@ impl Stream for ValidatingStream {
         len: u64,
     ) -> Result<()> {
         let touches = device_copy(src, src_offset, dst, dst_offset, len);
-        self.tracked("copy_d2d", Location::caller(), &touches, || {
-            self.inner.copy_d2d(src, src_offset, dst, dst_offset, len)
-        })
+        self.tracked(
+            "copy_d2d",
+            Location::caller(),
+            &touches,
+            || copy("D2D", len),
+            || self.inner.copy_d2d(src, src_offset, dst, dst_offset, len),
+        )
     }
 
     #[track_caller]
@@ -276,17 +403,29 @@ impl Stream for ValidatingStream {
         len: u64,
     ) -> Result<()> {
         let touches = device_copy(src, src_offset, dst, dst_offset, len);
-        self.tracked("copy_peer", Location::caller(), &touches, || {
-            self.inner.copy_peer(src, src_offset, dst, dst_offset, len)
-        })
+        self.tracked(
+            "copy_peer",
+            Location::caller(),
+            &touches,
+            || {
+                copy("peer", len)
+                    .arg("from", src.device().to_string())
+                    .arg("to", dst.device().to_string())
+            },
+            || self.inner.copy_peer(src, src_offset, dst, dst_offset, len),
+        )
     }
 
     #[track_caller]
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
         let touches = [device_touch("dst", dst, offset, len, true)];
-        self.tracked("fill", Location::caller(), &touches, || {
-            self.inner.fill(dst, offset, len, value)
-        })
+        self.tracked(
+            "fill",
+            Location::caller(),
+            &touches,
+            || Detail::new("fill", "fill").bytes(len),
+            || self.inner.fill(dst, offset, len, value),
+        )
     }
 
     #[track_caller]
@@ -302,11 +441,17 @@ impl Stream for ValidatingStream {
             .iter()
             .map(|b| device_touch("args", b, 0, b.len(), true))
             .collect();
-        self.tracked("launch", Location::caller(), &touches, || {
-            // SAFETY: the caller's promise for `launch` is passed on unchanged: the same function,
-            // configuration and arguments reach the backend's stream.
-            unsafe { self.inner.launch(function, config, args) }
-        })
+        self.tracked(
+            "launch",
+            Location::caller(),
+            &touches,
+            || launch_detail(function, config),
+            || {
+                // SAFETY: the caller's promise for `launch` is passed on unchanged: the same function,
+                // configuration and arguments reach the backend's stream.
+                unsafe { self.inner.launch(function, config, args) }
+            },
+        )
     }
 
     #[track_caller]
@@ -328,9 +473,13 @@ impl Stream for ValidatingStream {
                 ));
             }
         }
-        self.tracked(call.op.name(), Location::caller(), &touches, || {
-            self.inner.run_op(call)
-        })
+        self.tracked(
+            call.op.name(),
+            Location::caller(),
+            &touches,
+            || op_detail(call),
+            || self.inner.run_op(call),
+        )
     }
 
     #[track_caller]
@@ -344,10 +493,18 @@ impl Stream for ValidatingStream {
             t.snapshot(self.key)
         };
         let layer = self.layer.clone();
+        let start = self.start();
         self.inner.host_callback(Box::new(move || {
             layer.tracker.lock().host_learns(&captured);
             f()
-        }))
+        }))?;
+        self.after(
+            start,
+            "host_callback",
+            || Detail::new("host callback", "callback"),
+            None,
+        );
+        Ok(())
     }
 
     #[track_caller]
@@ -356,11 +513,24 @@ impl Stream for ValidatingStream {
         self.event_arg(event, site)
             .call(&self.layer, |inner, ours| {
                 let _order = self.enqueue.lock();
+                let start = self.start();
                 self.layer.tracker.lock().tick(self.key);
                 self.inner.record_event(inner)?;
+                let mut flow = None;
                 if let Some(v) = ours {
                     *v.clock.lock() = Some(self.layer.tracker.lock().snapshot(self.key));
+                    if let (Some(t), Some(_)) = (&self.layer.trace, start) {
+                        let id = t.next_flow();
+                        *v.flow.lock() = Some(id);
+                        flow = Some(FlowEnd { start: true, id });
+                    }
                 }
+                self.after(
+                    start,
+                    "record_event",
+                    || Detail::new("record event", "event"),
+                    flow,
+                );
                 Ok(())
             })
     }
@@ -371,20 +541,34 @@ impl Stream for ValidatingStream {
         self.event_arg(event, site)
             .call(&self.layer, |inner, ours| {
                 let _order = self.enqueue.lock();
+                let start = self.start();
                 let captured = ours.and_then(|v| v.clock.lock().clone());
                 self.inner.wait_event(inner)?;
-                let mut t = self.layer.tracker.lock();
-                t.tick(self.key);
-                if let Some(c) = captured {
-                    t.wait(self.key, &c);
+                {
+                    let mut t = self.layer.tracker.lock();
+                    t.tick(self.key);
+                    if let Some(c) = captured {
+                        t.wait(self.key, &c);
+                    }
                 }
+                let flow = ours
+                    .and_then(|v| *v.flow.lock())
+                    .map(|id| FlowEnd { start: false, id });
+                self.after(
+                    start,
+                    "wait_event",
+                    || Detail::new("wait event", "event"),
+                    flow,
+                );
                 Ok(())
             })
     }
 
     #[track_caller]
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
-        let b = self.inner.alloc_async(len)?;
+        let b = self
+            .layer
+            .host(self.pid(), "alloc_async", || self.inner.alloc_async(len))?;
         crate::backend::allocated(&self.layer, &b);
         Ok(b)
     }
@@ -394,7 +578,8 @@ impl Stream for ValidatingStream {
         let site = Location::caller();
         let t = device_touch("buffer", buffer, 0, buffer.len(), true);
         let _order = self.enqueue.lock();
-        self.inner.free_async(buffer)?;
+        self.layer
+            .host(self.pid(), "free_async", || self.inner.free_async(buffer))?;
         self.layer
             .tracker
             .lock()
@@ -407,8 +592,11 @@ impl Stream for ValidatingStream {
         // It returns once the work completed, also when it reports the stream's sticky error
         // (the failed work ran as far as it will).
         let captured = self.layer.tracker.lock().snapshot(self.key);
-        let r = self.inner.synchronize();
+        let r = self
+            .layer
+            .host(self.pid(), "synchronize", || self.inner.synchronize());
         self.layer.tracker.lock().host_learns(&captured);
+        self.resolve();
         r
     }
 
@@ -418,6 +606,7 @@ impl Stream for ValidatingStream {
         let done = self.inner.query()?;
         if done {
             self.layer.tracker.lock().host_learns(&captured);
+            self.resolve();
         }
         Ok(done)
     }
@@ -435,22 +624,25 @@ impl Stream for ValidatingStream {
     }
 }
 
-/// An event of a [`crate::ValidatingDevice`]: the backend's event and the clock its last record
+/// An event of a [`crate::LayerDevice`]: the backend's event and the clock its last record
 /// captured.
 ///
 /// Ownership: owns the backend's event. Thread safety: any thread.
-pub struct ValidatingEvent {
+pub struct LayerEvent {
     inner: Arc<dyn Event>,
     layer: Arc<Layer>,
     clock: Mutex<Option<Clock>>,
+    /// The trace's arrow of its last record, when tracing.
+    flow: Mutex<Option<u64>>,
 }
 
-impl ValidatingEvent {
+impl LayerEvent {
     pub(crate) fn new(inner: Arc<dyn Event>, layer: Arc<Layer>) -> Self {
-        ValidatingEvent {
+        LayerEvent {
             inner,
             layer,
             clock: Mutex::new(None),
+            flow: Mutex::new(None),
         }
     }
 
@@ -471,7 +663,7 @@ impl ValidatingEvent {
     }
 }
 
-impl Event for ValidatingEvent {
+impl Event for LayerEvent {
     fn device_id(&self) -> DeviceId {
         self.inner.device_id()
     }
@@ -494,7 +686,7 @@ impl Event for ValidatingEvent {
     }
 
     fn elapsed_ms(&self, end: &dyn Event) -> Result<f32> {
-        match end.as_any().downcast_ref::<ValidatingEvent>() {
+        match end.as_any().downcast_ref::<LayerEvent>() {
             Some(v) => self.inner.elapsed_ms(v.inner.as_ref()),
             None => self.inner.elapsed_ms(end),
         }

@@ -1,10 +1,11 @@
 //! Wrapped collectives: each operation is a tracked enqueue on its (unwrapped) stream, reading
 //! its send ranges and writing its receive ranges.
 
-use crate::backend::ValidatingDevice;
+use crate::backend::LayerDevice;
 use crate::layer::Layer;
-use crate::stream::{device_touch, foreign, Arg, ValidatingStream};
-use crate::tracker::Touch;
+use crate::stream::{device_touch, foreign, Arg, LayerStream};
+use crate::trace::Detail;
+use crate::validate::tracker::Touch;
 use std::any::Any;
 use std::panic::Location;
 use std::sync::Arc;
@@ -13,17 +14,17 @@ use unihal_hal::{
     HalError, ReduceOp, Result, Stream, UniqueId,
 };
 
-/// The collective engine of a [`crate::ValidatingBackend`].
+/// The collective engine of a [`crate::LayerBackend`].
 ///
 /// Ownership: shares the backend. Thread safety: as the engine's.
-pub struct ValidatingCollectives {
+pub struct LayerCollectives {
     backend: Arc<dyn Backend>,
     layer: Arc<Layer>,
 }
 
-impl ValidatingCollectives {
+impl LayerCollectives {
     pub(crate) fn new(backend: Arc<dyn Backend>, layer: Arc<Layer>) -> Self {
-        ValidatingCollectives { backend, layer }
+        LayerCollectives { backend, layer }
     }
 
     fn engine(&self) -> &dyn Collectives {
@@ -37,7 +38,7 @@ impl ValidatingCollectives {
     /// reported at once).
     #[track_caller]
     fn device_arg(&self, device: &Arc<dyn Device>) -> Result<Arc<dyn Device>> {
-        match device.as_any().downcast_ref::<ValidatingDevice>() {
+        match device.as_any().downcast_ref::<LayerDevice>() {
             Some(v) if Arc::ptr_eq(v.layer(), &self.layer) => Ok(v.inner().clone()),
             _ => Arg::<dyn Device, ()>::Foreign(
                 device,
@@ -48,7 +49,7 @@ impl ValidatingCollectives {
     }
 
     fn wrap(&self, inner: Arc<dyn Communicator>, device: Arc<dyn Device>) -> Arc<dyn Communicator> {
-        Arc::new(ValidatingCommunicator {
+        Arc::new(LayerCommunicator {
             inner,
             device,
             layer: self.layer.clone(),
@@ -56,7 +57,7 @@ impl ValidatingCollectives {
     }
 }
 
-impl Collectives for ValidatingCollectives {
+impl Collectives for LayerCollectives {
     fn capabilities(&self) -> &CclCaps {
         self.engine().capabilities()
     }
@@ -109,11 +110,11 @@ impl Collectives for ValidatingCollectives {
     }
 }
 
-/// One rank of a communicator of a [`crate::ValidatingBackend`].
+/// One rank of a communicator of a [`crate::LayerBackend`].
 ///
 /// Ownership: owns the engine's communicator; keeps its (wrapped) device alive. Thread safety:
 /// any thread.
-pub struct ValidatingCommunicator {
+pub struct LayerCommunicator {
     inner: Arc<dyn Communicator>,
     device: Arc<dyn Device>,
     layer: Arc<Layer>,
@@ -124,6 +125,23 @@ fn bytes(count: u64, dtype: DType) -> u64 {
     count.saturating_mul(dtype.size() as u64)
 }
 
+/// A group's trace detail: its sends and receives, the bytes they move.
+fn group_detail(calls: &[GroupCall]) -> Detail {
+    let (mut sends, mut recvs, mut total) = (0u64, 0u64, 0u64);
+    for c in calls {
+        let (GroupCall::Send { count, dtype, .. } | GroupCall::Recv { count, dtype, .. }) = c;
+        match c {
+            GroupCall::Send { .. } => sends += 1,
+            GroupCall::Recv { .. } => recvs += 1,
+        }
+        total = total.saturating_add(bytes(*count, *dtype));
+    }
+    Detail::new("group", "collective")
+        .arg("sends", sends)
+        .arg("receives", recvs)
+        .bytes(total)
+}
+
 fn read(arg: &'static str, buf: &Buffer, offset: u64, len: u64) -> Touch {
     device_touch(arg, buf, offset, len, false)
 }
@@ -132,7 +150,7 @@ fn write(arg: &'static str, buf: &Buffer, offset: u64, len: u64) -> Touch {
     device_touch(arg, buf, offset, len, true)
 }
 
-impl ValidatingCommunicator {
+impl LayerCommunicator {
     /// The engine's communicator.
     pub fn inner(&self) -> &Arc<dyn Communicator> {
         &self.inner
@@ -146,14 +164,26 @@ impl ValidatingCommunicator {
         what: &'static str,
         site: crate::Site,
         touches: &[Touch],
+        detail: impl FnOnce() -> Detail,
         call: impl FnOnce(&Arc<dyn Stream>) -> Result<()>,
     ) -> Result<()> {
-        ValidatingStream::unwrap_arg(&self.layer, stream, site).call(&self.layer, |inner, ours| {
+        LayerStream::unwrap_arg(&self.layer, stream, site).call(&self.layer, |inner, ours| {
             match ours {
-                Some(v) => v.tracked(what, site, touches, || call(inner)),
+                Some(v) => v.tracked(what, site, touches, detail, || call(inner)),
                 None => call(inner),
             }
         })
+    }
+
+    /// A collective's trace detail: `count` elements of `dtype`, `bytes` moved per rank (as
+    /// nccl-tests counts them for its algorithm bandwidth).
+    fn detail(&self, what: &'static str, count: u64, dtype: DType, bytes: u64) -> Detail {
+        Detail::new(what, "collective")
+            .arg("count", count)
+            .arg("dtype", dtype.to_string())
+            .arg("rank", self.rank() as u64)
+            .arg("ranks", self.n())
+            .bytes(bytes)
     }
 
     fn n(&self) -> u64 {
@@ -161,7 +191,7 @@ impl ValidatingCommunicator {
     }
 }
 
-impl Communicator for ValidatingCommunicator {
+impl Communicator for LayerCommunicator {
     fn rank(&self) -> usize {
         self.inner.rank()
     }
@@ -186,9 +216,17 @@ impl Communicator for ValidatingCommunicator {
     ) -> Result<()> {
         let b = bytes(count, dtype);
         let t = [read("send", send, 0, b), write("recv", recv, 0, b)];
-        self.on(stream, "all_reduce", Location::caller(), &t, |s| {
-            self.inner.all_reduce(send, recv, count, dtype, op, s)
-        })
+        self.on(
+            stream,
+            "all_reduce",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("all_reduce", count, dtype, b)
+                    .arg("op", format!("{op:?}"))
+            },
+            |s| self.inner.all_reduce(send, recv, count, dtype, op, s),
+        )
     }
 
     #[track_caller]
@@ -206,9 +244,17 @@ impl Communicator for ValidatingCommunicator {
         if self.rank() == root {
             t.insert(0, read("send", send, 0, b));
         }
-        self.on(stream, "broadcast", Location::caller(), &t, |s| {
-            self.inner.broadcast(send, recv, count, dtype, root, s)
-        })
+        self.on(
+            stream,
+            "broadcast",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("broadcast", count, dtype, b)
+                    .arg("root", root as u64)
+            },
+            |s| self.inner.broadcast(send, recv, count, dtype, root, s),
+        )
     }
 
     #[track_caller]
@@ -227,9 +273,18 @@ impl Communicator for ValidatingCommunicator {
         if self.rank() == root {
             t.push(write("recv", recv, 0, b));
         }
-        self.on(stream, "reduce", Location::caller(), &t, |s| {
-            self.inner.reduce(send, recv, count, dtype, op, root, s)
-        })
+        self.on(
+            stream,
+            "reduce",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("reduce", count, dtype, b)
+                    .arg("op", format!("{op:?}"))
+                    .arg("root", root as u64)
+            },
+            |s| self.inner.reduce(send, recv, count, dtype, op, root, s),
+        )
     }
 
     #[track_caller]
@@ -246,9 +301,14 @@ impl Communicator for ValidatingCommunicator {
             read("send", send, 0, b),
             write("recv", recv, 0, b.saturating_mul(self.n())),
         ];
-        self.on(stream, "all_gather", Location::caller(), &t, |s| {
-            self.inner.all_gather(send, recv, count, dtype, s)
-        })
+        self.on(
+            stream,
+            "all_gather",
+            Location::caller(),
+            &t,
+            || self.detail("all_gather", count, dtype, b.saturating_mul(self.n())),
+            |s| self.inner.all_gather(send, recv, count, dtype, s),
+        )
     }
 
     #[track_caller]
@@ -266,9 +326,17 @@ impl Communicator for ValidatingCommunicator {
             read("send", send, 0, b.saturating_mul(self.n())),
             write("recv", recv, 0, b),
         ];
-        self.on(stream, "reduce_scatter", Location::caller(), &t, |s| {
-            self.inner.reduce_scatter(send, recv, count, dtype, op, s)
-        })
+        self.on(
+            stream,
+            "reduce_scatter",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("reduce_scatter", count, dtype, b.saturating_mul(self.n()))
+                    .arg("op", format!("{op:?}"))
+            },
+            |s| self.inner.reduce_scatter(send, recv, count, dtype, op, s),
+        )
     }
 
     #[track_caller]
@@ -281,9 +349,17 @@ impl Communicator for ValidatingCommunicator {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let t = [read("buf", buf, 0, bytes(count, dtype))];
-        self.on(stream, "send", Location::caller(), &t, |s| {
-            self.inner.send(buf, count, dtype, peer, s)
-        })
+        self.on(
+            stream,
+            "send",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("send", count, dtype, bytes(count, dtype))
+                    .arg("peer", peer as u64)
+            },
+            |s| self.inner.send(buf, count, dtype, peer, s),
+        )
     }
 
     #[track_caller]
@@ -296,9 +372,17 @@ impl Communicator for ValidatingCommunicator {
         stream: &Arc<dyn Stream>,
     ) -> Result<()> {
         let t = [write("buf", buf, 0, bytes(count, dtype))];
-        self.on(stream, "recv", Location::caller(), &t, |s| {
-            self.inner.recv(buf, count, dtype, peer, s)
-        })
+        self.on(
+            stream,
+            "recv",
+            Location::caller(),
+            &t,
+            || {
+                self.detail("recv", count, dtype, bytes(count, dtype))
+                    .arg("peer", peer as u64)
+            },
+            |s| self.inner.recv(buf, count, dtype, peer, s),
+        )
     }
 
     #[track_caller]
@@ -312,9 +396,14 @@ impl Communicator for ValidatingCommunicator {
     ) -> Result<()> {
         let b = bytes(count, dtype).saturating_mul(self.n());
         let t = [read("send", send, 0, b), write("recv", recv, 0, b)];
-        self.on(stream, "all_to_all", Location::caller(), &t, |s| {
-            self.inner.all_to_all(send, recv, count, dtype, s)
-        })
+        self.on(
+            stream,
+            "all_to_all",
+            Location::caller(),
+            &t,
+            || self.detail("all_to_all", count, dtype, b),
+            |s| self.inner.all_to_all(send, recv, count, dtype, s),
+        )
     }
 
     #[track_caller]
@@ -330,9 +419,14 @@ impl Communicator for ValidatingCommunicator {
                 } => write("recv", buf, 0, bytes(*count, *dtype)),
             })
             .collect();
-        self.on(stream, "group", Location::caller(), &t, |s| {
-            self.inner.group(calls, s)
-        })
+        self.on(
+            stream,
+            "group",
+            Location::caller(),
+            &t,
+            || group_detail(calls),
+            |s| self.inner.group(calls, s),
+        )
     }
 
     #[track_caller]
@@ -356,18 +450,32 @@ impl Communicator for ValidatingCommunicator {
         };
         let mut t = part("send", send, send_displs, send_counts, false);
         t.extend(part("recv", recv, recv_displs, recv_counts, true));
-        self.on(stream, "all_to_allv", Location::caller(), &t, |s| {
-            self.inner.all_to_allv(
-                send,
-                send_counts,
-                send_displs,
-                recv,
-                recv_counts,
-                recv_displs,
-                dtype,
-                s,
-            )
-        })
+        self.on(
+            stream,
+            "all_to_allv",
+            Location::caller(),
+            &t,
+            || {
+                self.detail(
+                    "all_to_allv",
+                    send_counts.iter().sum(),
+                    dtype,
+                    bytes(send_counts.iter().sum(), dtype),
+                )
+            },
+            |s| {
+                self.inner.all_to_allv(
+                    send,
+                    send_counts,
+                    send_displs,
+                    recv,
+                    recv_counts,
+                    recv_displs,
+                    dtype,
+                    s,
+                )
+            },
+        )
     }
 
     fn split(
@@ -377,7 +485,7 @@ impl Communicator for ValidatingCommunicator {
         config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
         Ok(self.inner.split(color, key, config)?.map(|c| {
-            Arc::new(ValidatingCommunicator {
+            Arc::new(LayerCommunicator {
                 inner: c,
                 device: self.device.clone(),
                 layer: self.layer.clone(),

@@ -1,11 +1,11 @@
 //! The wrapped backend and its devices.
 
-use crate::ccl::ValidatingCollectives;
-use crate::finding::Finding;
+use crate::ccl::LayerCollectives;
 use crate::layer::Layer;
-use crate::stream::{ValidatingEvent, ValidatingStream};
-use crate::tracker::Space;
-use crate::Mode;
+use crate::stream::{LayerEvent, LayerStream};
+use crate::validate::finding::Finding;
+use crate::validate::tracker::Space;
+use crate::{Mode, Observers};
 use std::any::Any;
 use std::sync::{Arc, Weak};
 use unihal_hal::{
@@ -26,19 +26,21 @@ pub(crate) fn allocated(layer: &Layer, b: &Buffer) {
 /// A backend wrapped in the validation layer (see the crate docs).
 ///
 /// Ownership: owns the backend. Thread safety: as the backend's.
-pub struct ValidatingBackend {
+pub struct LayerBackend {
     inner: Arc<dyn Backend>,
     layer: Arc<Layer>,
-    ccl: ValidatingCollectives,
+    ccl: LayerCollectives,
 }
 
-impl ValidatingBackend {
-    pub(crate) fn new(inner: Arc<dyn Backend>, mode: Mode) -> Arc<ValidatingBackend> {
-        let layer = Arc::new(Layer::new(mode));
-        let observer: Arc<dyn unihal_hal::MapObserver> = layer.clone();
-        unihal_hal::observe_maps(Arc::downgrade(&observer));
-        Arc::new(ValidatingBackend {
-            ccl: ValidatingCollectives::new(inner.clone(), layer.clone()),
+impl LayerBackend {
+    pub(crate) fn new(inner: Arc<dyn Backend>, observers: Observers) -> Arc<LayerBackend> {
+        let layer = Arc::new(Layer::new(observers.validate, observers.trace));
+        if layer.mode.is_some() {
+            let observer: Arc<dyn unihal_hal::MapObserver> = layer.clone();
+            unihal_hal::observe_maps(Arc::downgrade(&observer));
+        }
+        Arc::new(LayerBackend {
+            ccl: LayerCollectives::new(inner.clone(), layer.clone()),
             inner,
             layer,
         })
@@ -49,12 +51,17 @@ impl ValidatingBackend {
         &self.inner
     }
 
-    /// The mode findings are handled in.
-    pub fn mode(&self) -> Mode {
+    /// The mode findings are handled in; `None` when not validating.
+    pub fn mode(&self) -> Option<Mode> {
         self.layer.mode
     }
 
-    /// Every finding so far (kept until [`ValidatingBackend::take_findings`]).
+    /// The trace recorded into, if any.
+    pub fn trace(&self) -> Option<&Arc<crate::Trace>> {
+        self.layer.trace.as_ref()
+    }
+
+    /// Every finding so far (kept until [`LayerBackend::take_findings`]).
     pub fn findings(&self) -> Vec<Finding> {
         self.layer.findings()
     }
@@ -65,7 +72,7 @@ impl ValidatingBackend {
     }
 }
 
-impl Backend for ValidatingBackend {
+impl Backend for LayerBackend {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -81,9 +88,14 @@ impl Backend for ValidatingBackend {
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
         let inner = self.inner.open(ordinal)?;
         let layer = self.layer.clone();
-        let device: Arc<ValidatingDevice> = Arc::new_cyclic(|me| ValidatingDevice {
+        let pid = layer
+            .trace
+            .as_ref()
+            .map(|t| t.pid(inner.id(), &inner.info().name));
+        let device: Arc<LayerDevice> = Arc::new_cyclic(|me| LayerDevice {
             inner,
             layer,
+            pid,
             me: me.clone(),
         });
         Ok(device)
@@ -108,24 +120,34 @@ impl Backend for ValidatingBackend {
     }
 }
 
+/// The backend's device behind `device` if the layer wrapped it, as an `Arc`.
+pub(crate) fn inner_device(device: &Arc<dyn Device>) -> Arc<dyn Device> {
+    match device.as_any().downcast_ref::<LayerDevice>() {
+        Some(v) => v.inner.clone(),
+        None => device.clone(),
+    }
+}
+
 /// The backend's device behind `device` if the layer wrapped it.
 pub(crate) fn unwrap_device(device: &dyn Device) -> &dyn Device {
-    match device.as_any().downcast_ref::<ValidatingDevice>() {
+    match device.as_any().downcast_ref::<LayerDevice>() {
         Some(v) => v.inner.as_ref(),
         None => device,
     }
 }
 
-/// A device of a [`ValidatingBackend`].
+/// A device of a [`LayerBackend`].
 ///
 /// Ownership: owns the backend's device; its streams keep it alive. Thread safety: any thread.
-pub struct ValidatingDevice {
+pub struct LayerDevice {
     inner: Arc<dyn Device>,
     layer: Arc<Layer>,
-    me: Weak<ValidatingDevice>,
+    /// The device's process in the trace, when tracing.
+    pid: Option<u32>,
+    me: Weak<LayerDevice>,
 }
 
-impl ValidatingDevice {
+impl LayerDevice {
     /// The backend's device.
     pub fn inner(&self) -> &Arc<dyn Device> {
         &self.inner
@@ -142,7 +164,7 @@ impl ValidatingDevice {
     }
 }
 
-impl Device for ValidatingDevice {
+impl Device for LayerDevice {
     fn id(&self) -> DeviceId {
         self.inner.id()
     }
@@ -160,7 +182,9 @@ impl Device for ValidatingDevice {
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
-        let b = self.inner.alloc(len)?;
+        let b = self
+            .layer
+            .host(self.pid, "alloc", || self.inner.alloc(len))?;
         allocated(&self.layer, &b);
         Ok(b)
     }
@@ -194,16 +218,17 @@ impl Device for ValidatingDevice {
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
         let inner = self.inner.create_stream()?;
-        Ok(Arc::new(ValidatingStream::new(
+        Ok(Arc::new(LayerStream::new(
             inner,
             self.me(),
             self.layer.clone(),
+            self.pid,
         )))
     }
 
     fn create_event(&self, flags: EventFlags) -> Result<Arc<dyn Event>> {
         let inner = self.inner.create_event(flags)?;
-        Ok(Arc::new(ValidatingEvent::new(inner, self.layer.clone())))
+        Ok(Arc::new(LayerEvent::new(inner, self.layer.clone())))
     }
 
     fn load_module(&self, source: &ModuleSource) -> Result<Arc<dyn Module>> {
@@ -213,7 +238,9 @@ impl Device for ValidatingDevice {
     fn synchronize(&self) -> Result<()> {
         // As a stream's: it returns once the work completed, also with a sticky error.
         let captured = self.layer.tracker.lock().device_snapshot(self.id());
-        let r = self.inner.synchronize();
+        let r = self
+            .layer
+            .host(self.pid, "device synchronize", || self.inner.synchronize());
         self.layer.tracker.lock().host_learns(&captured);
         r
     }
