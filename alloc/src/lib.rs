@@ -38,6 +38,7 @@ pub mod planted;
 mod pool;
 pub mod size;
 pub mod stats;
+mod summary;
 pub mod torch;
 
 pub use allocator::{AllocatorConfig, CachingAllocator};

@@ -8,7 +8,9 @@ Usage:
   torch_memory.py snapshot FILE        checks the pickled snapshot's layout against what
                                        torch.cuda.memory._snapshot() returns (the keys its tools
                                        read), then prints `python -m torch.cuda._memory_viz stats`
-                                       and `trace` of it, run as torch's command line runs them.
+                                       (torch's `segsum`, which asserts free + allocated =
+                                       reserved per segment and in total) and `trace` of it, run
+                                       as torch's command line runs them.
 """
 
 import json

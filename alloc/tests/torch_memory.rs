@@ -1,6 +1,6 @@
 //! PyTorch's own memory tools read unihal's allocator: `torch.cuda.memory_summary` over its
 //! statistics (every key of torch's `memory_stats()` is there, `MemoryStats::to_map`, and the
-//! table shows unihal's numbers), and `python -m torch.cuda._memory_viz stats` and `trace` over
+//! table shows unihal's numbers), and `python -m torch.cuda._memory_viz stats` (its `segsum`) and `trace` over
 //! its pickled snapshot (`CachingAllocator::torch_snapshot`): segments, blocks and the recorded
 //! history in torch's layout. Python comes from `UNIHAL_TORCH_PYTHON`; without PyTorch the test says so and passes,
 //! unless `UNIHAL_TEST_TORCH=1` (set by `.ci/run`, which installs the pinned PyTorch): then it
@@ -78,6 +78,31 @@ fn torch_memory_summary_formats_unihal_statistics() {
     assert_eq!(row(&summary, "Oversize allocations"), ["1", "1", "1", "0"]);
     assert_eq!(row(&summary, "Oversize GPU segments"), ["1", "1", "1", "0"]);
     assert_eq!(row(&summary, "GPU reserved segments")[0], "2");
+    // unihal's own table (`MemoryStats::summary`) has torch's rows and cells, line for line
+    // from the column heads on; only the vendor's words differ.
+    let ours = a.stats().summary("cpu:0");
+    let body = |t: &str| -> Vec<(String, String)> {
+        t.lines()
+            .skip_while(|l| !l.contains("Metric"))
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let mut cells = l.trim_matches('|').splitn(2, '|');
+                let label = cells.next().unwrap_or("").trim();
+                let label = label.replace("GPU reserved", "Reserved");
+                let label = label.replace("Oversize GPU", "Oversize");
+                (label, cells.next().unwrap_or("").to_owned())
+            })
+            .collect()
+    };
+    assert_eq!(
+        body(&ours),
+        body(&summary),
+        "ours:\n{ours}\ntorch's:\n{summary}"
+    );
+    assert!(
+        ours.contains("unihal memory summary, device cpu:0"),
+        "{ours}"
+    );
     drop((small, big));
 }
 
@@ -114,7 +139,12 @@ fn torch_memory_viz_reads_unihal_snapshot_and_history() {
         String::from_utf8_lossy(&out.stderr)
     );
     // One 2 MiB small segment holds both live blocks (3000 and 100 bytes, rounded to 3072 and
-    // 512): segsum's accounting (free + allocated == reserved) holds.
+    // 512): segsum's accounting (free + allocated == reserved) holds, or it raises.
+    // (`_memory_viz stats` is torch's `segsum`.)
+    assert!(
+        text.contains("== _memory_viz stats\nSummary of segments"),
+        "{text}"
+    );
     assert!(text.contains("segments: 1\n"), "{text}");
     assert!(text.contains("total_reserved: 2.0MiB"), "{text}");
     assert!(text.contains("total_allocated: 3.0KiB"), "{text}");

@@ -216,3 +216,31 @@ fn the_check_refuses_what_a_viewer_draws_wrongly() {
         assert!(e.contains(why), "{why}: {e}");
     }
 }
+
+#[test]
+fn a_full_trace_drops_later_events_and_says_how_many() {
+    let cfg = unihal_cpu::CpuConfig::from_values(Some("1"), Some("64M"), Some("1")).unwrap();
+    let trace = Trace::with_max_events(std::env::temp_dir().join("unused.json"), 50);
+    let b = wrap_with(
+        Arc::new(unihal_cpu::CpuBackend::with_config(cfg)),
+        Observers {
+            validate: None,
+            trace: Some(trace.clone()),
+        },
+    );
+    let d = b.open(0).unwrap();
+    let s = d.create_stream().unwrap();
+    let x = d.alloc(64).unwrap();
+    for _ in 0..100 {
+        s.fill(&x, 0, 64, unihal_hal::FillValue::U8(1)).unwrap();
+    }
+    s.synchronize().unwrap();
+    let doc = trace.document();
+    let ok = check(&doc).unwrap();
+    assert!(ok.slices <= 50, "{ok:?}");
+    let dropped = doc["otherData"]["dropped_events"].as_u64().unwrap();
+    assert!(
+        dropped >= 150,
+        "100 fills make 200 slices and the calls' host spans: {dropped}"
+    );
+}

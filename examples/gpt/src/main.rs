@@ -69,6 +69,10 @@ struct Args {
     /// FILE` reads it. `UNIHAL_MEMORY_SNAPSHOT=FILE` does the same for any run.
     #[arg(long)]
     memory_snapshot: Option<std::path::PathBuf>,
+    /// Print rank 0's allocator statistics at the end as `torch.cuda.memory_summary()` prints
+    /// them.
+    #[arg(long)]
+    memory_summary: bool,
 }
 
 fn main() -> ExitCode {
@@ -160,6 +164,9 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let (Some(path), true) = (&a.json, rank0) {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if a.memory_summary && rank0 {
+        print!("{}", report.memory_summary);
     }
     Ok(())
 }

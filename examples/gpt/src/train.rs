@@ -183,6 +183,9 @@ pub struct Report {
     /// `(step, held-out loss)`: before training, every `eval_every` steps and after the last.
     pub heldout: Vec<(usize, f32)>,
     pub sample: String,
+    /// Rank 0's caching allocator at the end, as `torch.cuda.memory_summary()` prints it
+    /// (`MemoryStats::summary`).
+    pub memory_summary: String,
 }
 
 impl Report {
@@ -358,6 +361,7 @@ pub fn train_rank(
         steps: Vec::with_capacity(cfg.steps),
         heldout: Vec::new(),
         sample: String::new(),
+        memory_summary: String::new(),
     };
     if rank == 0 {
         report
@@ -509,6 +513,9 @@ pub fn train_rank(
         report.sample = sample(&x, &model, corpus, "unihal ", cfg.sample_len, cfg.seed)?;
     }
     x.s.synchronize().map_err(Error::hal("synchronize"))?;
+    if rank == 0 {
+        report.memory_summary = x.alloc.stats().summary(dev.id());
+    }
     Ok(report)
 }
 

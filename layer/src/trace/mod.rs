@@ -101,6 +101,8 @@ struct DeviceSpan {
 struct State {
     records: Vec<Record>,
     spans: Vec<DeviceSpan>,
+    /// Slices, spans and counter samples not kept once the trace held `max_events`.
+    dropped: u64,
     pids: HashMap<DeviceId, u32>,
     named: HashSet<(u32, u64)>,
     /// Timelines that may still hold pending spans at the end.
@@ -117,6 +119,30 @@ pub struct Trace {
     state: Mutex<State>,
     next_flow: AtomicU64,
     written: AtomicBool,
+    max_events: usize,
+}
+
+/// The variable bounding the events a trace keeps (default [`DEFAULT_MAX_EVENTS`]).
+pub const MAX_EVENTS_ENV: &str = "UNIHAL_TRACE_MAX_EVENTS";
+
+/// Events a trace keeps by default: about 300 MB of JSON, what a trace viewer still opens.
+pub const DEFAULT_MAX_EVENTS: usize = 2_000_000;
+
+impl State {
+    /// True when another event fits; otherwise counts it dropped (and warns once).
+    fn room(&mut self, max: usize) -> bool {
+        if self.records.len() + self.spans.len() < max {
+            return true;
+        }
+        if self.dropped == 0 {
+            tracing::warn!(
+                target: "unihal::trace",
+                "the trace holds {max} events ({MAX_EVENTS_ENV}): later events are dropped, and the file says how many"
+            );
+        }
+        self.dropped += 1;
+        false
+    }
 }
 
 thread_local! {
@@ -133,13 +159,28 @@ impl Trace {
             state: Mutex::new(State {
                 records: Vec::new(),
                 spans: Vec::new(),
+                dropped: 0,
                 pids: HashMap::new(),
                 named: HashSet::new(),
                 timelines: Vec::new(),
             }),
             next_flow: AtomicU64::new(1),
             written: AtomicBool::new(false),
+            max_events: std::env::var(MAX_EVENTS_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_MAX_EVENTS),
         })
+    }
+
+    /// The same trace keeping at most `max` events (metadata aside); later ones are counted in
+    /// the file's `otherData.dropped_events`.
+    pub fn with_max_events(path: impl AsRef<Path>, max: usize) -> Arc<Trace> {
+        let mut t = Trace::new(path);
+        Arc::get_mut(&mut t)
+            .expect("a new trace is unshared")
+            .max_events = max;
+        t
     }
 
     /// The process's trace when [`TRACE_ENV`] names a file: created on first use, the allocator's
@@ -246,6 +287,9 @@ impl Trace {
                 sort: tid,
             });
         }
+        if !s.room(self.max_events) {
+            return;
+        }
         s.records.push(Record::Slice {
             pid,
             tid,
@@ -268,7 +312,11 @@ impl Trace {
         detail: Detail,
         flow: Option<FlowEnd>,
     ) {
-        self.state.lock().spans.push(DeviceSpan {
+        let mut s = self.state.lock();
+        if !s.room(self.max_events) {
+            return;
+        }
+        s.spans.push(DeviceSpan {
             pid,
             tid,
             enqueued,
@@ -447,6 +495,8 @@ impl Trace {
                 "clock": "host monotonic clock, from the trace's start; device spans mapped onto it through timing events",
                 "lost_device_spans": lost,
                 "streams_with_unfinished_work": unresolved,
+                "dropped_events": s.dropped,
+                "max_events": self.max_events,
             }),
         )
     }
@@ -475,7 +525,11 @@ impl unihal_hal::counters::CounterSink for Trace {
             return;
         };
         let ts = self.now();
-        self.state.lock().records.push(Record::Counter {
+        let mut s = self.state.lock();
+        if !s.room(self.max_events) {
+            return;
+        }
+        s.records.push(Record::Counter {
             pid,
             ts,
             name,
