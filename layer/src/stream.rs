@@ -493,18 +493,15 @@ impl Stream for LayerStream {
             t.snapshot(self.key)
         };
         let layer = self.layer.clone();
-        let start = self.start();
-        self.inner.host_callback(Box::new(move || {
-            layer.tracker.lock().host_learns(&captured);
-            f()
-        }))?;
-        self.after(
-            start,
-            "host_callback",
-            || Detail::new("host callback", "callback"),
-            None,
-        );
-        Ok(())
+        // A host span only: a timing event after the callback would be work the program did
+        // not enqueue, visible to a stream query made on the callback's own signal.
+        let pid = self.pid();
+        self.layer.host(pid, "host_callback", || {
+            self.inner.host_callback(Box::new(move || {
+                layer.tracker.lock().host_learns(&captured);
+                f()
+            }))
+        })
     }
 
     #[track_caller]
@@ -525,12 +522,15 @@ impl Stream for LayerStream {
                         flow = Some(FlowEnd { start: true, id });
                     }
                 }
-                self.after(
-                    start,
-                    "record_event",
-                    || Detail::new("record event", "event"),
-                    flow,
-                );
+                if let (Some(t), Some(start), Some((pid, line))) =
+                    (&self.layer.trace, start, &self.timeline)
+                {
+                    t.host_span(*pid, start, "record_event");
+                    if let Some(f) = flow {
+                        let d = Detail::new("record event", "event");
+                        line.lock().after_record(t, start, d, f);
+                    }
+                }
                 Ok(())
             })
     }

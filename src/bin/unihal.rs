@@ -657,21 +657,18 @@ fn trace_summary(file: &std::path::Path, top: usize, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match unihal::layer::trace::summary::summarize(&doc, top) {
-        Ok(s) if json => {
-            println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-            ExitCode::SUCCESS
-        }
-        Ok(s) => {
-            print!("{s}");
-            ExitCode::SUCCESS
-        }
+    let text = match unihal::layer::trace::summary::summarize(&doc, top) {
+        Ok(s) if json => serde_json::to_string_pretty(&s).unwrap_or_default() + "\n",
+        Ok(s) => s.to_string(),
         Err(e) => {
             eprintln!(
                 "unihal trace summary: {} breaks the Trace Event Format's rules:\n{e}",
                 file.display()
             );
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    // A reader that stops early (`| head`) is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    ExitCode::SUCCESS
 }

@@ -94,6 +94,9 @@ struct DeviceSpan {
     tid: u64,
     enqueued: u64,
     end: i64,
+    /// The end is the previous span's (an event record, timed by no event of its own): it
+    /// completed at the later of that and its enqueue.
+    derived: bool,
     detail: Detail,
     flow: Option<FlowEnd>,
 }
@@ -303,12 +306,14 @@ impl Trace {
 
     /// A device span: enqueued at host time `enqueued`, ended at device time `end` (before the
     /// device's offset), with its arrow end.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn device_span(
         &self,
         pid: u32,
         tid: u64,
         enqueued: u64,
         end: i64,
+        derived: bool,
         detail: Detail,
         flow: Option<FlowEnd>,
     ) {
@@ -321,6 +326,7 @@ impl Trace {
             tid,
             enqueued,
             end,
+            derived,
             detail,
             flow,
         });
@@ -338,6 +344,7 @@ impl Trace {
             let end = u64::try_from(s.end + offset[&(s.pid, s.tid)])
                 .unwrap_or(0)
                 .max(*last);
+            let end = if s.derived { end.max(s.enqueued) } else { end };
             let start = (*last).max(s.enqueued).min(end);
             let least = if s.detail.cat == "event" {
                 MIN_SPAN_NS
@@ -440,7 +447,9 @@ impl Trace {
         for s in spans {
             let key = (s.pid, s.tid);
             let o = offset.entry(key).or_insert(0);
-            *o = (*o).max(s.enqueued as i64 - s.end);
+            if !s.derived {
+                *o = (*o).max(s.enqueued as i64 - s.end);
+            }
             match s.flow {
                 Some(f) if f.start => {
                     let before = prev_end.get(&key).copied();

@@ -44,7 +44,10 @@ impl Clock {
 }
 
 struct Pending {
-    end: Arc<dyn Event>,
+    /// The timing event after the call; `None` for a call that completes when the work before
+    /// it does (an event record), which so adds nothing to the stream: a program that waits for
+    /// its own event and then queries the stream finds it idle, as without the layer.
+    end: Option<Arc<dyn Event>>,
     enqueued: u64,
     detail: Detail,
     flow: Option<FlowEnd>,
@@ -60,6 +63,8 @@ pub(crate) struct Timeline {
     clock: Clock,
     pending: VecDeque<Pending>,
     pool: Vec<Arc<dyn Event>>,
+    /// The device time of the last resolved span (or of the anchor).
+    last: Option<i64>,
     /// Spans whose time could not be read (a failed record or a stream in error).
     pub lost: u64,
 }
@@ -89,6 +94,7 @@ impl Timeline {
             pid,
             tid,
             device,
+            last: anchor.as_ref().map(|a| a.1),
             clock: Clock { anchor },
             pending: VecDeque::new(),
             pool: Vec::new(),
@@ -115,7 +121,7 @@ impl Timeline {
         };
         match end.and_then(|e| stream.record_event(&e).map(|()| e)) {
             Ok(end) => self.pending.push_back(Pending {
-                end,
+                end: Some(end),
                 enqueued,
                 detail,
                 flow,
@@ -125,31 +131,55 @@ impl Timeline {
         self.resolve(trace);
     }
 
+    /// After an event record the backend accepted at host time `enqueued`: a span that ends
+    /// when the work before it did (no timing event of its own).
+    pub fn after_record(&mut self, trace: &Trace, enqueued: u64, detail: Detail, flow: FlowEnd) {
+        if self.clock.anchor.is_none() {
+            return;
+        }
+        self.pending.push_back(Pending {
+            end: None,
+            enqueued,
+            detail,
+            flow: Some(flow),
+        });
+        self.resolve(trace);
+    }
+
     /// Turns every leading pending span whose event completed into a slice.
     pub fn resolve(&mut self, trace: &Trace) {
         while let Some(p) = self.pending.front() {
-            match p.end.query() {
-                Ok(false) => return,
-                Ok(true) => {}
-                Err(_) => {
-                    self.pending.pop_front();
-                    self.lost += 1;
-                    continue;
+            if let Some(end) = &p.end {
+                match end.query() {
+                    Ok(false) => return,
+                    Ok(true) => {}
+                    Err(_) => {
+                        self.pending.pop_front();
+                        self.lost += 1;
+                        continue;
+                    }
                 }
             }
             let p = self.pending.pop_front().expect("front exists");
-            let Some(end) = self.clock.time(p.end.as_ref()) else {
+            let Some(marker) = p.end else {
+                // A record: it completed with the span before it.
+                let at = self.last.unwrap_or(0);
+                trace.device_span(self.pid, self.tid, p.enqueued, at, true, p.detail, p.flow);
+                continue;
+            };
+            let Some(end) = self.clock.time(marker.as_ref()) else {
                 self.lost += 1;
                 continue;
             };
+            self.last = Some(end);
             if self.pending.is_empty() {
                 // Re-anchor on the newest resolved event, keeping elapsed times short.
-                let old = self.clock.anchor.replace((p.end.clone(), end));
+                let old = self.clock.anchor.replace((marker, end));
                 self.pool.extend(old.map(|a| a.0));
             } else {
-                self.pool.push(p.end.clone());
+                self.pool.push(marker);
             }
-            trace.device_span(self.pid, self.tid, p.enqueued, end, p.detail, p.flow);
+            trace.device_span(self.pid, self.tid, p.enqueued, end, false, p.detail, p.flow);
         }
     }
 
