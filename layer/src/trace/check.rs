@@ -23,6 +23,10 @@ pub struct Checked {
     pub processes: usize,
 }
 
+/// A flow event: its index, phase, track, time, key (category, name, id) and whether it binds
+/// to its enclosing slice.
+type FlowEvent = (usize, char, (i64, i64), f64, String, bool);
+
 fn num(e: &Value, k: &str) -> Option<f64> {
     e.get(k).and_then(Value::as_f64)
 }
@@ -52,7 +56,7 @@ pub fn check(doc: &Value) -> Result<Checked, Vec<String>> {
     // Per track: the complete slices (ts, end), and the open B events.
     let mut slices: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
     let mut open: HashMap<(i64, i64), Vec<f64>> = HashMap::new();
-    let mut flows: Vec<(usize, char, (i64, i64), f64, String, bool)> = Vec::new();
+    let mut flows: Vec<FlowEvent> = Vec::new();
     let mut pids = HashSet::new();
     for (i, e) in events.iter().enumerate() {
         let mut fail = |why: String| bad.push(format!("event {i}: {why}: {e}"));

@@ -88,6 +88,10 @@ impl Detail {
 /// the wait it released (those are further apart on every device clock).
 const MIN_SPAN_NS: u64 = 1;
 
+/// Where an arrow starts: the record's stream, the raw end of the span before it there, and its
+/// host enqueue time.
+type RecordAt = ((u32, u64), Option<i64>, i64);
+
 /// A device span as resolved: host enqueue time and device end time (before the offset).
 struct DeviceSpan {
     pid: u32,
@@ -442,7 +446,7 @@ impl Trace {
         let mut offset: HashMap<(u32, u64), i64> = HashMap::new();
         let mut prev_end: HashMap<(u32, u64), i64> = HashMap::new();
         // Per record: its stream, the raw end of the span before it, its host enqueue time.
-        let mut records: HashMap<u64, ((u32, u64), Option<i64>, i64)> = HashMap::new();
+        let mut records: HashMap<u64, RecordAt> = HashMap::new();
         let mut waits = Vec::new();
         for s in spans {
             let key = (s.pid, s.tid);
