@@ -25,7 +25,6 @@ COLOURS = {
     "copy": "#54a24b",
     "fill": "#9d9d9d",
     "event": "#222222",
-    "callback": "#b279a2",
 }
 NAMES = {
     "op": "computation (library op)",
@@ -34,7 +33,6 @@ NAMES = {
     "copy": "copy",
     "fill": "fill",
     "event": "event record / wait",
-    "callback": "host callback",
 }
 LANE, GAP, LEFT, MEM = 22, 10, 190, 26
 

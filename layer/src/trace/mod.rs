@@ -7,9 +7,11 @@
 //!   spans: the time each call took on the host, enqueue or wait).
 //! * **Device spans** ([`timeline`]): copies (direction, bytes, GB/s), fills, kernel launches,
 //!   library ops (shapes, dtypes, bytes, FLOPs where the op's are known), collectives (op,
-//!   count, dtype, bytes, ranks, GB/s), host callbacks, event records and waits. Their times
-//!   come from timing events the layer records after each call on the backend's stream: the CPU
-//!   backend's worker times, the vendor's event timestamps on a GPU, the simulators' clocks.
+//!   count, dtype, bytes, ranks, GB/s), event records and waits. Their times come from timing
+//!   events the layer records after each call on the backend's stream: the CPU backend's worker
+//!   times, the vendor's event timestamps on a GPU, the simulators' clocks. A record is timed by
+//!   the work before it and adds no event; a host callback has a host span only (an event after
+//!   either would be work the program did not enqueue, which a stream query would see).
 //! * **Event record → wait arrows**: each record and wait is a short slice on its stream's track
 //!   holding the end of a flow arrow, so the arrow runs from the record to every wait on it.
 //! * **Counters**: the caching allocator's allocated and reserved bytes per device (every change,
@@ -54,7 +56,7 @@ pub const HOST_TRACK_BASE: u64 = 1 << 40;
 #[derive(Debug, Clone)]
 pub(crate) struct Detail {
     pub name: Cow<'static, str>,
-    /// `copy`, `fill`, `kernel`, `op`, `collective`, `callback` or `event`.
+    /// `copy`, `fill`, `kernel`, `op`, `collective` or `event`.
     pub cat: &'static str,
     pub args: Vec<(&'static str, Value)>,
     /// Bytes moved, for the bandwidth of copies and collectives (0: none shown).
