@@ -112,6 +112,8 @@ struct State {
     spans: Vec<DeviceSpan>,
     /// Slices, spans and counter samples not kept once the trace held `max_events`.
     dropped: u64,
+    /// Per counter of a process: the index of its newest sample in `records`, and its time.
+    counters: HashMap<(u32, &'static str), (usize, u64)>,
     pids: HashMap<DeviceId, u32>,
     named: HashSet<(u32, u64)>,
     /// Timelines that may still hold pending spans at the end.
@@ -169,6 +171,7 @@ impl Trace {
                 records: Vec::new(),
                 spans: Vec::new(),
                 dropped: 0,
+                counters: HashMap::new(),
                 pids: HashMap::new(),
                 named: HashSet::new(),
                 timelines: Vec::new(),
@@ -246,11 +249,6 @@ impl Trace {
             name: format!("{device} ({label})"),
         });
         pid
-    }
-
-    /// The process of `device` when one exists already.
-    fn pid_of(&self, device: DeviceId) -> Option<u32> {
-        self.state.lock().pids.get(&device).copied()
     }
 
     /// A timeline for a new stream, kept until the end.
@@ -534,22 +532,38 @@ impl Trace {
     }
 }
 
+/// Counter samples closer than this to the previous one of their counter update it instead of
+/// adding one: the allocator changes its bytes at every block, far faster than a timeline shows.
+const COUNTER_MIN_NS: u64 = 10_000;
+
 impl unihal_hal::counters::CounterSink for Trace {
     fn sample(&self, device: DeviceId, name: &'static str, series: &[(&'static str, i64)]) {
-        let Some(pid) = self.pid_of(device) else {
-            return;
-        };
         let ts = self.now();
         let mut s = self.state.lock();
+        let Some(&pid) = s.pids.get(&device) else {
+            return;
+        };
+        if let Some(&(i, at)) = s.counters.get(&(pid, name)) {
+            if ts.saturating_sub(at) < COUNTER_MIN_NS {
+                if let Some(Record::Counter { series: kept, .. }) = s.records.get_mut(i) {
+                    if kept.len() == series.len() {
+                        kept.copy_from_slice(series);
+                        return;
+                    }
+                }
+            }
+        }
         if !s.room(self.max_events) {
             return;
         }
+        let i = s.records.len();
         s.records.push(Record::Counter {
             pid,
             ts,
             name,
             series: series.to_vec(),
         });
+        s.counters.insert((pid, name), (i, ts));
     }
 }
 
