@@ -872,8 +872,15 @@ fn mismatched(ctx: &Ctx) -> CaseResult {
 }
 
 /// Whether an `Aborted` message names rank 2 as the one that left.
+/// Whether an engine's "left" error names rank 2, alone ("rank 2", "[2]") or in a list of ranks
+/// that left ("ranks [1, 2]": rank 1 may time out and leave before this rank notices rank 2).
 fn left_named(what: &str) -> bool {
-    (what.contains("[2]") || what.contains("rank 2")) && what.contains("left")
+    let in_list = what.split('[').skip(1).any(|rest| {
+        rest.split(']')
+            .next()
+            .is_some_and(|list| list.split(',').any(|r| r.trim() == "2"))
+    });
+    (in_list || what.contains("rank 2")) && what.contains("left")
 }
 
 fn missing_rank(ctx: &Ctx) -> CaseResult {
@@ -1430,5 +1437,15 @@ mod tests {
             reductions(&c, CollectiveOp::AllReduce, DType::F32).unwrap(),
             vec![Some(ReduceOp::Sum), Some(ReduceOp::Max)]
         );
+    }
+
+    #[test]
+    fn a_left_error_names_rank_2_alone_or_in_a_list() {
+        assert!(left_named("ranks [1, 2] left before arriving"));
+        assert!(left_named("ranks [2] left before arriving"));
+        assert!(left_named("rank 2 left"));
+        assert!(!left_named("ranks [1, 12] left before arriving"));
+        assert!(!left_named("ranks [1] left before arriving"));
+        assert!(!left_named("ranks [1, 2] timed out"));
     }
 }
