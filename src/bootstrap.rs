@@ -26,6 +26,7 @@ pub fn connected_world(
         return Ok(None);
     };
     let info = LaunchInfo::from_env()?;
+    log_launch(&info);
     let local = info.local_rank % backend.probe()?.max(1);
     let Some(world) = ccl.connected_world(&backend.open(local)?, config) else {
         return Ok(None);
@@ -94,9 +95,8 @@ pub fn init_world(
         HalError::unsupported(format!("collectives on backend {}", backend.name()))
     })?;
     let caps = ccl.capabilities();
-    let timeout = config
-        .timeout
-        .unwrap_or_else(unihal_hal::ccl::timeout_from_env);
+    let timeout = unihal_hal::ccl::timeout_of(config)?;
+    log_launch(info);
     if let Some(world) = ccl.connected_world(device, config) {
         // The engine's processes are connected already (MPI): no id to exchange.
         let world = world?;
@@ -112,6 +112,7 @@ pub fn init_world(
     #[cfg(feature = "mpi")]
     if info.mpi_launch && info.master.is_none() {
         // mpirun gives no store address: the id goes over MPI's world.
+        tracing::info!(target: "unihal::bootstrap", "no store address: the unique id goes over MPI's world");
         let mine = if info.rank == 0 {
             ccl.unique_id()?.0
         } else {
@@ -133,6 +134,16 @@ pub fn init_world(
         ));
     }
     let job = JobStore::connect(info, timeout)?;
+    if let Some((host, port)) = &info.master {
+        let by = if info.agent_store {
+            "torchrun's agent"
+        } else if job.serves() {
+            "this rank"
+        } else {
+            "rank 0"
+        };
+        tracing::info!(target: "unihal::bootstrap", "store {host}:{port} (c10d TCPStore, served by {by}) connected");
+    }
     let store = job.store();
     // Where every rank lives: an engine that connects one process's ranks only must not wait
     // for ranks in other processes.
@@ -178,6 +189,25 @@ pub fn init_world(
     let comm = ccl.init_rank(&id, info.world_size, info.rank, device, config)?;
     store.add("unihal/world/joined", 1)?;
     Ok((comm, Some(job)))
+}
+
+/// Logs who this process is (launcher, rank, local rank, store address) at INFO in the
+/// BOOTSTRAP subsystem, and gives later log lines its rank.
+fn log_launch(info: &LaunchInfo) {
+    unihal_hal::log::set_rank(info.rank);
+    let store = info.master.as_ref().map_or_else(
+        || "no store address".to_string(),
+        |(h, p)| format!("store {h}:{p}"),
+    );
+    tracing::info!(
+        target: "unihal::bootstrap",
+        "launcher {:?}: rank {} of {}, local rank {} of {}, {store}",
+        info.launcher,
+        info.rank,
+        info.world_size,
+        info.local_rank,
+        info.local_world_size
+    );
 }
 
 /// Reports `error` where the launcher collects a rank's failure: torchrun's error file

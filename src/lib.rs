@@ -25,6 +25,9 @@
 
 pub mod bench;
 pub mod bootstrap;
+mod logging;
+
+pub use logging::{init_logging, init_logging_or_exit};
 
 pub use unihal_alloc as alloc;
 pub use unihal_dlpack as dlpack;
@@ -59,7 +62,7 @@ pub fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let r = Registry::new();
         let observers = layer::Observers::from_env().unwrap_or_else(|why| {
-            tracing::error!(target: "unihal", "{why}; validating in report mode");
+            tracing::error!(target: "unihal::env", "{why}; validating in report mode");
             layer::Observers {
                 validate: Some(layer::Mode::Report),
                 trace: layer::Trace::from_env(),
@@ -113,7 +116,7 @@ pub fn open_preferred() -> Result<std::sync::Arc<dyn Device>> {
         match b.probe().and_then(|_| b.open(0)) {
             Ok(d) => {
                 if !why.is_empty() {
-                    tracing::info!(target: "unihal", "using {}: passed over {}", d.id(), why.join("; "));
+                    tracing::info!(target: "unihal::init", "using {}: passed over {}", d.id(), why.join("; "));
                 }
                 return Ok(d);
             }
@@ -124,14 +127,4 @@ pub fn open_preferred() -> Result<std::sync::Arc<dyn Device>> {
         what: "any backend".into(),
         reason: why.join("; "),
     })
-}
-
-/// Installs a `tracing` subscriber writing to stderr at the level of `UNIHAL_LOG` (default WARN).
-/// Does nothing if the application installed one already.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::new(log::filter_directive_from_env());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

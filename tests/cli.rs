@@ -25,7 +25,9 @@ fn devices_json_lists_the_cpu_backend() {
     let o = unihal(&["devices", "--json"], "3");
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let cpu = v
+    // Everything the text shows: the plugins too.
+    assert!(v["plugins"]["attempts"].is_array(), "{v}");
+    let cpu = v["backends"]
         .as_array()
         .unwrap()
         .iter()
@@ -51,7 +53,8 @@ fn devices_json_lists_the_cpu_backend() {
 #[test]
 fn devices_reports_a_bad_configuration_as_unavailable() {
     let o = unihal(&["devices"], "zero");
-    assert!(o.status.success());
+    // No backend is available here then: the command fails.
+    assert!(!o.status.success());
     let t = text(&o);
     assert!(
         t.contains("Unavailable") && t.contains("UNIHAL_CPU_DEVICES"),
@@ -191,24 +194,33 @@ fn bench_prints_nccl_tests_output_with_its_busbw_factors() {
                 assert_eq!(r[base + 3], "0", "{op}: #wrong in {r:?}");
             }
         }
-        // Gathered sizes round down to a multiple of the rank count, as in nccl-tests.
-        assert_eq!(rows[0][0], if op == "all_gather" { "1020" } else { "1024" });
+        // all_gather's per-rank count rounds down to 16 bytes (nccl-tests' all_gather.cu,
+        // AllGatherGetCollByteCount): 1024 / 4 / 3 = 85 floats, 84 per rank, 1008 bytes.
+        assert_eq!(rows[0][0], if op == "all_gather" { "1008" } else { "1024" });
+        assert_eq!(rows[0][1], if op == "all_gather" { "84" } else { "256" });
     }
 }
 
 #[test]
 fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
     for (args, flag) in [
-        (vec!["-g", "8", "-b", "1K", "-e", "1K"], "`-g`"),
-        (vec!["-n", "0", "-b", "1K", "-e", "1K"], "`-n`"),
-        (vec!["-b", "64K", "-e", "1K"], "`-b`"),
-        (vec!["-b", "1K", "-e", "4K", "-f", "1"], "`-f`"),
+        (vec!["-g", "8", "-b", "1K", "-e", "1K"], "`-g/--ngpus`"),
+        (vec!["-n", "0", "-b", "1K", "-e", "1K"], "`-n/--iters`"),
+        (vec!["-b", "64K", "-e", "1K"], "`-b/--minbytes`"),
+        // -f 1 steps by -i bytes (nccl-tests), so a step of 0 bytes would never end.
+        (
+            vec!["-b", "1K", "-e", "4K", "-f", "1", "-i", "0"],
+            "`-i/--stepbytes`",
+        ),
         // Hostile sizes: one buffer cannot hold them (u64::MAX wrapped to 0 bytes before).
         (
             vec!["-b", "4", "-e", "18446744073709551615", "-g", "2"],
-            "`-e`",
+            "`-e/--maxbytes`",
         ),
-        (vec!["-b", "4", "-e", "9000000000G", "-g", "2"], "`-e`"),
+        (
+            vec!["-b", "4", "-e", "9000000000G", "-g", "2"],
+            "`-e/--maxbytes`",
+        ),
     ] {
         let mut all = vec!["bench", "all_reduce", "--backend", "cpu"];
         all.extend(args);
@@ -221,7 +233,7 @@ fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
             "{t}"
         );
     }
-    // One size: the header says so, and the run ends (a factor of 1 is fine then).
+    // One size: the header states nccl-tests' step (1 MiB by bytes, -f 1), and the run ends.
     let o = unihal(
         &[
             "bench",
@@ -242,7 +254,7 @@ fn bench_refuses_what_it_cannot_honour_and_states_the_step_it_uses() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(
-        t.contains("step: none(one size)") && t.contains("# backend cpu "),
+        t.contains("step: 1048576(bytes)") && t.contains("# backend cpu "),
         "{t}"
     );
     assert_eq!(
@@ -356,4 +368,81 @@ fn a_refused_plugin_is_named_instead_of_testing_a_built_in_backend_or_saying_not
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("0.1.0-minimal-c (plugin "), "{t}");
+}
+
+/// One line per library (found at PATH with its version, or not found with the variable to
+/// set); `-v` lists every name tried, each once; the asked backend unavailable fails the command.
+#[test]
+fn devices_says_each_library_once_and_fails_when_the_asked_backend_is_unavailable() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_unihal"))
+            .args(args)
+            .env_remove("UNIHAL_ASCEND_LIB")
+            .env_remove("UNIHAL_ACL_LIB")
+            .env_remove("UNIHAL_BACKENDS")
+            .output()
+            .unwrap()
+    };
+    let o = run(&["devices", "--backend", "ascend"]);
+    let t = text(&o);
+    if t.contains("ascend 0.1.0 — Available") {
+        return; // a machine with CANN installed: nothing is missing to report
+    }
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("a backend asked for is unavailable"), "{t}");
+    assert!(
+        t.contains("ascend 0.1.0 — Unavailable (see its libraries)"),
+        "{t}"
+    );
+    let line = t
+        .lines()
+        .find(|l| l.contains("ACL runtime NOT FOUND"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(line.contains("set UNIHAL_ACL_LIB"), "{line}");
+    let n: usize = line
+        .split([',', ';'])
+        .find_map(|p| p.trim().strip_suffix(" names tried")?.parse().ok())
+        .unwrap_or_else(|| panic!("no count of names tried: {line}"));
+    // Without -v the names are not listed; with it, each once.
+    assert_eq!(t.matches("libascendcl.so").count(), 0, "{t}");
+    let o = run(&["devices", "--backend", "ascend", "-v"]);
+    let t = text(&o);
+    let tried: Vec<&str> = t
+        .lines()
+        .filter(|l| l.trim_start().starts_with("tried "))
+        .collect();
+    assert_eq!(tried.len(), n, "{t}");
+    let mut unique = tried.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), tried.len(), "a name tried twice: {t}");
+    for l in &tried {
+        // dlerror's message repeats the name: it is said once.
+        let name = l
+            .trim_start()
+            .trim_start_matches("tried ")
+            .split(": ")
+            .next()
+            .unwrap();
+        assert_eq!(l.matches(name).count(), 1, "{l}");
+    }
+    let o = unihal(&["devices", "--backend", "cpu"], "2");
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Each virtual CPU device has its share of the host's memory, not all of it.
+#[test]
+fn virtual_cpu_devices_share_the_host_memory() {
+    let total = |devices: &str| {
+        let o = unihal(&["devices", "--json", "--backend", "cpu"], devices);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["backends"][0]["devices"][0]["memory"]["total"]
+            .as_u64()
+            .unwrap()
+    };
+    let (one, four) = (total("1"), total("4"));
+    assert!(
+        four * 4 <= one && four * 4 + 4 > one,
+        "1 device {one}, 4 devices {four} each"
+    );
 }

@@ -114,9 +114,16 @@ pub enum Probe {
 
 /// The message of a library that was not found: every attempt and the override variable.
 pub fn missing_reason(c: &Candidates, tried: &[Attempt]) -> String {
+    let mut seen = std::collections::HashSet::new();
     let list: Vec<String> = tried
         .iter()
-        .map(|a| format!("{}: {}", a.name, a.error))
+        .filter(|a| seen.insert(a.name.as_str()))
+        .map(|a| {
+            // dlerror starts with the name already ("libx.so: cannot open ..."): say it once.
+            let prefix = format!("{}: ", a.name);
+            let why = a.error.strip_prefix(&prefix).unwrap_or(&a.error);
+            format!("{}: {why}", a.name)
+        })
         .collect();
     let over = std::env::var(&c.env).ok().filter(|v| !v.trim().is_empty());
     match over {

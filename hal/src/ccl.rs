@@ -19,7 +19,7 @@
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{HalError, Result};
 use crate::stream::Stream;
 use serde::Serialize;
 use std::any::Any;
@@ -31,14 +31,72 @@ use std::time::Duration;
 /// Environment variable: collective timeout in seconds (default 300).
 pub const TIMEOUT_ENV: &str = "UNIHAL_CCL_TIMEOUT";
 
-/// The timeout from `UNIHAL_CCL_TIMEOUT`, or 300 s.
-pub fn timeout_from_env() -> Duration {
-    std::env::var(TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(Duration::from_secs(300))
+/// The collective timeout when neither [`CommConfig::timeout`] nor `UNIHAL_CCL_TIMEOUT` sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The timeout from `UNIHAL_CCL_TIMEOUT` (seconds), or [`DEFAULT_TIMEOUT`] when unset.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming the variable for a value that is not a number of
+/// seconds above 0 (`abc`, `-1`, `nan`): a timeout the user believes set must not be ignored.
+pub fn timeout_from_env() -> Result<Duration> {
+    Ok(crate::settings::parse(TIMEOUT_ENV, crate::settings::seconds)?.unwrap_or(DEFAULT_TIMEOUT))
+}
+
+/// The timeout a communicator made with `config` uses: the config's, else [`timeout_from_env`].
+///
+/// # Errors
+/// As [`timeout_from_env`].
+pub fn timeout_of(config: &CommConfig) -> Result<Duration> {
+    match config.timeout {
+        Some(t) => Ok(t),
+        None => timeout_from_env(),
+    }
+}
+
+/// Logs communicators just made, at INFO in the COLL subsystem, as NCCL's "Init COMPLETE" lines:
+/// engine (with its library and version), rank, size, device and timeout (`None`: the engine's
+/// own default). `how` says which call made them (`init_rank`, `init_all`, `the MPI world`).
+pub fn log_created(
+    comms: &[Arc<dyn Communicator>],
+    engine: &str,
+    how: &str,
+    timeout: Option<Duration>,
+) {
+    if !tracing::enabled!(target: "unihal::coll", tracing::Level::INFO) {
+        return;
+    }
+    let timeout = timeout.map_or_else(
+        || "the engine's default timeout".to_string(),
+        |t| format!("timeout {:.1} s", t.as_secs_f64()),
+    );
+    for c in comms {
+        tracing::info!(
+            target: "unihal::coll",
+            "communicator rank {} of {} on {} made by {how}: engine {engine}, {timeout}",
+            c.rank(),
+            c.size(),
+            c.device().id(),
+        );
+    }
+}
+
+/// Logs a communicator's abort, at INFO in the COLL subsystem (NCCL's "Abort COMPLETE").
+pub fn log_aborted(comm: &dyn Communicator) {
+    tracing::info!(
+        target: "unihal::coll",
+        "communicator rank {} of {} on {} aborted",
+        comm.rank(),
+        comm.size(),
+        comm.device().id()
+    );
+}
+
+/// Logs the error a communicator keeps (a timeout, a peer's abort, a vendor failure), at WARN in
+/// the COLL subsystem, as NCCL warns of its async errors. `who` names the communicator (`rank 1
+/// of 2 (NCCL)`). Engines call it once, when the error becomes sticky.
+pub fn log_failed(who: fmt::Arguments<'_>, error: &HalError) {
+    tracing::warn!(target: "unihal::coll", "communicator {who} failed: {error}");
 }
 
 /// Reductions.

@@ -127,7 +127,7 @@ pub enum Invalid {
     #[error("host buffer is busy: {0}")]
     Busy(String),
     /// A value is outside what the device or operation accepts.
-    #[error("{value} is outside the accepted range {accepted}")]
+    #[error("{value} is not accepted: expected {accepted}")]
     Value { value: String, accepted: String },
     /// Anything else, described in words.
     #[error("{0}")]

@@ -46,10 +46,14 @@
 //! 5. Every HAL object is `Send + Sync` and usable from any host thread; a backend makes its
 //!    device or context current itself.
 //!
-//! ## Logging
+//! ## Logging and settings
 //!
-//! Backends emit `tracing` spans and events. `UNIHAL_LOG` (`WARN`, `INFO`, `TRACE`, as NCCL_DEBUG)
-//! sets the level when the application installs a subscriber with [`log::filter_directive_from_env`].
+//! Backends emit `tracing` events whose targets are [`log::Subsystem`]s. `UNIHAL_LOG` (`WARN`,
+//! `INFO`, `TRACE`, as NCCL_DEBUG), `UNIHAL_LOG_SUBSYS` and `UNIHAL_LOG_FILE` configure the
+//! subscriber `unihal::init_logging` installs, whose lines read as NCCL's
+//! (`host:pid:tid [rank] unihal INFO COLL ...`). Every `UNIHAL_*` variable is in
+//! [`settings::SETTINGS`] and is read through [`settings::get`]; a value that cannot be honoured
+//! is refused ([`settings::refuse`]), never ignored.
 
 pub mod backend;
 pub mod buffer;
@@ -70,6 +74,7 @@ pub mod op;
 pub mod planted;
 pub mod registry;
 pub mod retention;
+pub mod settings;
 pub mod stream;
 pub mod sync;
 

@@ -66,16 +66,50 @@ impl Isa {
         }
     }
 
-    /// The level used: `UNIHAL_CPU_ISA` if set and available, else the widest available.
-    pub fn selected() -> Isa {
-        let forced = std::env::var("UNIHAL_CPU_ISA").ok();
-        let all = [Isa::Avx512, Isa::Avx2, Isa::Base];
-        if let Some(f) = forced {
-            if let Some(isa) = all.iter().find(|i| i.name() == f.trim() && i.available()) {
-                return *isa;
+    /// The level `UNIHAL_CPU_ISA` forces, `None` when unset.
+    ///
+    /// # Errors
+    /// [`unihal_hal::HalError::InvalidArgument`] naming the variable for an unknown level
+    /// (`avx9000`) or one this build or CPU cannot run (`avx512` without AVX-512), with the
+    /// levels that are available.
+    pub fn forced() -> unihal_hal::Result<Option<Isa>> {
+        const NAME: &str = "UNIHAL_CPU_ISA";
+        let Some(v) = unihal_hal::settings::get(NAME) else {
+            return Ok(None);
+        };
+        let all = [Isa::Base, Isa::Avx2, Isa::Avx512];
+        match all.iter().find(|i| i.name() == v.to_ascii_lowercase()) {
+            Some(isa) if isa.available() => Ok(Some(*isa)),
+            found => {
+                let here: Vec<&str> = all
+                    .iter()
+                    .filter(|i| i.available())
+                    .map(|i| i.name())
+                    .collect();
+                let why = if found.is_some() {
+                    "; this CPU or build lacks it"
+                } else {
+                    ""
+                };
+                Err(unihal_hal::settings::refuse_with(
+                    NAME,
+                    &v,
+                    format!("one of the levels this CPU runs: {}{why}", here.join(", ")),
+                ))
             }
         }
-        all.into_iter().find(|i| i.available()).unwrap_or(Isa::Base)
+    }
+
+    /// The level used: [`Isa::forced`]'s, else the widest available (a refused
+    /// `UNIHAL_CPU_ISA` is reported by the CPU backend's probe, which calls [`Isa::forced`]).
+    pub fn selected() -> Isa {
+        if let Ok(Some(isa)) = Isa::forced() {
+            return isa;
+        }
+        [Isa::Avx512, Isa::Avx2, Isa::Base]
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Base)
     }
 
     fn table(self) -> (*const Entry, u64) {

@@ -44,7 +44,7 @@ impl Layer {
             return;
         }
         for f in &found {
-            tracing::warn!(target: "unihal::validate", "{f}");
+            tracing::warn!(target: "unihal::layer", "{f}");
         }
         crate::validate::TOTAL.fetch_add(found.len() as u64, std::sync::atomic::Ordering::Relaxed);
         self.findings.lock().extend(found);

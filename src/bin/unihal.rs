@@ -39,9 +39,12 @@ enum Cmd {
         /// Backends to list (comma-separated; default: UNIHAL_BACKENDS or all registered).
         #[arg(long)]
         backend: Option<String>,
-        /// Print JSON instead of text.
+        /// Print JSON instead of text (everything the text shows, the plugins included).
         #[arg(long)]
         json: bool,
+        /// List every library path tried, not only the outcome.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Run the conformance suite on every device of the selected backends (or, with --list,
     /// print its case ids).
@@ -66,11 +69,11 @@ enum Cmd {
         /// Fail on an unexpected pass of a case the manifest marks xfail.
         #[arg(long)]
         verify: bool,
-        /// Watchdog limit per case, in seconds.
-        #[arg(long, default_value_t = 60.0)]
-        timeout_s: f64,
-        /// Only the first N devices of each backend.
-        #[arg(long)]
+        /// Watchdog limit per case, in seconds (above 0).
+        #[arg(long, default_value = "60", value_parser = seconds)]
+        timeout_s: Duration,
+        /// Only the first N devices of each backend (1 or more).
+        #[arg(long, value_parser = at_least_one)]
         max_devices: Option<usize>,
     },
     /// Read a timeline written with UNIHAL_TRACE=FILE.
@@ -78,8 +81,11 @@ enum Cmd {
         #[command(subcommand)]
         what: TraceCmd,
     },
-    /// Benchmark a collective with nccl-tests' flags and output (all_reduce, all_gather,
-    /// reduce_scatter, broadcast, reduce, alltoall, sendrecv).
+    /// Benchmark a collective with nccl-tests' flags, output and JSON file (all_reduce,
+    /// all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv); nccl-tests flags
+    /// unihal cannot honour are refused with the reason.
+    // A flag given twice takes its last value, as getopt_long gives it to nccl-tests.
+    #[command(args_override_self = true)]
     Bench {
         /// The collective.
         op: String,
@@ -87,39 +93,8 @@ enum Cmd {
         /// the first registered backend that has devices and collectives: cpu, cuda).
         #[arg(long)]
         backend: Option<String>,
-        /// Number of ranks (devices); 0 = all devices.
-        #[arg(short = 'g', default_value_t = 0)]
-        ngpus: usize,
-        /// Minimum size in bytes (K/M/G suffixes).
-        #[arg(short = 'b', default_value = "32M")]
-        minbytes: String,
-        /// Maximum size in bytes.
-        #[arg(short = 'e', default_value = "32M")]
-        maxbytes: String,
-        /// Size step factor.
-        #[arg(short = 'f', default_value_t = 2)]
-        stepfactor: u64,
-        /// Iterations per size.
-        #[arg(short = 'n', default_value_t = 20)]
-        iters: usize,
-        /// Warm-up iterations.
-        #[arg(short = 'w', default_value_t = 5)]
-        warmup_iters: usize,
-        /// Check results (1) or not (0).
-        #[arg(short = 'c', default_value_t = 1)]
-        check: u8,
-        /// Data type (float, half, bfloat16, double, int32, int64, uint8, ...).
-        #[arg(short = 'd', default_value = "float")]
-        datatype: String,
-        /// Reduction (sum, prod, min, max, avg).
-        #[arg(short = 'o', default_value = "sum")]
-        op_red: String,
-        /// Root rank for broadcast and reduce.
-        #[arg(short = 'r', default_value_t = 0)]
-        root: usize,
-        /// Also write the results as JSON to this file.
-        #[arg(short = 'J')]
-        json: Option<PathBuf>,
+        #[command(flatten)]
+        flags: unihal::bench::NcclFlags,
     },
 }
 
@@ -174,12 +149,53 @@ fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
-fn devices(backend: Option<String>, json: bool) -> ExitCode {
-    let backends = match unihal::registry().select(
-        backend
-            .as_deref()
-            .or(std::env::var(unihal::BACKENDS_ENV).ok().as_deref()),
-    ) {
+/// What `unihal devices` reports about plugins (`UNIHAL_PLUGIN_PATH`).
+#[derive(Serialize)]
+struct PluginsEntry {
+    /// The variable's value (None: unset).
+    path: Option<String>,
+    /// Every library tried: its path and the backend it registered, or why it was refused.
+    attempts: Vec<PluginAttempt>,
+}
+
+#[derive(Serialize)]
+struct PluginAttempt {
+    path: String,
+    backend: Option<String>,
+    refused: Option<String>,
+}
+
+/// `unihal devices --json`.
+#[derive(Serialize)]
+struct DevicesReport<'a> {
+    backends: &'a [BackendEntry],
+    plugins: PluginsEntry,
+}
+
+/// A library's "not found" message split into its outcome and the names tried (our loaders
+/// write `no X found, tried A: why; B: why (set VAR to ...)`).
+fn split_tried(error: &str) -> (String, Vec<String>) {
+    let Some(at) = error.find(", tried ") else {
+        return (error.to_string(), Vec::new());
+    };
+    let rest = &error[at + ", tried ".len()..];
+    let (list, hint) = match rest.rfind(" (set ") {
+        Some(h) => (&rest[..h], rest[h + 2..].trim_end_matches(')')),
+        None => (rest, ""),
+    };
+    let tried: Vec<String> = list.split("; ").map(str::to_string).collect();
+    let mut head = format!("{}, {} names tried", &error[..at], tried.len());
+    if !hint.is_empty() {
+        head.push_str(&format!("; {hint}"));
+    }
+    (head, tried)
+}
+
+fn devices(backend: Option<String>, json: bool, verbose: bool) -> ExitCode {
+    let asked = backend
+        .clone()
+        .or_else(|| unihal::settings::get(unihal::BACKENDS_ENV));
+    let backends = match unihal::registry().select(asked.as_deref()) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("unihal: {e}");
@@ -187,13 +203,39 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
         }
     };
     let entries: Vec<BackendEntry> = backends.iter().map(|b| list(&**b)).collect();
-    let plugins = unihal::plugin::host::attempts();
+    let plugins = PluginsEntry {
+        path: unihal::settings::get(unihal::plugin::host::PATH_ENV),
+        attempts: unihal::plugin::host::attempts()
+            .into_iter()
+            .map(|a| PluginAttempt {
+                path: a.path.clone(),
+                backend: a.outcome.as_ref().ok().map(|n| n.to_string()),
+                refused: a.outcome.as_ref().err().map(|w| w.to_string()),
+            })
+            .collect(),
+    };
+    // A backend asked for by name that is unavailable fails the command (scripts check it);
+    // listing every backend fails only when none is available.
+    let failed = if asked.is_some() {
+        entries.iter().any(|e| !e.available)
+    } else {
+        !entries.iter().any(|e| e.available)
+    };
+    let code = if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     if json {
+        let report = DevicesReport {
+            backends: &entries,
+            plugins,
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&entries).expect("serialisable")
+            serde_json::to_string_pretty(&report).expect("serialisable")
         );
-        return ExitCode::SUCCESS;
+        return code;
     }
     for e in &entries {
         let status = if e.available {
@@ -201,8 +243,21 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
         } else {
             "Unavailable"
         };
+        // The reason once: a library line below that says it already is not repeated here.
+        let shown_below = |r: &str| {
+            e.info.libraries.iter().any(|l| {
+                l.error
+                    .as_deref()
+                    .is_some_and(|w| w.contains(r) || r.contains(w))
+            })
+        };
+        let reason = match e.reason.as_deref() {
+            Some(r) if shown_below(r) => " (see its libraries)".to_string(),
+            Some(r) => format!(": {r}"),
+            None => String::new(),
+        };
         println!(
-            "{} {} — {status}{}{}",
+            "{} {} — {status}{}{reason}",
             e.name,
             e.info.version,
             if e.info.simulated {
@@ -210,29 +265,33 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
             } else {
                 ""
             },
-            e.reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
         );
         for l in &e.info.libraries {
-            match &l.error {
-                None => println!(
-                    "  {:<17} {} {} ({})",
+            let version = l.version.as_deref().unwrap_or("(version unknown)");
+            match (&l.error, &l.path) {
+                (None, path) => println!(
+                    "  {:<17} {} {version} found at {}",
                     l.role,
                     l.name,
-                    l.version.as_deref().unwrap_or("?"),
-                    l.path.as_deref().unwrap_or("?")
+                    path.as_deref().unwrap_or("?")
                 ),
-                Some(why) => match &l.path {
-                    Some(path) => println!(
-                        "  {:<17} {} {} ({path}) UNUSABLE: {why}",
-                        l.role,
-                        l.name,
-                        l.version.as_deref().unwrap_or("?")
-                    ),
-                    None => println!("  {:<17} {} NOT FOUND: {why}", l.role, l.name),
-                },
+                (Some(why), Some(path)) => {
+                    println!(
+                        "  {:<17} {} {version} found at {path}, UNUSABLE: {why}",
+                        l.role, l.name
+                    )
+                }
+                (Some(why), None) => {
+                    let (head, tried) = split_tried(why);
+                    println!("  {:<17} {} NOT FOUND: {head}", l.role, l.name);
+                    if verbose {
+                        for t in tried {
+                            println!("  {:<17}   tried {t}", "");
+                        }
+                    } else if !tried.is_empty() {
+                        println!("  {:<17}   (-v lists every name tried)", "");
+                    }
+                }
             }
         }
         match &e.collectives {
@@ -257,10 +316,20 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
             }
             None => println!("  collective engine: none"),
         }
+        let shared = e.devices.len() > 1 && e.name == "cpu";
         for d in &e.devices {
             let (m, o) = (&d.capabilities.mandatory, &d.capabilities.optional);
             let mem = d.memory.map_or("memory ?".into(), |mi| {
-                format!("memory {} total, {} free", gib(mi.total), gib(mi.free))
+                format!(
+                    "memory {} total, {} free{}",
+                    gib(mi.total),
+                    gib(mi.free),
+                    if shared {
+                        " (its share of the host's memory)"
+                    } else {
+                        ""
+                    }
+                )
             });
             println!(
                 "  {}  {} ({})  {mem}",
@@ -289,25 +358,35 @@ fn devices(backend: Option<String>, json: bool) -> ExitCode {
             );
         }
     }
-    match std::env::var(unihal::plugin::host::PATH_ENV) {
-        Err(_) => println!(
-            "plugins: none loaded ({} is unset)",
-            unihal::plugin::host::PATH_ENV
-        ),
-        Ok(spec) => {
-            println!("plugins ({}={spec}):", unihal::plugin::host::PATH_ENV);
-            if plugins.is_empty() {
+    let var = unihal::plugin::host::PATH_ENV;
+    match &plugins.path {
+        None => println!("plugins: none loaded ({var} is unset)"),
+        Some(spec) => {
+            println!("plugins ({var}={spec}):");
+            if plugins.attempts.is_empty() {
                 println!("  no plugin library found there");
             }
-            for a in &plugins {
-                match &a.outcome {
-                    Ok(name) => println!("  {}: loaded, backend {name}", a.path),
-                    Err(why) => println!("  {}: REFUSED: {why}", a.path),
+            for a in &plugins.attempts {
+                match (&a.backend, &a.refused) {
+                    (Some(name), _) => println!("  {}: loaded, backend {name}", a.path),
+                    (None, why) => {
+                        println!("  {}: REFUSED: {}", a.path, why.as_deref().unwrap_or("?"))
+                    }
                 }
             }
         }
     }
-    ExitCode::SUCCESS
+    if failed {
+        eprintln!(
+            "unihal devices: {}",
+            if asked.is_some() {
+                "a backend asked for is unavailable"
+            } else {
+                "no backend is available"
+            }
+        );
+    }
+    code
 }
 
 /// Under a launcher whose collective engine connects the processes already (MPI), the SPMD target:
@@ -473,51 +552,15 @@ fn conformance(
 }
 
 fn bench_cmd(cmd: Cmd) -> ExitCode {
-    let Cmd::Bench {
-        op,
-        backend,
-        ngpus,
-        minbytes,
-        maxbytes,
-        stepfactor,
-        iters,
-        warmup_iters,
-        check,
-        datatype,
-        op_red,
-        root,
-        json,
-    } = cmd
-    else {
+    let Cmd::Bench { op, backend, flags } = cmd else {
         unreachable!()
     };
-    let op = match op.as_str() {
-        "all_reduce" | "allreduce" => unihal::CollectiveOp::AllReduce,
-        "all_gather" | "allgather" => unihal::CollectiveOp::AllGather,
-        "reduce_scatter" | "reducescatter" => unihal::CollectiveOp::ReduceScatter,
-        "broadcast" => unihal::CollectiveOp::Broadcast,
-        "reduce" => unihal::CollectiveOp::Reduce,
-        "alltoall" | "all_to_all" => unihal::CollectiveOp::AllToAll,
-        "sendrecv" => unihal::CollectiveOp::SendRecv,
-        other => {
-            eprintln!("unihal bench: unknown collective {other:?}");
+    let o = match flags.options(&op, std::env::args().collect()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("unihal bench: {e}");
             return ExitCode::from(2);
         }
-    };
-    let dtype = unihal::DType::ALL
-        .into_iter()
-        .find(|d| unihal::bench::nccl_type_name(*d) == datatype || d.name() == datatype);
-    let redop = unihal::ReduceOp::ALL
-        .into_iter()
-        .find(|r| r.name() == op_red);
-    let (Some(dtype), Some(redop), Some(min_bytes), Some(max_bytes)) = (
-        dtype,
-        redop,
-        unihal::bench::parse_size(&minbytes),
-        unihal::bench::parse_size(&maxbytes),
-    ) else {
-        eprintln!("unihal bench: bad -d, -o, -b or -e value");
-        return ExitCode::from(2);
     };
     let b = match bench_backend(backend.as_deref()) {
         Ok(b) => b,
@@ -526,39 +569,10 @@ fn bench_cmd(cmd: Cmd) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let o = unihal::bench::BenchOptions {
-        op,
-        min_bytes,
-        max_bytes,
-        step_factor: stepfactor,
-        iters,
-        warmup: warmup_iters,
-        check: check != 0,
-        dtype,
-        redop,
-        root,
-        ranks: ngpus,
-    };
     match unihal::bench::run(&*b, &o, &mut std::io::stdout()) {
-        Ok(rows) => {
-            if let Some(path) = json {
-                if let Err(e) = std::fs::write(
-                    &path,
-                    serde_json::to_string_pretty(&rows).expect("serialisable"),
-                ) {
-                    eprintln!("unihal bench: cannot write {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            }
-            if rows
-                .iter()
-                .any(|r| r.out_of_place.wrong + r.in_place.wrong > 0)
-            {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        // As nccl-tests: failed checks, or an average below NCCL_TESTS_MIN_BW, fail the run.
+        Ok(r) if r.errors == 0 && r.bandwidth_ok => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
         Err(e @ unihal::HalError::InvalidArgument { .. }) => {
             eprintln!("unihal bench: {e}");
             report_to_launcher(&e);
@@ -599,11 +613,29 @@ fn bench_backend(name: Option<&str>) -> Result<std::sync::Arc<dyn Backend>, Stri
     Err(format!("no backend to benchmark ({})", why.join("; ")))
 }
 
+/// A command-line number of seconds: finite and above 0.
+fn seconds(v: &str) -> Result<Duration, String> {
+    unihal::settings::seconds(v).ok_or_else(|| format!("{v:?} is not a number of seconds above 0"))
+}
+
+/// A command-line count of 1 or more.
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{v:?} is not an integer of 1 or more")),
+    }
+}
+
 fn main() -> ExitCode {
+    // Logging first: making the registry loads the plugins, and their loads are logged.
+    unihal::init_logging_or_exit("unihal");
     unihal_conformance::run_child_if_requested(unihal::registry());
-    unihal::init_logging();
     let code = match Cli::parse().command {
-        Cmd::Devices { backend, json } => devices(backend, json),
+        Cmd::Devices {
+            backend,
+            json,
+            verbose,
+        } => devices(backend, json, verbose),
         Cmd::Conformance {
             list: Some(pattern),
             filter,
@@ -618,20 +650,17 @@ fn main() -> ExitCode {
             verify,
             timeout_s,
             max_devices,
-        } => {
-            let timeout = Duration::try_from_secs_f64(timeout_s).unwrap_or(Duration::from_secs(60));
-            conformance(
-                backend,
-                RunOptions {
-                    filter,
-                    verify,
-                    isolate,
-                    timeout,
-                },
-                report,
-                max_devices,
-            )
-        }
+        } => conformance(
+            backend,
+            RunOptions {
+                filter,
+                verify,
+                isolate,
+                timeout: timeout_s,
+            },
+            report,
+            max_devices,
+        ),
         Cmd::Trace {
             what: TraceCmd::Summary { file, top, json },
         } => trace_summary(&file, top, json),

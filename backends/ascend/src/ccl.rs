@@ -240,7 +240,7 @@ impl CollectiveLib for Hccl {
         // SAFETY: the caller's contract: a live communicator nothing else uses now or after.
         let code = unsafe { (self.comm_destroy)(comm as Comm) };
         if code != conv::SUCCESS {
-            tracing::warn!(target: "unihal::ccl", "{}", conv::vendor(self, "HcclCommDestroy", code));
+            tracing::warn!(target: "unihal::coll", "{}", conv::vendor(self, "HcclCommDestroy", code));
         }
     }
 

@@ -263,7 +263,7 @@ fn open() -> Result<Cann> {
     }
     // SAFETY: no arguments; a static NUL-terminated string (or NULL).
     let soc = unsafe { unihal_dynlib::c_str((acl.get_soc_name)()) };
-    tracing::info!(target: "unihal::ascend", "{at}: {count} device(s), SoC {soc:?}, {} operator entry points", aclnn.resolved());
+    tracing::info!(target: "unihal::init", "{at}: {count} device(s), SoC {soc:?}, {} operator entry points", aclnn.resolved());
     Ok(Cann {
         acl,
         nnop,

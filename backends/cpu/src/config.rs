@@ -2,14 +2,15 @@
 //!
 //! * `UNIHAL_CPU_DEVICES` — number of virtual devices (default 4, at least 1, at most 64).
 //! * `UNIHAL_CPU_MEMORY` — capacity of each device in bytes, with an optional `K`/`M`/`G`/`T` suffix
-//!   (powers of 1024). Default: the machine's physical memory, so an impossible request is an
-//!   out-of-memory error, not an abort.
+//!   (powers of 1024). Default: the machine's physical memory divided among the devices (each
+//!   device's share, as `unihal devices` shows it), so an impossible request is an out-of-memory
+//!   error, not an abort.
 //! * `UNIHAL_CPU_THREADS` — compute threads per device for kernel launches (default: cores /
 //!   devices, at least 1).
 //! * `UNIHAL_CPU_MATMUL` — `gemm` (default: the `gemm` crate, vectorised up to AVX-512) or
 //!   `dialect` (the portable library's tiled GEMM kernel, as GPUs without a vendor BLAS run it).
 
-use unihal_hal::{HalError, Invalid, Result};
+use unihal_hal::Result;
 
 /// Environment variable: number of virtual devices.
 pub const DEVICES_ENV: &str = "UNIHAL_CPU_DEVICES";
@@ -43,10 +44,10 @@ impl CpuConfig {
     /// Reads the environment.
     ///
     /// # Errors
-    /// [`HalError::InvalidArgument`] naming the variable when a value does not parse or is out of
+    /// [`unihal_hal::HalError::InvalidArgument`] naming the variable when a value does not parse or is out of
     /// range.
     pub fn from_env() -> Result<CpuConfig> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let get = unihal_hal::settings::get;
         let mut c = Self::from_values(
             get(DEVICES_ENV).as_deref(),
             get(MEMORY_ENV).as_deref(),
@@ -55,7 +56,7 @@ impl CpuConfig {
         c.matmul = match get(MATMUL_ENV).as_deref().map(str::trim) {
             None | Some("gemm") => MatmulEngine::Gemm,
             Some("dialect") => MatmulEngine::Dialect,
-            Some(v) => return Err(bad(MATMUL_ENV, v, "gemm or dialect")),
+            Some(v) => return Err(unihal_hal::settings::refuse(MATMUL_ENV, v)),
         };
         Ok(c)
     }
@@ -74,9 +75,8 @@ impl CpuConfig {
             Some(v) => parse_count(DEVICES_ENV, v, 64)?,
         };
         let memory_per_device = match memory {
-            None => physical_memory(),
-            Some(v) => parse_bytes(v)
-                .ok_or_else(|| bad(MEMORY_ENV, v, "a byte count such as 1073741824, 512M or 2G"))?,
+            None => physical_memory() / devices as u64,
+            Some(v) => parse_bytes(v).ok_or_else(|| unihal_hal::settings::refuse(MEMORY_ENV, v))?,
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads_per_device = match threads {
@@ -92,20 +92,14 @@ impl CpuConfig {
     }
 }
 
-fn bad(var: &'static str, value: &str, accepted: &str) -> HalError {
-    HalError::invalid(
-        var,
-        Invalid::Value {
-            value: format!("{var}={value:?}"),
-            accepted: accepted.to_string(),
-        },
-    )
-}
-
 fn parse_count(var: &'static str, v: &str, max: usize) -> Result<usize> {
     match v.trim().parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(bad(var, v, &format!("an integer in 1..={max}"))),
+        _ => Err(unihal_hal::settings::refuse_with(
+            var,
+            v,
+            format!("an integer in 1..={max}"),
+        )),
     }
 }
 

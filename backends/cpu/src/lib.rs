@@ -112,7 +112,14 @@ impl CpuBackend {
             .get_or_init(|| {
                 let cfg = match &self.config {
                     Some(c) => c.clone(),
-                    None => CpuConfig::from_env()?,
+                    None => {
+                        // Settings this backend honours elsewhere are refused here, at the
+                        // probe, so that a bad one fails the run instead of being ignored.
+                        unihal_kernels::cpu::Isa::forced()?;
+                        ccl::selected()?;
+                        unihal_hal::ccl::timeout_from_env()?;
+                        CpuConfig::from_env()?
+                    }
                 };
                 let host = Arc::new(memory::MemAccount::new(u64::MAX / 2));
                 (0..cfg.devices as u32)
@@ -214,7 +221,7 @@ impl Backend for CpuBackend {
             Ok(ccl::Engine::Mpi) => match ccl::mpi::engine() {
                 Ok(e) => Some(e),
                 Err(e) => {
-                    tracing::error!("the MPI collective engine is unavailable: {e}");
+                    tracing::error!(target: "unihal::coll", "the MPI collective engine is unavailable: {e}");
                     None
                 }
             },
@@ -223,7 +230,7 @@ impl Backend for CpuBackend {
             #[allow(unreachable_patterns)]
             Ok(_) => None,
             Err(e) => {
-                tracing::error!("no CPU collective engine: {e}");
+                tracing::error!(target: "unihal::coll", "no CPU collective engine: {e}");
                 None
             }
         }

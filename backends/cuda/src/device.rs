@@ -76,7 +76,7 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                     match crate::loader::nvrtc() {
                         Ok(_) => unihal_kernels::support(),
                         Err(e) => {
-                            tracing::info!(target: "unihal::cuda", "no kernel library ops: {e}");
+                            tracing::info!(target: "unihal::kernel", "no kernel library ops: {e}");
                             BTreeMap::new()
                         }
                     },
@@ -141,7 +141,7 @@ impl Drop for Context {
         unihal_gpu::deferred::release(move || {
             // SAFETY: retained in `retain`, released once (this context is being dropped).
             if let Err(e) = unsafe { result::primary_ctx::release(dev) } {
-                tracing::warn!(target: "unihal::cuda", "{}", vendor("cuDevicePrimaryCtxRelease", e));
+                tracing::warn!(target: "unihal::device", "{}", vendor("cuDevicePrimaryCtxRelease", e));
             }
         });
     }
@@ -198,9 +198,9 @@ pub(crate) fn load_library(dev: &Arc<CudaDevice>) -> Result<Library> {
     };
     let module = GpuModule::<Cuda>::load_prepared(dev.clone(), ModuleFormat::Ptx, from_ptx)
         .inspect_err(|e| {
-            tracing::error!(target: "unihal::cuda", "the kernel library loads neither as cubin ({cubin_err}) nor as PTX ({e})");
+            tracing::error!(target: "unihal::kernel", "the kernel library loads neither as cubin ({cubin_err}) nor as PTX ({e})");
         })?;
-    tracing::info!(target: "unihal::cuda", "kernel library loaded from PTX (cubin refused: {cubin_err})");
+    tracing::info!(target: "unihal::kernel", "kernel library loaded from PTX (cubin refused: {cubin_err})");
     Ok(Library::new(
         module,
         format!("PTX (cubin refused: {cubin_err})"),

@@ -71,10 +71,14 @@ fn open() -> Result<Driver> {
     // SAFETY: probes the library names with dlopen/dlclose; no symbol is called.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(unavailable(if over.to_try().is_empty() {
+            // cudarc's list repeats some names: each is tried, and reported, once.
+            let mut names = cudarc::get_lib_name_candidates("cuda");
+            let mut seen = std::collections::HashSet::new();
+            names.retain(|n| seen.insert(n.clone()));
             format!(
-                "no CUDA driver library found (tried {:?} through the system loader; set \
-                 UNIHAL_CUDA_LIB to a libcuda.so to choose one)",
-                cudarc::get_lib_name_candidates("cuda")
+                "no CUDA driver library found, tried {} (set UNIHAL_CUDA_LIB to a path to choose \
+                 one)",
+                names.join("; ")
             )
         } else {
             format!(

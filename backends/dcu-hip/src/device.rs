@@ -132,11 +132,11 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 unihal_kernels::support()
             }
             Ok(_) => {
-                tracing::info!(target: "unihal::hip", "no kernel library ops on {arch}: this hiprtc compiles it only in the helper, which is not found");
+                tracing::info!(target: "unihal::kernel", "no kernel library ops on {arch}: this hiprtc compiles it only in the helper, which is not found");
                 BTreeMap::new()
             }
             Err(e) => {
-                tracing::info!(target: "unihal::hip", "no kernel library ops: {e}");
+                tracing::info!(target: "unihal::kernel", "no kernel library ops: {e}");
                 BTreeMap::new()
             }
         };

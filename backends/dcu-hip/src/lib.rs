@@ -125,7 +125,7 @@ impl VendorRuntime for Hip {
         match device::test_kernels(device) {
             Ok(m) => Some(m),
             Err(e) => {
-                tracing::warn!(target: "unihal::hip", "no test kernels for {}: {e}", device.core().id);
+                tracing::warn!(target: "unihal::kernel", "no test kernels for {}: {e}", device.core().id);
                 None
             }
         }

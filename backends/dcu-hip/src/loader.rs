@@ -158,7 +158,7 @@ fn open() -> Result<Hip> {
         attribute(Numbering::Legacy.attributes().warp_size),
     )
     .map_err(|e| unavailable(format!("{e} ({at})")))?;
-    tracing::info!(target: "unihal::hip", "{at}: {count} device(s), {numbering:?} attribute numbering{}", if dtk { ", Hygon DTK" } else { "" });
+    tracing::info!(target: "unihal::init", "{at}: {count} device(s), {numbering:?} attribute numbering{}", if dtk { ", Hygon DTK" } else { "" });
     Ok(Hip {
         api,
         path,

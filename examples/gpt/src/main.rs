@@ -76,7 +76,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    unihal::init_logging();
+    unihal::init_logging_or_exit("gpt");
     let args = Args::parse();
     let code = match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

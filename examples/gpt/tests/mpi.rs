@@ -27,6 +27,7 @@ fn mpirun_matches_in_process(engine: &str) {
         .arg(&json)
         .env("UNIHAL_CPU_CCL", engine)
         .env("UNIHAL_CCL_TIMEOUT", "60")
+        .env("UNIHAL_LOG", "INFO")
         .output()
         .unwrap_or_else(|e| panic!("cannot start mpirun ({e}); install openmpi-bin"));
     let text = format!(
@@ -35,6 +36,15 @@ fn mpirun_matches_in_process(engine: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "mpirun failed:\n{text}");
+    // NCCL_DEBUG=INFO's lines: every rank says how it started and which communicator it made.
+    for rank in 0..2 {
+        for want in [
+            format!("[{rank}] unihal INFO BOOTSTRAP launcher OpenMpi: rank {rank} of 2"),
+            format!("[{rank}] unihal INFO COLL communicator rank {rank} of 2 on cpu:"),
+        ] {
+            assert!(text.contains(&want), "no line with {want:?}:\n{text}");
+        }
+    }
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["ranks"], 2, "{text}");

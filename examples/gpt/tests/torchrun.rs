@@ -84,6 +84,9 @@ fn check_against_in_process(json: &Path, text: &str) {
     }
 }
 
+/// Also the logs, as NCCL_DEBUG=INFO with NCCL_DEBUG_FILE: each process writes its own file
+/// (`%h`, `%p`), whose lines carry `host:pid:tid [rank]` and say how the process met the others
+/// (launcher, store) and which communicator it made.
 #[test]
 fn two_torchrun_processes_on_gloo_match_two_in_process_devices() {
     let d = dir("plain");
@@ -91,10 +94,52 @@ fn two_torchrun_processes_on_gloo_match_two_in_process_devices() {
     let mut c = torchrun();
     c.args(["--nproc_per_node", "2", "--no-python"])
         .arg(env!("CARGO_BIN_EXE_gpt"))
-        .args(gpt_args(&json));
+        .args(gpt_args(&json))
+        .env("UNIHAL_LOG", "INFO")
+        .env("UNIHAL_LOG_FILE", d.join("unihal.%h.%p.log"));
     let (ok, text) = run(c);
     assert!(ok, "torchrun failed:\n{text}");
     check_against_in_process(&json, &text);
+    let mut logs: Vec<(String, String)> = std::fs::read_dir(&d)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.ends_with(".log").then(|| {
+                (
+                    name.clone(),
+                    std::fs::read_to_string(d.join(&name)).unwrap(),
+                )
+            })
+        })
+        .collect();
+    logs.sort();
+    assert_eq!(logs.len(), 2, "one log file per process: {logs:?}");
+    let mut ranks = Vec::new();
+    for (name, log) in &logs {
+        let pid = name.rsplit('.').nth(1).unwrap();
+        let rank = if log.contains("] unihal INFO BOOTSTRAP launcher Torchrun: rank 0 of 2") {
+            0
+        } else {
+            1
+        };
+        ranks.push(rank);
+        let prefix = format!(":{pid}:");
+        let bootstrap =
+            format!("[{rank}] unihal INFO BOOTSTRAP launcher Torchrun: rank {rank} of 2");
+        let store = format!("[{rank}] unihal INFO BOOTSTRAP store ");
+        let comm = format!("[{rank}] unihal INFO COLL communicator rank {rank} of 2 on cpu:");
+        for want in [&bootstrap, &store, &comm] {
+            let line = log.lines().find(|l| l.contains(want.as_str()));
+            let line = line.unwrap_or_else(|| panic!("{name}: no line with {want:?}:\n{log}"));
+            assert!(
+                line.split(' ').next().unwrap().contains(&prefix),
+                "{name}: {line}"
+            );
+        }
+        assert!(log.contains("engine gloo"), "{name}:\n{log}");
+    }
+    ranks.sort();
+    assert_eq!(ranks, [0, 1], "{logs:?}");
     let _ = std::fs::remove_dir_all(d);
 }
 

@@ -111,7 +111,7 @@ impl<L: CollectiveLib> Reaper<L> {
                     }
                 });
             if let Err(e) = spawned {
-                tracing::warn!(target: "unihal::ccl", "{label}: no reaper thread ({e}): a communicator is leaked");
+                tracing::warn!(target: "unihal::coll", "{label}: no reaper thread ({e}): a communicator is leaked");
             }
         }));
     }
@@ -141,7 +141,7 @@ impl<L: CollectiveLib> Reaper<L> {
         }
         if now >= self.give_up {
             tracing::warn!(
-                target: "unihal::ccl",
+                target: "unihal::coll",
                 "{}: {} still has {} operation(s) in flight; the communicator is leaked \
                  (the library cannot abort it, and destroying it would wait for them)",
                 self.lib.label(),
@@ -258,6 +258,10 @@ impl<L: CollectiveLib> Shared<L> {
         let mut inflight = self.inflight.lock();
         let first = !self.stopped.swap(true, Ordering::SeqCst);
         let e = self.sticky.lock().get_or_insert(e).clone();
+        if first {
+            let (r, n, label) = (self.rank, self.size, self.lib.label());
+            unihal_hal::ccl::log_failed(format_args!("rank {r} of {n} ({label})"), &e);
+        }
         for op in inflight.iter_mut() {
             if !op.finished() {
                 self.platform.fail_stream(&op.stream, e.clone());
@@ -379,13 +383,13 @@ impl<L: CollectiveLib> Shared<L> {
                         s
                     }
                     Err(e) => {
-                        tracing::warn!(target: "unihal::ccl", "{label}: {}: no stream for stand-ins: {e}", self.label());
+                        tracing::warn!(target: "unihal::coll", "{label}: {}: no stream for stand-ins: {e}", self.label());
                         break;
                     }
                 },
             };
             if let Err(e) = self.post_stand_in(op, &stream) {
-                tracing::warn!(target: "unihal::ccl", "{label}: {}: stand-in {op:?} not posted: {e}", self.label());
+                tracing::warn!(target: "unihal::coll", "{label}: {}: stand-in {op:?} not posted: {e}", self.label());
                 break;
             }
         }
@@ -394,7 +398,7 @@ impl<L: CollectiveLib> Shared<L> {
             match InFlight::record(&self.device, s, format!("{label} stand-in"), deadline) {
                 Ok(op) => inflight.push(op),
                 Err(e) => {
-                    tracing::warn!(target: "unihal::ccl", "{label}: stand-in not watched: {e}")
+                    tracing::warn!(target: "unihal::coll", "{label}: stand-in not watched: {e}")
                 }
             }
         }
@@ -548,9 +552,9 @@ impl<L: CollectiveLib> LibComm<L> {
             device: p.device,
             rank: p.rank,
             size: p.size,
-            timeout: config
-                .timeout
-                .unwrap_or_else(unihal_hal::ccl::timeout_from_env),
+            // The engine refused a bad UNIHAL_CCL_TIMEOUT before making the communicator.
+            timeout: unihal_hal::ccl::timeout_of(config)
+                .unwrap_or(unihal_hal::ccl::DEFAULT_TIMEOUT),
             handle: Handle {
                 raw: Mutex::new(p.raw),
                 abort_requested: AtomicBool::new(false),
@@ -989,6 +993,7 @@ impl<L: CollectiveLib> Communicator for LibComm<L> {
     }
 
     fn abort(&self) {
+        unihal_hal::ccl::log_aborted(self);
         let s = &self.shared;
         let label = s.lib.label();
         s.fail_with(

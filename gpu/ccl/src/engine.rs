@@ -8,7 +8,7 @@ use crate::library::{CollectiveLib, RawComm};
 use crate::platform::{with_current, Platform};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use unihal_hal::ccl::{check_distinct_devices, check_rank, timeout_from_env};
+use unihal_hal::ccl::{check_distinct_devices, check_rank, log_created, timeout_of};
 use unihal_hal::{
     CclCaps, Collectives, CommConfig, Communicator, Device, HalError, Invalid, Result, UniqueId,
 };
@@ -196,13 +196,21 @@ impl<L: CollectiveLib> Collectives for Engine<L> {
             ));
         }
         self.platform.device_ordinal(device)?;
-        let timeout = config.timeout.unwrap_or_else(timeout_from_env);
+        let timeout = timeout_of(config)?;
         let group = (!lib.can_abort()).then(|| Group::of(lib.label(), &id.0, nranks));
         if let Some(g) = &group {
             g.arrive(rank);
         }
         let raw = init_rank_bounded(&self.platform, &lib, &id.0, (nranks, rank), device, timeout)?;
-        Ok(self.comm(&lib, raw, (rank, nranks), device, group, config))
+        let comm = self.comm(&lib, raw, (rank, nranks), device, group, config);
+        let engine = &self.capabilities().engine;
+        log_created(
+            std::slice::from_ref(&comm),
+            engine,
+            "init_rank",
+            Some(timeout),
+        );
+        Ok(comm)
     }
 
     fn init_all(
@@ -227,12 +235,20 @@ impl<L: CollectiveLib> Collectives for Engine<L> {
             None => self.init_each(&lib, devices, config)?,
         };
         let group = group();
-        Ok(made
+        let comms: Vec<Arc<dyn Communicator>> = made
             .into_iter()
             .zip(devices)
             .enumerate()
             .map(|(r, (raw, d))| self.comm(&lib, raw, (r, n), d, group.clone(), config))
-            .collect())
+            .collect();
+        let timeout = timeout_of(config)?;
+        log_created(
+            &comms,
+            &self.capabilities().engine,
+            "init_all",
+            Some(timeout),
+        );
+        Ok(comms)
     }
 }
 
@@ -247,7 +263,7 @@ impl<L: CollectiveLib> Engine<L> {
     ) -> Result<Vec<RawComm>> {
         let n = devices.len();
         let id = lib.unique_id()?;
-        let timeout = config.timeout.unwrap_or_else(timeout_from_env);
+        let timeout = timeout_of(config)?;
         let made: Vec<Result<RawComm>> = std::thread::scope(|sc| {
             let hs: Vec<_> = devices
                 .iter()

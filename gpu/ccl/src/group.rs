@@ -236,7 +236,7 @@ impl Group {
             }
         }
         if st.log.size() > LOG_LIMIT {
-            tracing::warn!(target: "unihal::ccl", "a rank is more than {LOG_LIMIT} operations behind its peers; a failure will leave posted operations to the library's own timeout");
+            tracing::warn!(target: "unihal::coll", "a rank is more than {LOG_LIMIT} operations behind its peers; a failure will leave posted operations to the library's own timeout");
             st.log = Log {
                 off: true,
                 ..Log::default()
@@ -292,7 +292,7 @@ impl Group {
                 }
             }
             None => tracing::warn!(
-                target: "unihal::ccl",
+                target: "unihal::coll",
                 "not every rank of the failed communicator is in this process; their posted \
                  operations end at the library's own timeout (HCCL_EXEC_TIMEOUT)"
             ),

@@ -46,7 +46,7 @@ impl<L: unihal_ccl::CollectiveLib> CollectiveEngine for unihal_ccl::Engine<L> {
         match self.lib() {
             Ok(_) => Some(self),
             Err(e) => {
-                tracing::info!(target: "unihal::gpu", "{}: no collectives: {e}", self.label());
+                tracing::info!(target: "unihal::init", "{}: no collectives: {e}", self.label());
                 None
             }
         }

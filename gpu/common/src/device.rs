@@ -65,13 +65,13 @@ fn release_attempt<R: Runtime>(core: Arc<Core<R>>, what: &'static str, f: Releas
     match (r, slot) {
         (Ok(()), _) => {}
         (Err(e), None) => {
-            tracing::warn!(target: "unihal::gpu", "{what} failed: {e}; the runtime keeps the object")
+            tracing::warn!(target: "unihal::device", "{what} failed: {e}; the runtime keeps the object")
         }
         (Err(e), Some(f)) if attempt < RELEASE_ATTEMPTS => {
-            tracing::warn!(target: "unihal::gpu", "{what}: {e}; retried at the next call");
+            tracing::warn!(target: "unihal::device", "{what}: {e}; retried at the next call");
             crate::deferred::later(move || release_attempt(core, what, f, attempt + 1));
         }
-        (Err(e), Some(_)) => tracing::warn!(target: "unihal::gpu",
+        (Err(e), Some(_)) => tracing::warn!(target: "unihal::device",
             "{what}: {e}; given up after {RELEASE_ATTEMPTS} attempts: the object is leaked"),
     }
 }

@@ -206,20 +206,20 @@ impl KernelCache {
                         return Ok((parts, Source::Disk));
                     }
                     Err(why) => {
-                        tracing::warn!(target: "unihal::kernels",
+                        tracing::warn!(target: "unihal::kernel",
                             "kernel cache entry {} is not usable ({why}): recompiling", path.display());
                         let _ = std::fs::remove_file(path);
                     }
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!(target: "unihal::kernels",
+                Err(e) => tracing::warn!(target: "unihal::kernel",
                     "kernel cache entry {}: {e}", path.display()),
             }
         }
         let parts = Arc::new(compile()?);
         if let Some(path) = &path {
             if let Err(e) = write_atomically(path, &encode(key, &parts)) {
-                tracing::warn!(target: "unihal::kernels", "kernel cache {}: {e}", path.display());
+                tracing::warn!(target: "unihal::kernel", "kernel cache {}: {e}", path.display());
             }
         }
         self.memory.lock().insert(key.clone(), parts.clone());

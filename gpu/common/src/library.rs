@@ -24,10 +24,10 @@ pub fn compiled(
     let (parts, from) = KernelCache::global().get_or_compile(key, || {
         let t = std::time::Instant::now();
         let parts = compile()?;
-        tracing::info!(target: "unihal::gpu", "{what} for {} in {:?}", key.target, t.elapsed());
+        tracing::info!(target: "unihal::kernel", "{what} for {} in {:?}", key.target, t.elapsed());
         Ok(parts)
     })?;
-    tracing::debug!(target: "unihal::gpu", "{what} for {}: {from:?}", key.target);
+    tracing::debug!(target: "unihal::kernel", "{what} for {}: {from:?}", key.target);
     Ok(parts)
 }
 

@@ -220,7 +220,7 @@ impl<R: Runtime> GpuStream<R> {
                 |ev| rt.event_record(ev, raw).map_err(|e| e.to_string()),
             );
             if let Err(e) = sealed {
-                tracing::warn!(target: "unihal::gpu", "{e}; kept until a synchronisation");
+                tracing::warn!(target: "unihal::device", "{e}; kept until a synchronisation");
             }
             r
         })
@@ -779,7 +779,7 @@ impl<R: Runtime> Drop for GpuStream<R> {
                         // here could hang: leaked on purpose (memory, handles, host-buffer uses).
                         Ok(false) => {
                             std::mem::forget(release);
-                            tracing::warn!(target: "unihal::gpu",
+                            tracing::warn!(target: "unihal::device",
                                 "stream release: {e}; what its work used is leaked");
                         }
                     }

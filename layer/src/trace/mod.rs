@@ -147,7 +147,7 @@ impl State {
         }
         if self.dropped == 0 {
             tracing::warn!(
-                target: "unihal::trace",
+                target: "unihal::layer",
                 "the trace holds {max} events ({MAX_EVENTS_ENV}): later events are dropped, and the file says how many"
             );
         }
@@ -577,7 +577,7 @@ pub fn finish() -> std::io::Result<Option<PathBuf>> {
         return Ok(None);
     };
     t.write()?;
-    tracing::info!(target: "unihal::trace", "trace written to {}", t.path.display());
+    tracing::info!(target: "unihal::layer", "trace written to {}", t.path.display());
     Ok(Some(t.path.clone()))
 }
 

@@ -87,7 +87,7 @@ impl Timeline {
         });
         let anchor = anchored
             .map_err(|e| {
-                tracing::warn!(target: "unihal::trace", "no device spans for stream {tid}: {e}")
+                tracing::warn!(target: "unihal::layer", "no device spans for stream {tid}: {e}")
             })
             .ok();
         Timeline {

@@ -82,14 +82,17 @@ impl PluginCollectives {
                 ),
             ));
         }
-        Ok(Arc::new(PluginComm {
+        let comm: Arc<dyn Communicator> = Arc::new(PluginComm {
             p: self.p,
             raw,
             rank,
             size,
             device,
             caps: self.caps.clone(),
-        }))
+        });
+        // The plugin applies its own default when the config names no timeout.
+        unihal_hal::ccl::log_created(std::slice::from_ref(&comm), &self.caps.engine, entry, None);
+        Ok(comm)
     }
 }
 
@@ -461,6 +464,7 @@ impl Communicator for PluginComm {
     }
 
     fn abort(&self) {
+        unihal_hal::ccl::log_aborted(self);
         if let Some(f) = self.p.api.comm_abort {
             // SAFETY: the entry's contract.
             unsafe { f(self.raw) }

@@ -220,7 +220,7 @@ pub fn supported(cann: &Cann, dev: &AscendDevice) -> Result<BTreeMap<OpId, Vec<D
             match execute(probe, &call) {
                 Ok(()) => ok.push(d),
                 Err(e) if refused_here(&e) => {
-                    tracing::info!(target: "unihal::ascend", "{} {op} in {d}: left out by the probe: {e}", dev.id())
+                    tracing::info!(target: "unihal::init", "{} {op} in {d}: left out by the probe: {e}", dev.id())
                 }
                 Err(e) => return Err(e),
             }

@@ -108,7 +108,7 @@ fn start(cann: &'static Cann, ctx: Handle, stream: Handle) -> Result<u64> {
                 let _ = (cann.acl.unsubscribe_report)(me, stream);
                 let rc = (cann.acl.destroy_stream)(stream);
                 if rc != 0 {
-                    tracing::warn!(target: "unihal::ascend", "{}", cann.vendor("aclrtDestroyStream", rc));
+                    tracing::warn!(target: "unihal::device", "{}", cann.vendor("aclrtDestroyStream", rc));
                 }
             }
             // The stream is gone: callbacks it never delivered (it failed) run here.

@@ -49,6 +49,8 @@ impl CommShared {
         let mut g = self.error.lock();
         if g.is_none() {
             *g = Some(e.clone());
+            let n = self.rv.nranks;
+            unihal_hal::ccl::log_failed(format_args!("of {n} ranks (in-process)"), e);
         }
     }
 }
@@ -551,6 +553,7 @@ impl Communicator for CpuComm {
     }
 
     fn abort(&self) {
+        unihal_hal::ccl::log_aborted(self);
         self.shared.fail(&HalError::Aborted {
             what: format!("communicator aborted by rank {}", self.rank),
         });

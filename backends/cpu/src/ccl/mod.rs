@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use unihal_hal::ccl::{timeout_from_env, Accumulation};
+use unihal_hal::ccl::{log_created, timeout_from_env, Accumulation, DEFAULT_TIMEOUT};
 use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, DeviceId,
     HalError, Invalid, ReduceOp, Result, UniqueId,
@@ -56,21 +56,13 @@ pub fn selected() -> Result<Engine> {
         Engine::Mpi => cfg!(feature = "mpi"),
         Engine::Gloo => cfg!(feature = "gloo"),
     };
-    match std::env::var(ENGINE_ENV).as_deref() {
-        Ok(v) => {
+    match unihal_hal::settings::get(ENGINE_ENV).as_deref() {
+        Some(v) => {
             let e = match v {
                 "inprocess" => Engine::InProcess,
                 "mpi" => Engine::Mpi,
                 "gloo" => Engine::Gloo,
-                other => {
-                    return Err(HalError::invalid(
-                        "UNIHAL_CPU_CCL",
-                        Invalid::Value {
-                            value: other.to_string(),
-                            accepted: "inprocess, mpi or gloo".into(),
-                        },
-                    ))
-                }
+                other => return Err(unihal_hal::settings::refuse(ENGINE_ENV, other)),
             };
             if !built(e) {
                 let feature = if e == Engine::Mpi { "mpi" } else { "gloo" };
@@ -84,7 +76,7 @@ pub fn selected() -> Result<Engine> {
             }
             Ok(e)
         }
-        Err(_) => {
+        None => {
             let var = |k: &str| std::env::var(k).ok();
             let many = |k: &str| {
                 var(k)
@@ -233,7 +225,7 @@ impl CpuCollectives {
     pub(crate) fn new() -> CpuCollectives {
         CpuCollectives {
             caps: Arc::new(engine_caps()),
-            timeout: timeout_from_env(),
+            timeout: timeout_from_env().unwrap_or(DEFAULT_TIMEOUT),
         }
     }
 
@@ -449,7 +441,14 @@ impl Collectives for CpuCollectives {
         }
         g.insert(id.0.clone(), Slot::Spent);
         drop(g);
-        Ok(Arc::new(CpuComm::new(rank, device.clone(), shared)))
+        let comm: Arc<dyn Communicator> = Arc::new(CpuComm::new(rank, device.clone(), shared));
+        log_created(
+            std::slice::from_ref(&comm),
+            &self.caps.engine,
+            "init_rank",
+            Some(timeout),
+        );
+        Ok(comm)
     }
 
     fn init_all(
@@ -467,12 +466,15 @@ impl Collectives for CpuCollectives {
         devices.iter().try_for_each(check_device)?;
         unihal_hal::ccl::check_distinct_devices(devices)?;
         let shared = self.shared(devices.len(), config);
-        Ok(devices
+        let comms: Vec<Arc<dyn Communicator>> = devices
             .iter()
             .enumerate()
             .map(|(r, d)| {
                 Arc::new(CpuComm::new(r, d.clone(), shared.clone())) as Arc<dyn Communicator>
             })
-            .collect())
+            .collect();
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        log_created(&comms, &self.caps.engine, "init_all", Some(timeout));
+        Ok(comms)
     }
 }

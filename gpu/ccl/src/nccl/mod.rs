@@ -258,7 +258,7 @@ impl CollectiveLib for Nccl {
         // SAFETY: the caller's contract: a live communicator nothing else uses now or after.
         let code = unsafe { f(comm as Comm) };
         if code != 0 {
-            tracing::warn!(target: "unihal::ccl", "{}", conv::vendor(self, call, code));
+            tracing::warn!(target: "unihal::coll", "{}", conv::vendor(self, call, code));
         }
     }
 

@@ -84,6 +84,8 @@ impl Link {
         let mut g = self.error.lock();
         if g.is_none() {
             *g = Some(e.clone());
+            let (r, n) = (self.rank, self.size);
+            unihal_hal::ccl::log_failed(format_args!("rank {r} of {n} (gloo)"), e);
         }
     }
 
@@ -788,6 +790,7 @@ impl Communicator for GlooComm {
     /// Marks the communicator aborted and closes its connections: an operation waiting here ends
     /// at once, and so do the peers' (their connections to this rank break).
     fn abort(&self) {
+        unihal_hal::ccl::log_aborted(self);
         let l = &self.link;
         l.fail(&HalError::Aborted {
             what: format!("communicator aborted by rank {}", l.rank),

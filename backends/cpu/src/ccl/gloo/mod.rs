@@ -32,7 +32,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use unihal_hal::ccl::{timeout_from_env, Accumulation};
+use unihal_hal::ccl::{timeout_from_env, Accumulation, DEFAULT_TIMEOUT};
 use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, HalError, Invalid,
     ReduceOp, Result, UniqueId,
@@ -118,7 +118,7 @@ pub fn engine() -> &'static GlooCollectives {
     static ENGINE: OnceLock<GlooCollectives> = OnceLock::new();
     ENGINE.get_or_init(|| GlooCollectives {
         caps: Arc::new(caps()),
-        timeout: timeout_from_env(),
+        timeout: timeout_from_env().unwrap_or(DEFAULT_TIMEOUT),
     })
 }
 
@@ -339,8 +339,23 @@ fn job_store(info: &LaunchInfo, timeout: Duration) -> Result<Arc<JobStore>> {
 }
 
 impl GlooCollectives {
-    fn comm(&self, link: Arc<Link>, device: &Arc<dyn Device>) -> Arc<dyn Communicator> {
-        Arc::new(GlooComm::new(link, device.clone(), self.caps.clone()))
+    /// The communicator of a connected `link`, logged as made by `how`.
+    fn comm(
+        &self,
+        link: Arc<Link>,
+        device: &Arc<dyn Device>,
+        how: &str,
+        timeout: Duration,
+    ) -> Arc<dyn Communicator> {
+        let comm: Arc<dyn Communicator> =
+            Arc::new(GlooComm::new(link, device.clone(), self.caps.clone()));
+        unihal_hal::ccl::log_created(
+            std::slice::from_ref(&comm),
+            &self.caps.engine,
+            how,
+            Some(timeout),
+        );
+        comm
     }
 }
 
@@ -427,7 +442,7 @@ impl Collectives for GlooCollectives {
                 ));
             }
         }
-        Ok(self.comm(link, device))
+        Ok(self.comm(link, device, "init_rank", timeout))
     }
 
     /// One thread per device joins a fresh id (gloo connects ranks over TCP, in this process too).
@@ -492,7 +507,7 @@ impl Collectives for GlooCollectives {
                 _keep: Some(job),
             };
             let link = connect(rv, info.rank, info.world_size, timeout)?;
-            Ok(self.comm(link, device))
+            Ok(self.comm(link, device, "the launcher's store", timeout))
         })())
     }
 }

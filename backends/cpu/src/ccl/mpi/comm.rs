@@ -112,6 +112,8 @@ impl Link {
         let mut g = self.error.lock();
         if g.is_none() {
             *g = Some(e.clone());
+            let (r, n) = (self.rank, self.size);
+            unihal_hal::ccl::log_failed(format_args!("rank {r} of {n} (MPI)"), e);
         }
     }
 
@@ -791,6 +793,7 @@ impl Communicator for MpiComm {
     }
 
     fn abort(&self) {
+        unihal_hal::ccl::log_aborted(self);
         let l = &self.link;
         l.fail(&HalError::Aborted {
             what: format!("communicator aborted by rank {}", l.rank),

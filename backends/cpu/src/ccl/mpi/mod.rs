@@ -26,7 +26,7 @@ use comm::Link;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use unihal_hal::ccl::{timeout_from_env, Accumulation};
+use unihal_hal::ccl::{timeout_from_env, Accumulation, DEFAULT_TIMEOUT};
 use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, HalError,
     ReduceOp, Result, UniqueId,
@@ -161,12 +161,12 @@ impl MpiCollectives {
         }
         let library = library_version();
         tracing::info!(
-            target: "unihal::cpu::mpi",
+            target: "unihal::coll",
             "MPI engine: rank {rank} of {size} initialised ({library})"
         );
         Ok(MpiCollectives {
             caps: caps(library),
-            timeout: timeout_from_env(),
+            timeout: timeout_from_env().unwrap_or(DEFAULT_TIMEOUT),
             world_rank: rank as usize,
             world_size: size as usize,
         })
@@ -192,11 +192,19 @@ impl MpiCollectives {
         // SAFETY: a constant handle set up by the MPI library.
         let world = ffi::Comm(unsafe { ffi::RSMPI_COMM_WORLD });
         let link = Link::dup(world, timeout)?;
-        Ok(Arc::new(MpiComm::new(
+        let comm: Arc<dyn Communicator> = Arc::new(MpiComm::new(
             link,
             device.clone(),
             Arc::new(self.caps.clone()),
-        )))
+        ));
+        let engine = &self.caps.engine;
+        unihal_hal::ccl::log_created(
+            std::slice::from_ref(&comm),
+            engine,
+            "the MPI world",
+            Some(timeout),
+        );
+        Ok(comm)
     }
 }
 
