@@ -128,3 +128,28 @@ pub fn open_preferred() -> Result<std::sync::Arc<dyn Device>> {
         reason: why.join("; "),
     })
 }
+
+/// Checks the process-wide settings the library reads lazily (`UNIHAL_VALIDATE`,
+/// `UNIHAL_TRACE_MAX_EVENTS`, `UNIHAL_ALLOC_CONF`, `UNIHAL_BACKENDS`), so that a program fails at
+/// its start on one it cannot honour instead of running without it. Backend settings
+/// (`UNIHAL_CPU_*`, `UNIHAL_CCL_TIMEOUT`) are refused by the backend's probe.
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] naming the variable, its value and what is accepted.
+pub fn check_settings() -> Result<()> {
+    if let Err(why) = layer::Mode::from_env() {
+        let v = settings::get(layer::VALIDATE_ENV).unwrap_or_default();
+        return Err(settings::refuse_with(layer::VALIDATE_ENV, &v, why));
+    }
+    settings::parse(layer::trace::MAX_EVENTS_ENV, |v| {
+        v.parse::<usize>().ok().filter(|n| *n >= 1)
+    })?;
+    alloc::AllocatorConfig::parse(&settings::get("UNIHAL_ALLOC_CONF").unwrap_or_default())?;
+    if registry().select_from_env().is_err() {
+        let v = settings::get(BACKENDS_ENV).unwrap_or_default();
+        let names = registry().names().join(", ");
+        let accepted = format!("a comma-separated list of the registered backends: {names}");
+        return Err(settings::refuse_with(BACKENDS_ENV, &v, accepted));
+    }
+    Ok(())
+}

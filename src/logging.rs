@@ -106,10 +106,11 @@ pub fn init_logging() -> Result<()> {
     Ok(())
 }
 
-/// [`init_logging`] for programs: a bad setting is printed to standard error and the process
-/// exits with status 2 (a run must not go on with a setting it cannot honour).
+/// [`init_logging`] and [`crate::check_settings`] for programs: a bad setting is printed to
+/// standard error and the process exits with status 2 (a run must not go on with a setting it
+/// cannot honour).
 pub fn init_logging_or_exit(program: &str) {
-    if let Err(e) = init_logging() {
+    if let Err(e) = init_logging().and_then(|()| crate::check_settings()) {
         let _ = writeln!(std::io::stderr(), "{program}: {e}");
         std::process::exit(2);
     }

@@ -8,8 +8,8 @@ use std::process::Command;
 fn unihal(args: &[&str], var: &str, value: &str) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_unihal"))
         .args(args)
-        .env(var, value)
         .env_remove("UNIHAL_BACKENDS")
+        .env(var, value)
         .output()
         .expect("the unihal binary runs");
     let t = format!(
@@ -31,6 +31,9 @@ fn bad_settings_are_refused_naming_the_variable_the_value_and_what_is_accepted()
         ("UNIHAL_CCL_TIMEOUT", "-1", "seconds above 0"),
         ("UNIHAL_CPU_DEVICES", "abc", "an integer in 1..=64"),
         ("UNIHAL_CPU_MATMUL", "blas", "gemm or dialect"),
+        ("UNIHAL_VALIDATE", "maybe", "error"),
+        ("UNIHAL_TRACE_MAX_EVENTS", "0", "an integer of 1 or more"),
+        ("UNIHAL_BACKENDS", "cpu,tpu", "tpu"),
     ];
     for (var, value, accepted) in cases {
         let (ok, t) = unihal(&["devices", "--backend", "cpu"], var, value);
@@ -81,7 +84,10 @@ fn a_misspelt_variable_is_warned_about_with_a_suggestion() {
     );
     assert!(ok, "{t}");
     assert!(
-        t.contains("UNIHAL_CPU_DEVICE is not a unihal variable (did you mean UNIHAL_CPU_DEVICES?)"),
+        t.contains(concat!(
+            "UNIHAL_",
+            "CPU_DEVICE is not a unihal variable (did you mean UNIHAL_CPU_DEVICES?)"
+        )),
         "{t}"
     );
 }

@@ -164,6 +164,6 @@ impl Registry {
     /// # Errors
     /// As [`Registry::select`].
     pub fn select_from_env(&self) -> Result<Vec<Arc<dyn Backend>>> {
-        self.select(std::env::var(BACKENDS_ENV).ok().as_deref())
+        self.select(crate::settings::get(BACKENDS_ENV).as_deref())
     }
 }

@@ -178,9 +178,10 @@ impl Trace {
             }),
             next_flow: AtomicU64::new(1),
             written: AtomicBool::new(false),
-            max_events: std::env::var(MAX_EVENTS_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
+            // `unihal::check_settings` refuses a bad value at a program's start.
+            max_events: unihal_hal::settings::get(MAX_EVENTS_ENV)
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n >= 1)
                 .unwrap_or(DEFAULT_MAX_EVENTS),
         })
     }
