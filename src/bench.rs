@@ -1470,11 +1470,7 @@ impl Bench<'_> {
     fn start_coll(&self, t: &Test, g: &Geometry, in_place: bool, iter: usize) -> Result<()> {
         let esz = t.dtype.size() as u64;
         let total = g.send.max(g.recv) * esz;
-        let steps = if total > 0 {
-            (self.o.max_bytes / total).max(1)
-        } else {
-            1
-        };
+        let steps = self.o.max_bytes.checked_div(total).unwrap_or(1).max(1);
         let shift = total * (iter as u64 % steps) + (self.o.unalign as u64) * esz;
         if g.count > 0 {
             for k in &self.ranks {

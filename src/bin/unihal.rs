@@ -94,7 +94,7 @@ enum Cmd {
         #[arg(long)]
         backend: Option<String>,
         #[command(flatten)]
-        flags: unihal::bench::NcclFlags,
+        flags: Box<unihal::bench::NcclFlags>,
     },
 }
 
