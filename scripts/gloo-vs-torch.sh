@@ -14,10 +14,11 @@ SIZES="4,64,1024,16384,262144,4194304"
 export OMP_NUM_THREADS=1 UNIHAL_CCL_TIMEOUT=120
 OUT="$(mktemp -d)"
 for r in $(seq 1 "$ROUNDS"); do
-    # unihal: one bench run per size (its in-place column), as the sizes are not a geometric row.
+    # unihal: one bench run per size (its in-place column), as the sizes are not a geometric row;
+    # -a 3: the slowest rank's time, as the torch side reports.
     for s in ${SIZES//,/ }; do
         "$VENV/bin/torchrun" --nproc_per_node 2 --no-python "$BIN" bench all_reduce -b "$s" -e "$s" \
-            -n "$ITERS" -w "$WARM" -d float 2>/dev/null \
+            -n "$ITERS" -w "$WARM" -d float -a 3 2>/dev/null \
             | awk -v s="$s" '!/^#/ && NF == 13 { print s, $10 }' >>"$OUT/unihal.$r"
     done
     "$VENV/bin/torchrun" --nproc_per_node 2 scripts/torch_gloo_allreduce.py "$SIZES" "$ITERS" "$WARM" \

@@ -134,16 +134,6 @@ pub fn init_world(
         ));
     }
     let job = JobStore::connect(info, timeout)?;
-    if let Some((host, port)) = &info.master {
-        let by = if info.agent_store {
-            "torchrun's agent"
-        } else if job.serves() {
-            "this rank"
-        } else {
-            "rank 0"
-        };
-        tracing::info!(target: "unihal::bootstrap", "store {host}:{port} (c10d TCPStore, served by {by}) connected");
-    }
     let store = job.store();
     // Where every rank lives: an engine that connects one process's ranks only must not wait
     // for ranks in other processes.

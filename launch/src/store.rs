@@ -38,6 +38,11 @@ impl JobStore {
         if info.agent_store {
             let store = TcpStore::connect(&addr, port, timeout)?
                 .with_prefix(&format!("/worker/attempt_{}", info.restart_count));
+            tracing::info!(
+                target: "unihal::bootstrap",
+                "store {addr}:{port} (c10d TCPStore, served by torchrun's agent, attempt {}) connected",
+                info.restart_count
+            );
             return Ok(JobStore {
                 store,
                 server: None,
@@ -59,10 +64,17 @@ impl JobStore {
             None
         };
         let host = if server.is_some() { "127.0.0.1" } else { &addr };
-        Ok(JobStore {
-            store: TcpStore::connect(host, port, timeout)?,
-            server,
-        })
+        let store = TcpStore::connect(host, port, timeout)?;
+        let by = if server.is_some() {
+            "this rank, on 0.0.0.0"
+        } else {
+            "rank 0"
+        };
+        tracing::info!(
+            target: "unihal::bootstrap",
+            "store {addr}:{port} (c10d TCPStore, served by {by}) connected"
+        );
+        Ok(JobStore { store, server })
     }
 
     /// The store client (keys already under the attempt's prefix).

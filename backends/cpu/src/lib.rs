@@ -121,6 +121,16 @@ impl CpuBackend {
                         CpuConfig::from_env()?
                     }
                 };
+                tracing::info!(
+                    target: "unihal::init",
+                    "cpu: {} virtual devices, {} bytes and {} compute threads each, kernels {}, \
+                     matmul {:?}",
+                    cfg.devices,
+                    cfg.memory_per_device,
+                    cfg.threads_per_device,
+                    unihal_kernels::cpu::Isa::selected().name(),
+                    cfg.matmul
+                );
                 let host = Arc::new(memory::MemAccount::new(u64::MAX / 2));
                 (0..cfg.devices as u32)
                     .map(|i| {
