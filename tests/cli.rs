@@ -362,12 +362,18 @@ fn a_refused_plugin_is_named_instead_of_testing_a_built_in_backend_or_saying_not
         ])
         .env("UNIHAL_PLUGIN_PATH", &lib)
         .env("UNIHAL_PLUGIN_REPLACE", "cpu")
+        .env("UNIHAL_LOG", "INFO")
         .env_remove("UNIHAL_BACKENDS")
         .output()
         .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("0.1.0-minimal-c (plugin "), "{t}");
+    // The load is logged: logging is set up before the registry loads the plugins.
+    assert!(
+        t.contains("] unihal INFO PLUGIN loaded plugin ") && t.contains(&lib.display().to_string()),
+        "{t}"
+    );
 }
 
 /// One line per library (found at PATH with its version, or not found with the variable to
