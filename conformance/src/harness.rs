@@ -51,6 +51,7 @@ pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
     let args = Arguments::from_args();
     let opts = options_from_env();
     let started = Instant::now();
+    let started_unix_s = crate::runner::unix_now_s();
     let (mut targets, unavailable) = match discover(registry, None) {
         Ok(t) => t,
         Err(e) => {
@@ -121,10 +122,10 @@ pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
     if let Ok(dir) = std::env::var("UNIHAL_CONFORMANCE_REPORT") {
         let mut per_target = results.lock().clone();
         let report = Report {
+            schema_version: crate::report::SCHEMA_VERSION,
             unihal_version: unihal_hal::VERSION.into(),
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            started_unix_s,
+            hostname: crate::report::host_name(),
             duration_s: started.elapsed().as_secs_f64(),
             verify: opts.verify,
             isolate: opts.isolate,

@@ -18,8 +18,11 @@
 //!   waiting on a device flag (or, on a backend without the test kernels, a host callback waiting
 //!   on a host flag), so cases inspect queued state deterministically. A test with the CPU
 //!   backend's fault switch proves that named cases fail under each injected ordering bug.
-//! * **Reports** ([`report`]): human summary, JSON and JUnit XML, each with the unihal version, the
-//!   backend and vendor library versions, the device and its capability snapshot.
+//! * **Reports** ([`report`]): human summary, JSON (with a `schema_version`) and JUnit XML, each
+//!   with the unihal version, the backend and vendor library versions, the device and its
+//!   capability snapshot.
+//! * **Progress** ([`progress`]) per device on stderr while a run goes on (`UNIHAL_PROGRESS=0`
+//!   turns it off).
 
 pub mod blocker;
 pub mod case;
@@ -28,6 +31,7 @@ pub mod dead_rank;
 pub mod faults;
 pub mod harness;
 pub mod manifest;
+pub mod progress;
 pub mod report;
 pub mod runner;
 pub mod stress;

@@ -119,16 +119,39 @@ pub struct UnavailableBackend {
     pub reason: String,
 }
 
+/// The version of the JSON report's schema: `conformance.json`'s top-level `schema_version`.
+///
+/// It goes up by one when a field of the document is removed or renamed, or changes its type or
+/// meaning (an outcome's `status` values included). Adding a field does not change it: a reader
+/// should ignore the fields it does not know. The schema is described in docs/ARCHITECTURE.md
+/// (Reports).
+pub const SCHEMA_VERSION: u32 = 1;
+
 /// A whole run.
+///
+/// A plain value (owned data, `Send` and `Sync`): built by [`crate::runner::run`] or the libtest
+/// harness once every case has ended, then read by the summary and report writers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// [`SCHEMA_VERSION`] when the report was made (first in the JSON document).
+    pub schema_version: u32,
+    /// The unihal version that ran the suite.
     pub unihal_version: String,
+    /// When the run started, in seconds since the Unix epoch (UTC).
     pub started_unix_s: u64,
+    /// The host that ran it ([`host_name`]).
+    pub hostname: String,
+    /// Wall-clock time of the whole run, in seconds.
     pub duration_s: f64,
+    /// Verify mode: an unexpected pass of an `xfail` case failed.
     pub verify: bool,
+    /// Each case ran in its own process.
     pub isolate: bool,
+    /// The `--filter` text, if any.
     pub filter: Option<String>,
+    /// Backends (or devices) that could not be tested, with the reasons.
     pub unavailable: Vec<UnavailableBackend>,
+    /// One per device, in the order they ran.
     pub targets: Vec<TargetReport>,
 }
 
@@ -301,56 +324,114 @@ impl Report {
         serde_json::to_string_pretty(self).expect("reports serialise")
     }
 
-    /// The report as JUnit XML: one `testsuite` per device, one `testcase` per case.
+    /// The report as JUnit XML (the Ant format, as Jenkins' `junit-10.xsd` describes it): one
+    /// `testsuite` per device, one `testcase` per case.
+    ///
+    /// * `testsuites` carries `name`, `tests`, `failures`, `errors` (always 0: a case that went
+    ///   wrong in any way is a failure) and `time`; each `testsuite` also `id` (its index),
+    ///   `package` (the backend), `skipped`, `timestamp` (the run's start, ISO 8601 in UTC
+    ///   without a zone suffix, as the Ant schema's pattern wants) and `hostname`.
+    /// * Property names are unique in the whole document (prefixed with the device: `cpu:0.backend.name`,
+    ///   `cpu:0.library.<name>`), as some readers (xunitparser) keep one property table per file.
+    /// * A failure is `<failure type=".." message="..">` with the message as its text too; its
+    ///   type names the kind: `watchdog`, `panic`, `crash` (an isolated process that gave no
+    ///   result), `unexpected-pass` (verify mode), `validation` (the validation layer's findings)
+    ///   or `failure`.
+    /// * An expected failure (`xfail`) is a skip of type `xfail` (as pytest writes them), so the
+    ///   suite's `skipped` counts skips and expected failures; an unexpected pass outside verify
+    ///   mode is a pass, named in a line of the suite's `system-out` (in verify mode it is a
+    ///   failure of type `unexpected-pass`).
+    /// * Each suite is `properties`, the `testcase`s, then `system-out` and `system-err`, the
+    ///   order the Ant schema (windyroad's `JUnit.xsd`) wants; a `testcase` holds at most one
+    ///   `failure` or `skipped`.
     pub fn to_junit(&self) -> String {
         let c = self.counts();
+        let timestamp = iso8601_utc(self.started_unix_s);
+        let hostname = if self.hostname.trim().is_empty() {
+            "localhost"
+        } else {
+            &self.hostname
+        };
         let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let _ = writeln!(x, "<testsuites name=\"unihal-conformance\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-            c.total, c.failed, c.skipped, self.duration_s);
-        for t in &self.targets {
+        let _ = writeln!(
+            x,
+            "<testsuites name=\"unihal-conformance\" tests=\"{}\" failures=\"{}\" errors=\"0\" \
+             time=\"{:.3}\">",
+            c.total, c.failed, self.duration_s
+        );
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in self.targets.iter().enumerate() {
             let tc = t.counts;
+            let dev = t.device.id.to_string();
             let time: f64 = t.results.iter().map(|r| r.duration_ms).sum::<f64>() / 1e3;
-            let _ = writeln!(x, "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-                esc(&t.device.id.to_string()), tc.total, tc.failed, tc.skipped, time);
+            let _ = writeln!(
+                x,
+                "  <testsuite name=\"{}\" id=\"{i}\" package=\"{}\" tests=\"{}\" failures=\"{}\" \
+                 errors=\"0\" skipped=\"{}\" time=\"{time:.3}\" timestamp=\"{timestamp}\" \
+                 hostname=\"{}\">",
+                esc(&dev),
+                esc(&t.backend.name),
+                tc.total,
+                tc.failed,
+                tc.skipped + tc.xfailed,
+                esc(hostname),
+            );
             let _ = writeln!(x, "    <properties>");
             let mut props = vec![
-                ("unihal.version", self.unihal_version.clone()),
-                ("backend.name", t.backend.name.clone()),
-                ("backend.version", t.backend.version.clone()),
-                ("backend.simulated", t.backend.simulated.to_string()),
-                ("backend.concurrent", t.backend.concurrent.to_string()),
-                ("device.name", t.device.name.clone()),
-                ("device.vendor", t.device.vendor.clone()),
+                ("unihal.version".to_string(), self.unihal_version.clone()),
+                ("backend.name".into(), t.backend.name.clone()),
+                ("backend.version".into(), t.backend.version.clone()),
+                ("backend.simulated".into(), t.backend.simulated.to_string()),
                 (
-                    "capabilities",
+                    "backend.concurrent".into(),
+                    t.backend.concurrent.to_string(),
+                ),
+                ("device.name".into(), t.device.name.clone()),
+                ("device.vendor".into(), t.device.vendor.clone()),
+                (
+                    "capabilities".into(),
                     serde_json::to_string(&t.capabilities).unwrap_or_default(),
                 ),
             ];
+            if let Some(mode) = &t.validation {
+                props.push(("validation".into(), mode.clone()));
+            }
             for l in &t.backend.libraries {
-                props.push((
-                    "library",
-                    format!(
-                        "{} {} {}",
-                        l.name,
+                let value = match (&l.error, &l.path) {
+                    (Some(e), _) => format!("not found: {e}"),
+                    (None, path) => format!(
+                        "{} {}",
                         l.version.as_deref().unwrap_or("?"),
-                        l.path.as_deref().unwrap_or("")
-                    ),
-                ));
+                        path.as_deref().unwrap_or("")
+                    )
+                    .trim_end()
+                    .to_string(),
+                };
+                props.push((format!("library.{}", l.name), value));
             }
             for (k, v) in props {
+                // Unique in the document: the device's prefix, then a count for a repeat.
+                let base = format!("{dev}.{k}");
+                let mut name = base.clone();
+                let mut n = 1;
+                while !names.insert(name.clone()) {
+                    n += 1;
+                    name = format!("{base}.{n}");
+                }
                 let _ = writeln!(
                     x,
                     "      <property name=\"{}\" value=\"{}\"/>",
-                    esc(k),
+                    esc(&name),
                     esc(&v)
                 );
             }
             let _ = writeln!(x, "    </properties>");
+            let mut xpassed = Vec::new();
             for r in &t.results {
                 let (class, name) = r.id.rsplit_once('.').unwrap_or(("", &r.id));
                 let open = format!(
                     "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\"",
-                    esc(&t.device.id.to_string()),
+                    esc(&dev),
                     esc(class),
                     esc(name),
                     r.duration_ms / 1e3
@@ -362,7 +443,9 @@ impl Report {
                     Outcome::Failed { message } => {
                         let _ = writeln!(
                             x,
-                            "{open}>\n      <failure message=\"{}\"/>\n    </testcase>",
+                            "{open}>\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>",
+                            failure_type(message),
+                            esc(message),
                             esc(message)
                         );
                     }
@@ -376,19 +459,31 @@ impl Report {
                     Outcome::Xfailed { reason, message } => {
                         let _ = writeln!(
                             x,
-                            "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
+                            "{open}>\n      <skipped type=\"xfail\" message=\"{}\"/>\n    </testcase>",
                             esc(&format!("expected failure ({reason}): {message}"))
                         );
                     }
                     Outcome::Xpassed { reason } => {
-                        let _ = writeln!(
-                            x,
-                            "{open}>\n      <system-out>{}</system-out>\n    </testcase>",
-                            esc(&format!("unexpected pass ({reason})"))
-                        );
+                        // A pass; said in the suite's system-out (the Ant schema allows no
+                        // system-out in a testcase).
+                        let _ = writeln!(x, "{open}/>");
+                        xpassed.push(format!(
+                            "unexpected pass: {dev} {}: the manifest expects a failure ({reason})",
+                            r.id
+                        ));
                     }
                 }
             }
+            if xpassed.is_empty() {
+                let _ = writeln!(x, "    <system-out/>");
+            } else {
+                let _ = writeln!(
+                    x,
+                    "    <system-out>{}</system-out>",
+                    esc(&xpassed.join("\n"))
+                );
+            }
+            let _ = writeln!(x, "    <system-err/>");
             let _ = writeln!(x, "  </testsuite>");
         }
         x.push_str("</testsuites>\n");
@@ -396,12 +491,78 @@ impl Report {
     }
 
     /// Writes `conformance.json`, `conformance.xml` and `summary.txt` into `dir` (created if needed).
+    ///
+    /// # Errors
+    /// The first I/O error creating `dir` or writing a file (files written before it stay).
     pub fn write_to(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("conformance.json"), self.to_json())?;
         std::fs::write(dir.join("conformance.xml"), self.to_junit())?;
         std::fs::write(dir.join("summary.txt"), self.summary())
     }
+}
+
+/// The kind of a failure, from its message, for the JUnit `failure` element's `type`.
+fn failure_type(message: &str) -> &'static str {
+    if message.starts_with("watchdog") {
+        "watchdog"
+    } else if message.starts_with("panicked") {
+        "panic"
+    } else if message.starts_with("the isolated process ended") {
+        "crash"
+    } else if message.starts_with("unexpected pass") {
+        "unexpected-pass"
+    } else if message.starts_with("validation layer:") {
+        "validation"
+    } else {
+        "failure"
+    }
+}
+
+/// `unix_s` (seconds since the Unix epoch) as ISO 8601 in UTC without a zone suffix,
+/// `2024-05-01T12:34:56` (the Ant JUnit schema's timestamp pattern).
+pub fn iso8601_utc(unix_s: u64) -> String {
+    // Days to a civil date (H. Hinnant's algorithm, proleptic Gregorian calendar).
+    let z = (unix_s / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let s = unix_s % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        s / 3600,
+        (s / 60) % 60,
+        s % 60
+    )
+}
+
+/// The name of this host: the kernel's (`/proc/sys/kernel/hostname`), else `/etc/hostname`, else
+/// `$HOSTNAME` or `$COMPUTERNAME`, else what `hostname` prints; `localhost` when none answers.
+/// Never empty, never fails.
+pub fn host_name() -> String {
+    let files = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .into_iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok());
+    let vars = ["HOSTNAME", "COMPUTERNAME"]
+        .into_iter()
+        .filter_map(|v| std::env::var(v).ok());
+    files
+        .chain(vars)
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .or_else(|| {
+            std::process::Command::new("hostname")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".into())
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -428,4 +589,44 @@ fn esc(s: &str) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_iso8601_utc_without_a_zone() {
+        assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00");
+        assert_eq!(iso8601_utc(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(iso8601_utc(1_700_000_000), "2023-11-14T22:13:20");
+        assert_eq!(iso8601_utc(4_102_444_799), "2099-12-31T23:59:59");
+    }
+
+    #[test]
+    fn failure_types_name_the_kind() {
+        assert_eq!(
+            failure_type("watchdog: the case did not finish"),
+            "watchdog"
+        );
+        assert_eq!(failure_type("panicked: boom"), "panic");
+        assert_eq!(
+            failure_type("the isolated process ended (signal: 11) without a result; stderr: "),
+            "crash"
+        );
+        assert_eq!(
+            failure_type("unexpected pass: the manifest expects a failure (x)"),
+            "unexpected-pass"
+        );
+        assert_eq!(
+            failure_type("validation layer: 1 finding(s): x"),
+            "validation"
+        );
+        assert_eq!(failure_type("copy: got [1] expected [2]"), "failure");
+    }
+
+    #[test]
+    fn the_host_has_a_name() {
+        assert!(!host_name().is_empty());
+    }
 }

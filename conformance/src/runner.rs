@@ -3,6 +3,7 @@
 
 use crate::case::{Case, Ctx, Need};
 use crate::manifest::{EntryKind, Manifest};
+use crate::progress::Progress;
 use crate::report::{CaseReport, Outcome, Report, TargetReport, UnavailableBackend};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -529,31 +530,64 @@ pub fn selected(id: &str, opts: &RunOptions) -> bool {
     opts.filter.as_deref().is_none_or(|f| id.contains(f))
 }
 
-/// Runs `cases` (filtered) on every target, one case at a time, and builds the report.
+/// Runs `cases` (filtered) on every target, one case at a time, and builds the report. Shows
+/// each device's progress on stderr ([`crate::progress`]: `UNIHAL_PROGRESS=0` turns it off;
+/// plain lines in an SPMD run, whose ranks may share a terminal).
 pub fn run(
     targets: &[Target],
     unavailable: Vec<UnavailableBackend>,
     cases: &[Case],
     opts: &RunOptions,
 ) -> Report {
+    let spmd = targets.iter().any(|t| t.world.is_some());
+    run_with_progress(
+        targets,
+        unavailable,
+        cases,
+        opts,
+        &Arc::new(Progress::stderr(spmd)),
+    )
+}
+
+/// As [`run`], showing progress through `progress` (which it closes at the end).
+pub fn run_with_progress(
+    targets: &[Target],
+    unavailable: Vec<UnavailableBackend>,
+    cases: &[Case],
+    opts: &RunOptions,
+    progress: &Arc<Progress>,
+) -> Report {
     let started = Instant::now();
-    let started_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let started_unix_s = unix_now_s();
+    let ticker = progress.ticker(Duration::from_millis(500));
     let targets = targets
         .iter()
         .map(|t| {
-            let results: Vec<CaseReport> = cases
-                .iter()
-                .filter(|c| selected(&c.id, opts))
-                .map(|c| run_case(c, t, opts))
+            let chosen: Vec<&Case> = cases.iter().filter(|c| selected(&c.id, opts)).collect();
+            let label = match &t.world {
+                Some(w) => format!("{} rank {}/{}", t.device.id(), w.rank(), w.size()),
+                None => t.device.id().to_string(),
+            };
+            let slot = progress.device(label, chosen.len());
+            let results: Vec<CaseReport> = chosen
+                .into_iter()
+                .map(|c| {
+                    let r = run_case(c, t, opts);
+                    progress.case_done(slot, &r.outcome);
+                    r
+                })
                 .collect();
+            progress.finish(slot);
             TargetReport::of(t, results)
         })
         .collect();
+    drop(ticker);
+    progress.close();
     Report {
+        schema_version: crate::report::SCHEMA_VERSION,
         unihal_version: unihal_hal::VERSION.to_string(),
         started_unix_s,
+        hostname: crate::report::host_name(),
         duration_s: started.elapsed().as_secs_f64(),
         verify: opts.verify,
         isolate: opts.isolate,
@@ -561,4 +595,11 @@ pub fn run(
         unavailable,
         targets,
     }
+}
+
+/// Seconds since the Unix epoch (0 on a clock before it).
+pub(crate) fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -9,7 +9,7 @@ use unihal_conformance::manifest::Manifest;
 use unihal_conformance::report::Outcome;
 use unihal_conformance::runner::{run, run_case, RunOptions, Target};
 use unihal_cpu::{CpuBackend, CpuConfig};
-use unihal_hal::Backend;
+use unihal_hal::{Backend, LibraryInfo};
 
 fn target(manifest: &str) -> Target {
     let backend: Arc<dyn Backend> = Arc::new(CpuBackend::with_config(
@@ -161,7 +161,19 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap())
             .unwrap();
+    assert_eq!(
+        json["schema_version"],
+        unihal_conformance::report::SCHEMA_VERSION
+    );
+    let text = std::fs::read_to_string(dir.join("conformance.json")).unwrap();
+    assert!(
+        text.starts_with("{\n  \"schema_version\": "),
+        "schema_version leads the document: {}",
+        &text[..40]
+    );
     assert_eq!(json["unihal_version"], unihal_hal::VERSION);
+    assert!(!json["hostname"].as_str().unwrap().is_empty());
+    assert!(json["started_unix_s"].as_u64().unwrap() > 1_600_000_000);
     let tj = &json["targets"][0];
     assert_eq!(tj["backend"]["name"], "cpu");
     assert_eq!(tj["device"]["id"]["ordinal"], 0);
@@ -205,23 +217,29 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
     assert_eq!(root.tag_name().name(), "testsuites");
     assert_eq!(root.attribute("tests"), Some("5"));
     assert_eq!(root.attribute("failures"), Some("1"));
-    assert_eq!(root.attribute("skipped"), Some("1"));
+    assert_eq!(root.attribute("errors"), Some("0"));
     let suite = root
         .children()
         .find(|n| n.has_tag_name("testsuite"))
         .unwrap();
     assert_eq!(suite.attribute("name"), Some("cpu:0"));
+    // The xfail case counts among the skips, as an expected failure.
+    assert_eq!(suite.attribute("skipped"), Some("2"));
+    assert_eq!(suite.attribute("errors"), Some("0"));
+    assert_eq!(suite.attribute("id"), Some("0"));
+    assert_eq!(suite.attribute("package"), Some("cpu"));
+    assert!(!suite.attribute("hostname").unwrap().is_empty());
     let props: Vec<_> = suite
         .descendants()
         .filter(|n| n.has_tag_name("property"))
         .collect();
     assert!(props
         .iter()
-        .any(|p| p.attribute("name") == Some("unihal.version")
+        .any(|p| p.attribute("name") == Some("cpu:0.unihal.version")
             && p.attribute("value") == Some(unihal_hal::VERSION)));
     assert!(props
         .iter()
-        .any(|p| p.attribute("name") == Some("capabilities")
+        .any(|p| p.attribute("name") == Some("cpu:0.capabilities")
             && serde_json::from_str::<serde_json::Value>(p.attribute("value").unwrap()).is_ok()));
     let testcases: Vec<_> = suite
         .children()
@@ -237,10 +255,21 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
             tc.attribute("name").unwrap()
         );
         assert_eq!(&full, id);
-        let failed = tc.children().any(|n| n.has_tag_name("failure"));
-        let skipped = tc.children().any(|n| n.has_tag_name("skipped"));
-        assert_eq!(failed, status == "failed", "{id}");
-        assert_eq!(skipped, status == "skipped", "{id}");
+        let failure = tc.children().find(|n| n.has_tag_name("failure"));
+        let skipped = tc.children().find(|n| n.has_tag_name("skipped"));
+        assert_eq!(failure.is_some(), status == "failed", "{id}");
+        assert_eq!(
+            skipped.is_some(),
+            status == "skipped" || status == "xfailed",
+            "{id}"
+        );
+        if let Some(f) = failure {
+            assert_eq!(f.attribute("type"), Some("failure"), "{id}");
+            assert_eq!(f.attribute("message"), Some("deliberate failure"), "{id}");
+        }
+        if status == "xfailed" {
+            assert_eq!(skipped.unwrap().attribute("type"), Some("xfail"), "{id}");
+        }
     }
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(
@@ -256,6 +285,141 @@ fn json_and_junit_reports_parse_and_agree_with_the_run() {
         "{summary}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A report of 4 devices with every outcome (pass, failure, panic, watchdog, skip, xfail, xpass),
+/// checked for the JUnit shape its readers need, and left in `target/tmp/junit-sample` for CI's
+/// JUnit readers (`scripts/check-junit.py`, .ci/run), which must accept a failure too.
+#[test]
+fn a_multi_device_junit_report_has_unique_properties_and_every_outcome() {
+    let backend: Arc<dyn Backend> = Arc::new(CpuBackend::with_config(
+        CpuConfig::from_values(Some("4"), Some("1G"), Some("1")).unwrap(),
+    ));
+    let manifest =
+        Manifest::parse("xfail harness.x.xfail tracked\nxfail harness.x.xpass tracked too\n")
+            .unwrap();
+    let targets: Vec<Target> = (0..4)
+        .map(|i| Target {
+            device: backend.open(i).unwrap(),
+            backend: backend.clone(),
+            manifest: manifest.clone(),
+            world: None,
+        })
+        .collect();
+    let cases = vec![
+        Case::new("harness.x.passes", passes),
+        Case::new("harness.x.fails", fails),
+        Case::new("harness.x.panics", panics),
+        Case::new("harness.x.skipped", passes).needs(&[Need::Devices(99)]),
+        Case::new("harness.x.xfail", fails),
+        Case::new("harness.x.xpass", passes),
+        // Last: a hang leaves its device's later cases unrun.
+        Case {
+            timeout: Some(Duration::from_millis(1)),
+            ..Case::new("harness.x.hangs", |_: &Ctx| {
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(())
+            })
+        },
+    ];
+    let mut report = run(&targets, Vec::new(), &cases, &RunOptions::default());
+    let c = report.counts();
+    assert_eq!(
+        (c.total, c.passed, c.failed, c.skipped, c.xfailed, c.xpassed),
+        (28, 4, 12, 4, 4, 4)
+    );
+    // Vendor libraries as a GPU backend lists them, one name twice: every property name stays
+    // unique in the document.
+    for t in &mut report.targets {
+        t.backend.libraries = vec![
+            LibraryInfo::found(
+                "BLAS",
+                "libx",
+                "/opt/x/libx.so.1".into(),
+                Some("1.2".into()),
+            ),
+            LibraryInfo::found(
+                "BLAS",
+                "libx",
+                "/opt/x/libx.so.2".into(),
+                Some("2.0".into()),
+            ),
+            LibraryInfo::missing("runtime compiler", "rtc <&>", "not on this host".into()),
+        ];
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("junit-sample");
+    report.write_to(&dir).unwrap();
+    let xml = std::fs::read_to_string(dir.join("conformance.xml")).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let root = doc.root_element();
+    assert_eq!(
+        (
+            root.attribute("tests"),
+            root.attribute("failures"),
+            root.attribute("errors")
+        ),
+        (Some("28"), Some("12"), Some("0"))
+    );
+    // The attributes junit-10.xsd declares on testsuites, and no other.
+    for a in root.attributes() {
+        assert!(
+            ["name", "time", "tests", "failures", "errors"].contains(&a.name()),
+            "{}",
+            a.name()
+        );
+    }
+    let suites: Vec<_> = root.children().filter(|n| n.is_element()).collect();
+    assert_eq!(suites.len(), 4);
+    let mut names = std::collections::HashSet::new();
+    for (i, s) in suites.iter().enumerate() {
+        assert!(s.has_tag_name("testsuite"));
+        assert_eq!(s.attribute("name"), Some(format!("cpu:{i}").as_str()));
+        assert_eq!(s.attribute("id"), Some(i.to_string().as_str()));
+        let counts = ["tests", "failures", "errors", "skipped"].map(|a| s.attribute(a));
+        assert_eq!(counts, [Some("7"), Some("3"), Some("0"), Some("2")]);
+        let ts = s.attribute("timestamp").unwrap();
+        assert_eq!(ts.len(), 19, "{ts}");
+        assert!(ts.as_bytes()[10] == b'T' && !ts.ends_with('Z'), "{ts}");
+        assert!(!s.attribute("hostname").unwrap().is_empty());
+        for p in s.descendants().filter(|n| n.has_tag_name("property")) {
+            let name = p.attribute("name").unwrap().to_string();
+            assert!(name.starts_with(&format!("cpu:{i}.")), "{name}");
+            assert!(names.insert(name.clone()), "property {name} repeats");
+        }
+        let library = |n: &str| {
+            s.descendants()
+                .find(|p| p.attribute("name") == Some(format!("cpu:{i}.library.{n}").as_str()))
+                .and_then(|p| p.attribute("value"))
+        };
+        assert_eq!(library("libx"), Some("1.2 /opt/x/libx.so.1"));
+        assert_eq!(library("libx.2"), Some("2.0 /opt/x/libx.so.2"));
+        assert_eq!(library("rtc <&>"), Some("not found: not on this host"));
+        let types: Vec<&str> = s
+            .descendants()
+            .filter(|n| n.has_tag_name("failure"))
+            .map(|f| f.attribute("type").unwrap())
+            .collect();
+        assert_eq!(types, ["failure", "panic", "watchdog"]);
+        // Properties, cases, then the suite's output, where the unexpected pass is named.
+        let tags: Vec<&str> = s
+            .children()
+            .filter(|n| n.is_element())
+            .map(|n| n.tag_name().name())
+            .collect();
+        assert_eq!(tags.first(), Some(&"properties"));
+        assert_eq!(tags[tags.len() - 2..], ["system-out", "system-err"]);
+        let out = s
+            .children()
+            .find(|n| n.has_tag_name("system-out"))
+            .and_then(|n| n.text())
+            .unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "unexpected pass: cpu:{i} harness.x.xpass: the manifest expects a failure (tracked too)"
+            )
+        );
+    }
 }
 
 #[test]
