@@ -145,6 +145,7 @@ pub fn check_settings() -> Result<()> {
         v.parse::<usize>().ok().filter(|n| *n >= 1)
     })?;
     alloc::AllocatorConfig::parse(&settings::get("UNIHAL_ALLOC_CONF").unwrap_or_default())?;
+    unihal_conformance::progress::Mode::check_env()?;
     if registry().select_from_env().is_err() {
         let v = settings::get(BACKENDS_ENV).unwrap_or_default();
         let names = registry().names().join(", ");

@@ -34,6 +34,7 @@ fn bad_settings_are_refused_naming_the_variable_the_value_and_what_is_accepted()
         ("UNIHAL_VALIDATE", "maybe", "error"),
         ("UNIHAL_TRACE_MAX_EVENTS", "0", "an integer of 1 or more"),
         ("UNIHAL_BACKENDS", "cpu,tpu", "tpu"),
+        ("UNIHAL_PROGRESS", "sometimes", "plain"),
     ];
     for (var, value, accepted) in cases {
         let (ok, t) = unihal(&["devices", "--backend", "cpu"], var, value);

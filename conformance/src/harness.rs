@@ -15,24 +15,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::Registry;
 
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
-}
-
 /// Run options from the `UNIHAL_CONFORMANCE_*` environment variables.
-pub fn options_from_env() -> RunOptions {
-    let timeout = std::env::var("UNIHAL_CONFORMANCE_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(Duration::from_secs(60));
-    RunOptions {
+///
+/// # Errors
+/// [`unihal_hal::HalError::InvalidArgument`] naming the variable for a value it does not accept
+/// (a timeout that is not a number of seconds above 0, a switch that is not 1 or 0).
+pub fn options_from_env() -> unihal_hal::Result<RunOptions> {
+    use unihal_hal::settings;
+    let flag = |name| settings::parse(name, settings::switch).map(|v| v.unwrap_or(false));
+    Ok(RunOptions {
         filter: None,
-        verify: env_flag("UNIHAL_CONFORMANCE_VERIFY"),
-        isolate: env_flag("UNIHAL_CONFORMANCE_ISOLATE"),
-        timeout,
-    }
+        verify: flag("UNIHAL_CONFORMANCE_VERIFY")?,
+        isolate: flag("UNIHAL_CONFORMANCE_ISOLATE")?,
+        timeout: settings::parse("UNIHAL_CONFORMANCE_TIMEOUT_S", settings::seconds)?
+            .unwrap_or(Duration::from_secs(60)),
+    })
 }
 
 /// The `main` of a `harness = false` test target running the suite on `registry`'s backends,
@@ -49,7 +46,10 @@ pub fn libtest_main(registry: &Registry) -> ! {
 pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
     run_child_if_requested(registry);
     let args = Arguments::from_args();
-    let opts = options_from_env();
+    let opts = options_from_env().unwrap_or_else(|e| {
+        eprintln!("unihal conformance: {e}");
+        std::process::exit(2);
+    });
     let started = Instant::now();
     let started_unix_s = crate::runner::unix_now_s();
     let (mut targets, unavailable) = match discover(registry, None) {
@@ -125,7 +125,7 @@ pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
             schema_version: crate::report::SCHEMA_VERSION,
             unihal_version: unihal_hal::VERSION.into(),
             started_unix_s,
-            hostname: crate::report::host_name(),
+            hostname: unihal_hal::ccl::process_tag().host.clone(),
             duration_s: started.elapsed().as_secs_f64(),
             verify: opts.verify,
             isolate: opts.isolate,

@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Environment variable that sets the progress mode: `0` (or `off`, `false`, `no`) turns progress
-/// off, `plain` writes plain lines even on a terminal; unset or any other value picks by stderr
-/// (a redrawn line on a terminal, plain lines elsewhere).
+/// off, `plain` writes plain lines even on a terminal, `1` (or `on`, `true`, `yes`, `auto`) or
+/// unset picks by stderr (a redrawn line on a terminal, plain lines elsewhere); any other value
+/// is refused ([`Mode::check_env`]).
 pub const PROGRESS_ENV: &str = "UNIHAL_PROGRESS";
 
 /// Least time between two plain progress lines of one device (its final line excepted).
@@ -51,6 +52,7 @@ pub enum Mode {
 
 impl Mode {
     /// The mode [`PROGRESS_ENV`] asks for, with `stderr_is_terminal` deciding when it does not.
+    /// A value the variable does not accept picks by stderr too; [`Mode::check_env`] refuses it.
     pub fn from_setting(value: Option<&str>, stderr_is_terminal: bool) -> Mode {
         match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
             Some("0" | "off" | "false" | "no") => Mode::Off,
@@ -63,9 +65,24 @@ impl Mode {
     /// The mode for this process: [`PROGRESS_ENV`] and whether stderr is a terminal.
     pub fn from_env() -> Mode {
         Mode::from_setting(
-            std::env::var(PROGRESS_ENV).ok().as_deref(),
+            unihal_hal::settings::get(PROGRESS_ENV).as_deref(),
             std::io::stderr().is_terminal(),
         )
+    }
+
+    /// Refuses a [`PROGRESS_ENV`] value that is none of those listed there.
+    ///
+    /// # Errors
+    /// [`unihal_hal::HalError::InvalidArgument`] naming the variable and the value.
+    pub fn check_env() -> unihal_hal::Result<()> {
+        unihal_hal::settings::parse(PROGRESS_ENV, |v| {
+            matches!(
+                v.to_ascii_lowercase().as_str(),
+                "0" | "off" | "false" | "no" | "plain" | "1" | "on" | "true" | "yes" | "auto"
+            )
+            .then_some(())
+        })
+        .map(|_| ())
     }
 }
 

@@ -139,7 +139,7 @@ pub struct Report {
     pub unihal_version: String,
     /// When the run started, in seconds since the Unix epoch (UTC).
     pub started_unix_s: u64,
-    /// The host that ran it ([`host_name`]).
+    /// The host that ran it (`unihal_hal::ccl::process_tag`'s).
     pub hostname: String,
     /// Wall-clock time of the whole run, in seconds.
     pub duration_s: f64,
@@ -346,7 +346,7 @@ impl Report {
     ///   `failure` or `skipped`.
     pub fn to_junit(&self) -> String {
         let c = self.counts();
-        let timestamp = iso8601_utc(self.started_unix_s);
+        let timestamp = unihal_hal::clock::UtcDateTime::from_unix(self.started_unix_s).format('T');
         let hostname = if self.hostname.trim().is_empty() {
             "localhost"
         } else {
@@ -519,52 +519,6 @@ fn failure_type(message: &str) -> &'static str {
     }
 }
 
-/// `unix_s` (seconds since the Unix epoch) as ISO 8601 in UTC without a zone suffix,
-/// `2024-05-01T12:34:56` (the Ant JUnit schema's timestamp pattern).
-pub fn iso8601_utc(unix_s: u64) -> String {
-    // Days to a civil date (H. Hinnant's algorithm, proleptic Gregorian calendar).
-    let z = (unix_s / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let s = unix_s % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    )
-}
-
-/// The name of this host: the kernel's (`/proc/sys/kernel/hostname`), else `/etc/hostname`, else
-/// `$HOSTNAME` or `$COMPUTERNAME`, else what `hostname` prints; `localhost` when none answers.
-/// Never empty, never fails.
-pub fn host_name() -> String {
-    let files = ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .into_iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok());
-    let vars = ["HOSTNAME", "COMPUTERNAME"]
-        .into_iter()
-        .filter_map(|v| std::env::var(v).ok());
-    files
-        .chain(vars)
-        .map(|s| s.trim().to_string())
-        .find(|s| !s.is_empty())
-        .or_else(|| {
-            std::process::Command::new("hostname")
-                .output()
-                .ok()
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| "localhost".into())
-}
-
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -596,14 +550,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps_are_iso8601_utc_without_a_zone() {
-        assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00");
-        assert_eq!(iso8601_utc(951_782_400), "2000-02-29T00:00:00");
-        assert_eq!(iso8601_utc(1_700_000_000), "2023-11-14T22:13:20");
-        assert_eq!(iso8601_utc(4_102_444_799), "2099-12-31T23:59:59");
-    }
-
-    #[test]
     fn failure_types_name_the_kind() {
         assert_eq!(
             failure_type("watchdog: the case did not finish"),
@@ -623,10 +569,5 @@ mod tests {
             "validation"
         );
         assert_eq!(failure_type("copy: got [1] expected [2]"), "failure");
-    }
-
-    #[test]
-    fn the_host_has_a_name() {
-        assert!(!host_name().is_empty());
     }
 }

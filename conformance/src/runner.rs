@@ -587,7 +587,7 @@ pub fn run_with_progress(
         schema_version: crate::report::SCHEMA_VERSION,
         unihal_version: unihal_hal::VERSION.to_string(),
         started_unix_s,
-        hostname: crate::report::host_name(),
+        hostname: unihal_hal::ccl::process_tag().host.clone(),
         duration_s: started.elapsed().as_secs_f64(),
         verify: opts.verify,
         isolate: opts.isolate,
@@ -597,9 +597,4 @@ pub fn run_with_progress(
     }
 }
 
-/// Seconds since the Unix epoch (0 on a clock before it).
-pub(crate) fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+pub(crate) use unihal_hal::clock::unix_now_s;

@@ -802,7 +802,8 @@ mod split_tests {
 /// once an id made by another process instead of waiting for ranks that can never join.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessTag {
-    /// The host name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else `unknown-host`).
+    /// The host name (`/proc/sys/kernel/hostname`, else `/etc/hostname`, else `HOSTNAME` or
+    /// `COMPUTERNAME`, else `unknown-host`).
     pub host: String,
     /// Random, drawn once per process.
     pub nonce: u64,
@@ -813,11 +814,16 @@ pub fn process_tag() -> &'static ProcessTag {
     static TAG: std::sync::OnceLock<ProcessTag> = std::sync::OnceLock::new();
     TAG.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
+        let files = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+            .into_iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok());
+        let vars = ["HOSTNAME", "COMPUTERNAME"]
+            .into_iter()
+            .filter_map(|v| std::env::var(v).ok());
+        let host = files
+            .chain(vars)
             .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
+            .find(|h| !h.is_empty())
             .unwrap_or_else(|| "unknown-host".into());
         // std's hasher keys are drawn from the OS's random source once per process.
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -59,6 +59,7 @@ pub mod backend;
 pub mod buffer;
 pub mod caps;
 pub mod ccl;
+pub mod clock;
 pub mod counters;
 pub mod device;
 pub mod dtype;
