@@ -184,6 +184,10 @@ pub fn init_world(
 /// Logs who this process is (launcher, rank, local rank, store address) at INFO in the
 /// BOOTSTRAP subsystem, and gives later log lines its rank.
 fn log_launch(info: &LaunchInfo) {
+    if info.launcher == Launcher::Single {
+        // One process, no launcher: nothing to say, and its lines carry no rank.
+        return;
+    }
     unihal_hal::log::set_rank(info.rank);
     let store = info.master.as_ref().map_or_else(
         || "no store address".to_string(),

@@ -452,3 +452,84 @@ fn virtual_cpu_devices_share_the_host_memory() {
         "1 device {one}, 4 devices {four} each"
     );
 }
+
+/// The conformance run shows progress on stderr (plain lines when stderr is not a terminal, a
+/// final line per device), never on stdout; `UNIHAL_PROGRESS=0` turns it off.
+#[test]
+fn conformance_shows_progress_on_stderr_only() {
+    let run = |progress: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_unihal"));
+        c.args(["conformance", "--backend", "cpu", "--filter", "memory.copy"])
+            .env("UNIHAL_CPU_DEVICES", "2")
+            .env_remove("UNIHAL_BACKENDS")
+            .env_remove("UNIHAL_PROGRESS");
+        if let Some(p) = progress {
+            c.env("UNIHAL_PROGRESS", p);
+        }
+        c.output().unwrap()
+    };
+    let o = run(None);
+    assert!(o.status.success(), "{}", text(&o));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    for dev in ["cpu:0", "cpu:1"] {
+        let last = err
+            .lines()
+            .filter(|l| l.starts_with(&format!("unihal conformance: {dev} ")))
+            .last()
+            .unwrap_or_else(|| panic!("no progress line for {dev}:\n{err}"));
+        assert!(
+            last.ends_with(", done") && last.contains(" 0 failed"),
+            "{last}"
+        );
+        let (done, total) = last
+            .split_whitespace()
+            .nth(3)
+            .and_then(|f| f.split_once('/'))
+            .unwrap_or_else(|| panic!("{last}"));
+        assert_eq!(done, total, "{last}");
+    }
+    assert!(
+        !out.contains("unihal conformance:"),
+        "progress on stdout:\n{out}"
+    );
+    let o = run(Some("0"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("unihal conformance:"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// At INFO a communicator's abort and its first failure are logged (COLL), as NCCL's lines
+/// say; a process without a launcher prints `[-]` for its rank.
+#[test]
+fn aborts_and_timeouts_are_logged() {
+    let o = Command::new(env!("CARGO_BIN_EXE_unihal"))
+        .args([
+            "conformance",
+            "--backend",
+            "cpu",
+            "--filter",
+            "ccl.failure",
+            "--max-devices",
+            "1",
+        ])
+        .env("UNIHAL_CPU_DEVICES", "3")
+        .env("UNIHAL_LOG", "INFO")
+        .env_remove("UNIHAL_BACKENDS")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "[-] unihal INFO COLL communicator rank 1 of 2 on cpu:1 aborted",
+        "[-] unihal WARN COLL communicator of 2 ranks (in-process) failed: aborted",
+        "[-] unihal WARN COLL communicator of 3 ranks (in-process) failed: timed out after 300 ms",
+    ] {
+        assert!(t.contains(want), "no line with {want:?}:\n{t}");
+    }
+}
