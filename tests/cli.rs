@@ -477,8 +477,7 @@ fn conformance_shows_progress_on_stderr_only() {
     for dev in ["cpu:0", "cpu:1"] {
         let last = err
             .lines()
-            .filter(|l| l.starts_with(&format!("unihal conformance: {dev} ")))
-            .last()
+            .rfind(|l| l.starts_with(&format!("unihal conformance: {dev} ")))
             .unwrap_or_else(|| panic!("no progress line for {dev}:\n{err}"));
         assert!(
             last.ends_with(", done") && last.contains(" 0 failed"),
