@@ -88,7 +88,7 @@ unshare -m --propagation private env -i "${KEEP[@]}" HIDE_LIST="$HIDE_LIST" bash
     devices="$(target/debug/unihal devices --json)"
     python3 - "$devices" <<"PY"
 import json, sys
-listed = {b["name"]: b for b in json.loads(sys.argv[1])}
+listed = {b["name"]: b for b in json.loads(sys.argv[1])["backends"]}
 for backend, lib in (("hip", "libamdhip64"), ("cuda", "libcuda")):
     b = listed.get(backend)
     reason = (b or {}).get("reason") or ""
