@@ -189,7 +189,19 @@ fn a_library_without_split_abort_or_out_of_place_broadcast_gets_the_engines() {
     });
     assert_eq!(sums, vec![3, 3]);
 
+    // The children's reapers destroy them on threads of their own: wait for both destroys, so
+    // that none is counted below as the parents'.
+    controls::count_calls(true);
     drop(children);
+    let t0 = std::time::Instant::now();
+    while controls::calls("ncclCommDestroy") < 2 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        controls::calls("ncclCommDestroy"),
+        2,
+        "the split's children destroyed"
+    );
     // No abort: rank 0 posts an all-reduce rank 1 never joins, then aborts. Its stream fails,
     // rank 1 stops with `Aborted`, and a stand-in from rank 1 (a second `ncclAllReduce`)
     // completes the posted round, so the reapers destroy both communicators at once, long before
