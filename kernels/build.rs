@@ -17,10 +17,11 @@ use std::path::PathBuf;
 
 /// Every file the library's compile reads, relative to the crate (the generated catalogue,
 /// `uh_kernels.def` in OUT_DIR, comes on top).
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 7] = [
     "device/uh_dialect.h",
     "device/uh_ops.h",
     "device/uh_nn.h",
+    "device/uh_attention.h",
     "device/uh_gemm.h",
     "device/uh_optim.h",
     "device/uh_cpu.cpp",

@@ -99,6 +99,7 @@ pub use module::{
 };
 pub use op::args::{AmpScaleUpdate, OptimizerStep};
 pub use op::nn::{AdamWOptions, CeOptions, CeReduction, ParamGroup, SgdOptions};
+pub use op::transformer::AttentionOptions;
 pub use op::{OpCall, OpClass, OpId, RngState, Scalar, TensorView};
 pub use registry::{Registry, BACKENDS_ENV};
 pub use stream::{check_peer_copy, FillValue, Keep, Stream, StreamId};

@@ -14,6 +14,7 @@ namespace {
 #include "uh_dialect.h"
 #include "uh_ops.h"
 #include "uh_nn.h"
+#include "uh_attention.h"
 #include "uh_gemm.h"
 #include "uh_optim.h"
 } // namespace

@@ -349,6 +349,30 @@ template <class T, class I> struct uh_ce_backward_k {
 //   backward layer: x dy w mean rstd dx dw db   rms: x dy w rstd dx dw
 // The weight/bias operands have row stride 0. Statistics are in the accumulation type A.
 
+// One row of layer norm (Rms = 0) or RMS norm: y from xr, and the row's mean and rstd.
+template <class T, int Rms>
+UH_DEV void uh_norm_row(const typename T::storage *xr, const typename T::storage *w, const typename T::storage *b,
+                        typename T::storage *yr, typename T::compute *mean, typename T::compute *rstd, uh_i64 len,
+                        typename T::compute eps, typename T::compute *scratch) {
+    typedef typename T::compute A;
+    A mu = 0;
+    if (!Rms) mu = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) { return T::load(xr + j); }, scratch) / (A)len;
+    const A var = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) {
+        A d = T::load(xr + j) - mu;
+        return d * d;
+    }, scratch) / (A)len;
+    const A r = (A)1 / uh_sqrt(var + eps);
+    if (Rms) {
+        UH_ROW_FOR(j, len) T::store(yr + j, T::load(xr + j) * r * T::load(w + j));
+    } else {
+        UH_ROW_FOR(j, len) T::store(yr + j, (T::load(xr + j) - mu) * r * T::load(w + j) + T::load(b + j));
+    }
+    if (UH_TID == 0) {
+        if (!Rms) *mean = mu;
+        *rstd = r;
+    }
+}
+
 template <class T, int Rms> struct uh_norm_k {
     UH_DEV void run(uh_ctx_t ctx, const uh_args &a) {
         typedef typename T::storage S;
@@ -357,28 +381,35 @@ template <class T, int Rms> struct uh_norm_k {
         const S *x = (const S *)a.ptr[X], *w = (const S *)a.ptr[W], *b = (const S *)a.ptr[B];
         S *y = (S *)a.ptr[Y];
         A *mean = (A *)a.ptr[MEAN], *rstd = (A *)a.ptr[RSTD];
-        const uh_i64 len = a.len;
-        const A eps = (A)a.s[0];
         UH_SHARED(A, scratch, UH_ROW_THREADS);
         UH_ROWS_BEGIN(ctx, a, NOPS, o)
-            const S *xr = x + o[X];
-            S *yr = y + o[Y];
-            A mu = 0;
-            if (!Rms) mu = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) { return T::load(xr + j); }, scratch) / (A)len;
-            const A var = uh_row_reduce(len, (A)0, uh_red_sum(), [&](uh_i64 j) {
-                A d = T::load(xr + j) - mu;
-                return d * d;
-            }, scratch) / (A)len;
-            const A r = (A)1 / uh_sqrt(var + eps);
-            if (Rms) {
-                UH_ROW_FOR(j, len) T::store(yr + j, T::load(xr + j) * r * T::load(w + j));
-            } else {
-                UH_ROW_FOR(j, len) T::store(yr + j, (T::load(xr + j) - mu) * r * T::load(w + j) + T::load(b + j));
-            }
-            if (UH_TID == 0) {
-                if (!Rms) mean[o[MEAN]] = mu;
-                rstd[o[RSTD]] = r;
-            }
+            uh_norm_row<T, Rms>(x + o[X], w, b, y + o[Y], Rms ? 0 : mean + o[MEAN], rstd + o[RSTD], a.len, (A)a.s[0],
+                                scratch);
+        UH_ROWS_END(a, NOPS, o)
+    }
+};
+
+// Residual add + norm: [x, residual, weight, (bias,) h, y, (mean,) rstd]. h = x + residual is
+// stored (rounded to T) first and the norm reads it back, so the result equals the unfused add
+// followed by the norm bit for bit.
+template <class T, int Rms> struct uh_add_norm_k {
+    UH_DEV void run(uh_ctx_t ctx, const uh_args &a) {
+        typedef typename T::storage S;
+        typedef typename T::compute A;
+        enum { X = 0, R = 1, W = 2, B = 3, H = Rms ? 3 : 4, Y = Rms ? 4 : 5, MEAN = 6, RSTD = Rms ? 5 : 7,
+               NOPS = Rms ? 6 : 8 };
+        const S *x = (const S *)a.ptr[X], *res = (const S *)a.ptr[R], *w = (const S *)a.ptr[W];
+        const S *b = (const S *)a.ptr[B];
+        S *h = (S *)a.ptr[H], *y = (S *)a.ptr[Y];
+        A *mean = (A *)a.ptr[MEAN], *rstd = (A *)a.ptr[RSTD];
+        UH_SHARED(A, scratch, UH_ROW_THREADS);
+        UH_ROWS_BEGIN(ctx, a, NOPS, o)
+            const S *xr = x + o[X], *rr = res + o[R];
+            S *hr = h + o[H];
+            UH_ROW_FOR(j, a.len) T::store(hr + j, T::load(xr + j) + T::load(rr + j));
+            UH_SYNC();
+            uh_norm_row<T, Rms>(hr, w, b, y + o[Y], Rms ? 0 : mean + o[MEAN], rstd + o[RSTD], a.len, (A)a.s[0],
+                                scratch);
         UH_ROWS_END(a, NOPS, o)
     }
 };

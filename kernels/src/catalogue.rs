@@ -175,6 +175,24 @@ fn nn_entries(add: &mut impl FnMut(String, String)) {
                 format!("uh_norm_backward_weight_k<{t}, {rms}>"),
             );
         }
+        for (rms, name) in [(0, "add_layer_norm"), (1, "add_rms_norm")] {
+            add(
+                format!("uh_{name}_{d}"),
+                format!("uh_add_norm_k<{t}, {rms}>"),
+            );
+        }
+        add(format!("uh_attention_{d}"), format!("uh_attention_k<{t}>"));
+        for step in ["delta", "dq", "dkv"] {
+            add(
+                format!("uh_attention_backward_{step}_{d}"),
+                format!("uh_attention_{step}_k<{t}>"),
+            );
+        }
+        add(format!("uh_rope_{d}"), format!("uh_rope_k<{t}, 0>"));
+        add(
+            format!("uh_rope_backward_{d}"),
+            format!("uh_rope_k<{t}, 1>"),
+        );
         add(format!("uh_matmul_{d}"), format!("uh_gemm_k<{t}>"));
         for (i, it) in INDEX {
             add(

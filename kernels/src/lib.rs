@@ -16,6 +16,7 @@ pub mod args;
 pub mod catalogue;
 pub mod cpu;
 pub mod plan;
+pub mod plan_attention;
 pub mod plan_nn;
 pub mod rtc;
 pub mod source;

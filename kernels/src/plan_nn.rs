@@ -19,7 +19,7 @@ fn row_threads(caps: &MandatoryCaps) -> u32 {
 
 /// Launch shape of a row kernel over `rows` rows of `len` elements: a block per row (grid-stride)
 /// on GPUs; on host devices chunks of rows sized for the pool.
-fn rows_shape(rows: u64, len: u64, caps: &MandatoryCaps) -> LaunchConfig {
+pub(crate) fn rows_shape(rows: u64, len: u64, caps: &MandatoryCaps) -> LaunchConfig {
     if caps.warp_size <= 1 {
         let work = rows.saturating_mul(len.max(1));
         let blocks = work
@@ -59,7 +59,7 @@ fn cols_shape(cols: u64, caps: &MandatoryCaps) -> LaunchConfig {
     }
 }
 
-fn addr(t: &TensorView) -> u64 {
+pub(crate) fn addr(t: &TensorView) -> u64 {
     t.buffer.device_addr() + t.offset
 }
 
@@ -75,6 +75,7 @@ pub fn support_kernel(op: OpId, d: DType) -> String {
         OpClass::Optimizer => format!("uh_{}_{n}_none", op.name()),
         OpClass::AmpUpdateScale if d == DType::F32 => "uh_amp_update_scale".into(),
         OpClass::ClipGradNorm => format!("uh_clip_scale_{n}"),
+        OpClass::AttentionBackward => format!("uh_attention_backward_dq_{n}"),
         _ => format!("uh_{}_{n}", op.name()),
     }
 }
@@ -88,7 +89,7 @@ fn need(kernel: String) -> Result<String> {
 }
 
 /// Row iteration over `rows` (the shape of the rows) with per-operand row strides.
-fn rows_args(rows: &[u64], strides: &[Vec<i64>], len: u64) -> Result<UhArgs> {
+pub(crate) fn rows_args(rows: &[u64], strides: &[Vec<i64>], len: u64) -> Result<UhArgs> {
     let mut a = UhArgs::default();
     iterate(&mut a, rows, strides)?;
     a.len = len as i64;
@@ -127,7 +128,14 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
         OpClass::LayerNorm
         | OpClass::RmsNorm
         | OpClass::LayerNormBackward
-        | OpClass::RmsNormBackward => plan_layer_norm(&cx, &mut plan)?,
+        | OpClass::RmsNormBackward
+        | OpClass::AddLayerNorm
+        | OpClass::AddRmsNorm => plan_layer_norm(&cx, &mut plan)?,
+        OpClass::Attention => crate::plan_attention::plan_attention(&cx, &mut plan)?,
+        OpClass::AttentionBackward => {
+            crate::plan_attention::plan_attention_backward(&cx, &mut plan)?
+        }
+        OpClass::Rope => crate::plan_attention::plan_rope(&cx, &mut plan)?,
         OpClass::Matmul => plan_matmul(&cx, &mut plan)?,
         OpClass::IndexSelect | OpClass::IndexAdd => plan_index_select(&cx, &mut plan)?,
         OpClass::Optimizer | OpClass::AmpUnscale => plan_optimizer(&cx, &mut plan)?,
@@ -139,17 +147,17 @@ pub(crate) fn plan(call: &OpCall, caps: &MandatoryCaps, _out: &[u64]) -> Result<
 }
 
 /// What each class's plan reads of a validated call.
-struct Cx<'a> {
-    call: &'a OpCall,
-    caps: &'a MandatoryCaps,
-    t: &'a [TensorView],
+pub(crate) struct Cx<'a> {
+    pub(crate) call: &'a OpCall,
+    pub(crate) caps: &'a MandatoryCaps,
+    pub(crate) t: &'a [TensorView],
     /// The first tensor's dtype name (kernel names carry it).
-    d: &'static str,
+    pub(crate) d: &'static str,
 }
 
 impl Cx<'_> {
     /// One launch of library kernel `kernel`.
-    fn one(&self, kernel: String, config: LaunchConfig, args: UhArgs) -> Result<Launch> {
+    pub(crate) fn one(&self, kernel: String, config: LaunchConfig, args: UhArgs) -> Result<Launch> {
         Ok(Launch::new(need(kernel)?, config, args, self.call))
     }
 }
@@ -263,7 +271,7 @@ fn plan_cross_entropy(cx: &Cx, plan: &mut Plan) -> Result<()> {
     Ok(())
 }
 
-/// The plan of LayerNorm, RmsNorm, LayerNormBackward, RmsNormBackward.
+/// The plan of LayerNorm, RmsNorm, AddLayerNorm, AddRmsNorm, LayerNormBackward, RmsNormBackward.
 fn plan_layer_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let (call, caps, t, d) = (cx.call, cx.caps, cx.t, cx.d);
     let x = &t[0];
@@ -275,6 +283,8 @@ fn plan_layer_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
     let vecs: &[usize] = match call.op.class() {
         OpClass::LayerNorm => &[1, 2],
         OpClass::RmsNorm => &[1],
+        OpClass::AddLayerNorm => &[2, 3],
+        OpClass::AddRmsNorm => &[2],
         OpClass::LayerNormBackward => &[2, 6, 7],
         _ => &[2, 5],
     };
@@ -293,13 +303,17 @@ fn plan_layer_norm(cx: &Cx, plan: &mut Plan) -> Result<()> {
     for (k, v) in t.iter().enumerate() {
         a.ptr[k] = addr(v);
     }
-    if matches!(call.op.class(), OpClass::LayerNorm | OpClass::RmsNorm) {
+    let forward = matches!(
+        call.op.class(),
+        OpClass::LayerNorm | OpClass::RmsNorm | OpClass::AddLayerNorm | OpClass::AddRmsNorm
+    );
+    if forward {
         a.s[0] = call.norm_eps()?;
     }
     let name = call.op.name();
     let nrows = a.n as u64;
     match call.op.class() {
-        OpClass::LayerNorm | OpClass::RmsNorm => {
+        _ if forward => {
             if nrows > 0 && len > 0 {
                 plan.launches.push(cx.one(
                     format!("uh_{name}_{d}"),

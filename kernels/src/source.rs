@@ -8,6 +8,8 @@ pub const DIALECT: &str = include_str!("../device/uh_dialect.h");
 pub const OPS: &str = include_str!("../device/uh_ops.h");
 /// The row kernels (reductions, softmax, losses, norms, gather/scatter).
 pub const NN: &str = include_str!("../device/uh_nn.h");
+/// The transformer-block kernels (fused attention, rotary embeddings).
+pub const ATTENTION: &str = include_str!("../device/uh_attention.h");
 /// The tiled GEMM.
 pub const GEMM: &str = include_str!("../device/uh_gemm.h");
 /// The multi-tensor kernels (optimizers, AMP, clipping).
@@ -33,7 +35,7 @@ pub fn library_source(target: GpuTarget) -> String {
     s.push('\n');
     s.push_str(DIALECT);
     s.push('\n');
-    for part in [OPS, NN, GEMM, OPTIM] {
+    for part in [OPS, NN, ATTENTION, GEMM, OPTIM] {
         s.push_str(part);
         s.push('\n');
     }

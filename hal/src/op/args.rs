@@ -8,6 +8,7 @@
 //! handed an unvalidated call gets an error, never a panic.
 
 use super::nn::{AdamWOptions, CeOptions, CeReduction, SgdOptions};
+use super::transformer::AttentionOptions;
 use super::{OpCall, OpClass, OpId, Scalar};
 use crate::error::{HalError, Result};
 
@@ -68,12 +69,42 @@ impl OpCall {
         })
     }
 
-    /// The `eps` of `LayerNorm` and `RmsNorm` (the forward passes).
+    /// The `eps` of `LayerNorm`, `RmsNorm`, `AddLayerNorm` and `AddRmsNorm` (the forward passes).
     ///
     /// # Errors
     /// [`HalError::Internal`] for another class.
     pub fn norm_eps(&self) -> Result<f64> {
-        Ok(self.scalars_of(&[OpClass::LayerNorm, OpClass::RmsNorm], 1)?[0].as_f64())
+        let classes = [
+            OpClass::LayerNorm,
+            OpClass::RmsNorm,
+            OpClass::AddLayerNorm,
+            OpClass::AddRmsNorm,
+        ];
+        Ok(self.scalars_of(&classes, 1)?[0].as_f64())
+    }
+
+    /// The options of `Attention` and `AttentionBackward`, and whether the call has a bias.
+    ///
+    /// # Errors
+    /// [`HalError::Internal`] for another class.
+    pub fn attention_options(&self) -> Result<(AttentionOptions, bool)> {
+        let classes = [OpClass::Attention, OpClass::AttentionBackward];
+        let s = self.scalars_of(&classes, 4)?;
+        let o = AttentionOptions {
+            scale: s[0].as_f64(),
+            causal: s[1].as_i64() != 0,
+            dropout_p: s[2].as_f64(),
+            rng: self.rng,
+        };
+        Ok((o, s[3].as_i64() != 0))
+    }
+
+    /// Whether a `Rope`/`RopeBackward` call rotates interleaved pairs (else the two halves).
+    ///
+    /// # Errors
+    /// [`HalError::Internal`] for another class.
+    pub fn rope_interleaved(&self) -> Result<bool> {
+        Ok(self.scalars_of(&[OpClass::Rope], 1)?[0].as_i64() != 0)
     }
 
     /// `(alpha, beta)` of `Matmul`.

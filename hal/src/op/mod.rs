@@ -17,6 +17,7 @@
 
 pub mod args;
 pub mod nn;
+pub mod transformer;
 
 use crate::buffer::Buffer;
 use crate::dtype::DType;
@@ -137,11 +138,27 @@ pub enum OpId {
     AmpUpdateScale,
     /// `[total_norm (1, f32), grads...]`, scalars `[max_norm]`: global L2 norm clipping.
     ClipGradNorm,
+    /// Fused scaled-dot-product attention (FlashAttention-2 style, O(S) extra memory):
+    /// `[q (B, Hq, S, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, D), bias, out (B, Hq, S, D),
+    /// lse (B, Hq, S)]`, scalars `[scale, causal, dropout_p, has_bias]`, rng when dropout_p > 0.
+    /// See [`transformer`].
+    Attention,
+    /// `[q, k, v, bias, out, dout, lse, dq, dk, dv]`, scalars and rng as the forward.
+    AttentionBackward,
+    /// Rotary position embedding, `[x (..., D), cos, sin, y]`, scalars `[interleaved]`.
+    Rope,
+    /// `[dy, cos, sin, dx]`, scalars `[interleaved]`: the transposed rotation.
+    RopeBackward,
+    /// Residual add + layer norm: `[x, residual, weight, bias, h, y, mean, rstd]`, scalars
+    /// `[eps]`: `h = x + residual`, `y = layer_norm(h)`.
+    AddLayerNorm,
+    /// Residual add + RMS norm: `[x, residual, weight, h, y, rstd]`, scalars `[eps]`.
+    AddRmsNorm,
 }
 
 impl OpId {
     /// Every op, in declaration order.
-    pub const ALL: [OpId; 65] = [
+    pub const ALL: [OpId; 71] = [
         OpId::Fill,
         OpId::Copy,
         OpId::Cast,
@@ -207,6 +224,12 @@ impl OpId {
         OpId::AmpUnscale,
         OpId::AmpUpdateScale,
         OpId::ClipGradNorm,
+        OpId::Attention,
+        OpId::AttentionBackward,
+        OpId::Rope,
+        OpId::RopeBackward,
+        OpId::AddLayerNorm,
+        OpId::AddRmsNorm,
     ];
 
     /// The stable snake_case name.
@@ -278,6 +301,12 @@ impl OpId {
             AmpUnscale => "amp_unscale",
             AmpUpdateScale => "amp_update_scale",
             ClipGradNorm => "clip_grad_norm",
+            Attention => "attention",
+            AttentionBackward => "attention_backward",
+            Rope => "rope",
+            RopeBackward => "rope_backward",
+            AddLayerNorm => "add_layer_norm",
+            AddRmsNorm => "add_rms_norm",
         }
     }
 
@@ -318,6 +347,11 @@ impl OpId {
             AmpUnscale => OpClass::AmpUnscale,
             AmpUpdateScale => OpClass::AmpUpdateScale,
             ClipGradNorm => OpClass::ClipGradNorm,
+            Attention => OpClass::Attention,
+            AttentionBackward => OpClass::AttentionBackward,
+            Rope | RopeBackward => OpClass::Rope,
+            AddLayerNorm => OpClass::AddLayerNorm,
+            AddRmsNorm => OpClass::AddRmsNorm,
         }
     }
 }
@@ -362,6 +396,11 @@ pub enum OpClass {
     AmpUnscale,
     AmpUpdateScale,
     ClipGradNorm,
+    Attention,
+    AttentionBackward,
+    Rope,
+    AddLayerNorm,
+    AddRmsNorm,
 }
 
 impl OpClass {
@@ -370,8 +409,9 @@ impl OpClass {
         (self as u8) <= (OpClass::DropoutBackward as u8)
     }
 
-    /// (number of tensors, number of scalars, needs rng, index of the first output); `usize::MAX`
-    /// tensors for the multi-tensor classes, whose tensor lists have any length.
+    /// (number of tensors, number of scalars, takes rng, index of the first output); `usize::MAX`
+    /// tensors for the multi-tensor classes, whose tensor lists have any length. The elementwise
+    /// classes that take an rng require it; attention takes one only with dropout.
     pub const fn arity(self) -> (usize, usize, bool, usize) {
         const ANY: usize = usize::MAX;
         match self {
@@ -400,6 +440,11 @@ impl OpClass {
             OpClass::AmpUnscale => (ANY, 0, false, 0),
             OpClass::AmpUpdateScale => (3, 3, false, 0),
             OpClass::ClipGradNorm => (ANY, 1, false, 0),
+            OpClass::Attention => (6, 4, true, 4),
+            OpClass::AttentionBackward => (10, 4, true, 7),
+            OpClass::Rope => (4, 1, false, 3),
+            OpClass::AddLayerNorm => (8, 1, false, 4),
+            OpClass::AddRmsNorm => (6, 1, false, 3),
         }
     }
 }

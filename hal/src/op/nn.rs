@@ -253,6 +253,45 @@ impl OpCall {
             None,
         )
     }
+    /// Residual add + layer norm: `h = x + residual` (rounded to the dtype, as the unfused add
+    /// stores it), then `y = layer_norm(h)` with its `mean` and `rstd`. The backward pass is
+    /// [`OpCall::layer_norm_backward`] of `h`, plus the residual stream's own gradient.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_layer_norm(
+        x: TensorView,
+        residual: TensorView,
+        weight: TensorView,
+        bias: TensorView,
+        h: TensorView,
+        y: TensorView,
+        mean: TensorView,
+        rstd: TensorView,
+        eps: f64,
+    ) -> OpCall {
+        Self::new(
+            OpId::AddLayerNorm,
+            vec![x, residual, weight, bias, h, y, mean, rstd],
+            vec![f(eps)],
+            None,
+        )
+    }
+    /// Residual add + RMS norm: `h = x + residual`, `y = rms_norm(h)` with its `rstd`.
+    pub fn add_rms_norm(
+        x: TensorView,
+        residual: TensorView,
+        weight: TensorView,
+        h: TensorView,
+        y: TensorView,
+        rstd: TensorView,
+        eps: f64,
+    ) -> OpCall {
+        Self::new(
+            OpId::AddRmsNorm,
+            vec![x, residual, weight, h, y, rstd],
+            vec![f(eps)],
+            None,
+        )
+    }
     /// `c = alpha * a @ b + beta * c`.
     pub fn matmul(a: TensorView, b: TensorView, c: TensorView, alpha: f64, beta: f64) -> OpCall {
         Self::new(OpId::Matmul, vec![a, b, c], vec![f(alpha), f(beta)], None)
@@ -361,7 +400,7 @@ pub fn acc_dtype(d: DType) -> DType {
     }
 }
 
-fn value(arg: &'static str, value: String, accepted: impl Into<String>) -> HalError {
+pub(super) fn value(arg: &'static str, value: String, accepted: impl Into<String>) -> HalError {
     HalError::invalid(
         arg,
         Invalid::Value {
@@ -371,7 +410,7 @@ fn value(arg: &'static str, value: String, accepted: impl Into<String>) -> HalEr
     )
 }
 
-fn want_dtype(call: &OpCall, k: usize, ok: &[DType], what: &'static str) -> Result<()> {
+pub(super) fn want_dtype(call: &OpCall, k: usize, ok: &[DType], what: &'static str) -> Result<()> {
     let d = call.tensors[k].dtype;
     if ok.contains(&d) {
         return Ok(());
@@ -386,7 +425,7 @@ fn want_dtype(call: &OpCall, k: usize, ok: &[DType], what: &'static str) -> Resu
     ))
 }
 
-fn want_shape(call: &OpCall, k: usize, shape: &[u64], what: &'static str) -> Result<()> {
+pub(super) fn want_shape(call: &OpCall, k: usize, shape: &[u64], what: &'static str) -> Result<()> {
     let t = &call.tensors[k];
     if t.shape == shape {
         return Ok(());
@@ -432,7 +471,7 @@ fn want_dense(call: &OpCall, k: usize) -> Result<()> {
 }
 
 /// Operand `k` must be dense along its last dim (stride 1, or at most one element there).
-fn want_row_dense(call: &OpCall, k: usize) -> Result<()> {
+pub(super) fn want_row_dense(call: &OpCall, k: usize) -> Result<()> {
     let t = &call.tensors[k];
     match (t.shape.last(), t.strides.last()) {
         (Some(&d), Some(&s)) if d > 1 && s != 1 => Err(value(
@@ -444,7 +483,7 @@ fn want_row_dense(call: &OpCall, k: usize) -> Result<()> {
     }
 }
 
-fn scalar_in(
+pub(super) fn scalar_in(
     call: &OpCall,
     k: usize,
     name: &'static str,
@@ -485,7 +524,7 @@ pub fn axis_of(axis: i64, ndim: usize) -> Result<usize> {
 }
 
 /// The broadcast batch shape of matmul operands, given their leading dims.
-fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
+pub(super) fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
     let n = a.len().max(b.len());
     let get = |s: &[u64], i: usize| {
         if i + s.len() >= n {
@@ -510,7 +549,11 @@ fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
 
 /// Bounds of every operand; outputs (`outs`) must not overlap themselves or any other operand;
 /// with `in_place`, every tensor must be disjoint from every other.
-fn check_memory(call: &OpCall, outs: std::ops::Range<usize>, in_place: bool) -> Result<()> {
+pub(super) fn check_memory(
+    call: &OpCall,
+    outs: std::ops::Range<usize>,
+    in_place: bool,
+) -> Result<()> {
     let mut spans = Vec::with_capacity(call.tensors.len());
     for (k, t) in call.tensors.iter().enumerate() {
         let arg = if outs.contains(&k) || in_place {
@@ -554,7 +597,7 @@ fn check_memory(call: &OpCall, outs: std::ops::Range<usize>, in_place: bool) -> 
 }
 
 /// The float dtypes the training ops take.
-const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::Bf16];
+pub(super) const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::Bf16];
 /// The dtypes of mixed-precision state (no f64).
 const HALVES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 
@@ -581,7 +624,7 @@ impl Ctx<'_> {
 /// Validation of the non-elementwise classes; returns the shape of the first output.
 pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
     let class = call.op.class();
-    let (nt, ns, _, first_out) = class.arity();
+    let (nt, ns, takes_rng, first_out) = class.arity();
     let n = call.tensors.len();
     let variable = nt == usize::MAX;
     let bad_count = if variable {
@@ -589,7 +632,7 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
     } else {
         n != nt || call.scalars.len() != ns
     };
-    if bad_count || call.rng.is_some() {
+    if bad_count || (call.rng.is_some() && !takes_rng) {
         return Err(value(
             "call",
             format!(
@@ -602,7 +645,14 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
             if variable {
                 "see the op's documentation".to_string()
             } else {
-                format!("{nt} tensors, {ns} scalars, no rng")
+                format!(
+                    "{nt} tensors, {ns} scalars, {}",
+                    if takes_rng {
+                        "an rng with dropout"
+                    } else {
+                        "no rng"
+                    }
+                )
             },
         ));
     }
@@ -621,7 +671,13 @@ pub(super) fn validate(call: &OpCall) -> Result<Vec<u64>> {
         OpClass::LayerNorm
         | OpClass::RmsNorm
         | OpClass::LayerNormBackward
-        | OpClass::RmsNormBackward => check_layer_norm(&cx)?,
+        | OpClass::RmsNormBackward
+        | OpClass::AddLayerNorm
+        | OpClass::AddRmsNorm => check_layer_norm(&cx)?,
+        OpClass::Attention | OpClass::AttentionBackward => {
+            super::transformer::check_attention(call)?
+        }
+        OpClass::Rope => super::transformer::check_rope(call)?,
         OpClass::Matmul => check_matmul(&cx)?,
         OpClass::IndexSelect | OpClass::IndexAdd => check_index_select(&cx)?,
         OpClass::Optimizer => check_optimizer(&cx)?,
@@ -749,6 +805,8 @@ fn check_layer_norm(cx: &Ctx) -> Result<Option<Vec<u64>>> {
     let (like_x, vecs, stats): (&[usize], &[usize], &[usize]) = match class {
         OpClass::LayerNorm => (&[3], &[1, 2], &[4, 5]),
         OpClass::RmsNorm => (&[2], &[1], &[3]),
+        OpClass::AddLayerNorm => (&[1, 4, 5], &[2, 3], &[6, 7]),
+        OpClass::AddRmsNorm => (&[1, 3, 4], &[2], &[5]),
         OpClass::LayerNormBackward => (&[1, 5], &[2, 6, 7], &[3, 4]),
         _ => (&[1, 4], &[2, 5], &[3]),
     };
@@ -767,7 +825,10 @@ fn check_layer_norm(cx: &Ctx) -> Result<Option<Vec<u64>>> {
         want_dtype(call, k, &[acc], "statistics")?;
         want_shape(call, k, &rows, "statistics")?;
     }
-    if matches!(class, OpClass::LayerNorm | OpClass::RmsNorm) {
+    if matches!(
+        class,
+        OpClass::LayerNorm | OpClass::RmsNorm | OpClass::AddLayerNorm | OpClass::AddRmsNorm
+    ) {
         scalar_in(
             call,
             0,

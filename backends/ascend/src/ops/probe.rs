@@ -175,6 +175,50 @@ fn sample(op: OpId, d: DType, c: &mut Carve) -> OpCall {
         OpClass::ClipGradNorm => {
             OpCall::clip_grad_norm(c.view(DType::F32, &[1]), &[c.view(d, &[8])], 1.0)
         }
+        OpClass::Attention | OpClass::AttentionBackward => {
+            let qkv = |c: &mut Carve| c.view(d, &[1, 2, 4, 8]);
+            let o = unihal_hal::AttentionOptions {
+                causal: true,
+                ..unihal_hal::AttentionOptions::new(8)
+            };
+            let (q, k, v) = (qkv(c), qkv(c), qkv(c));
+            if op == OpId::Attention {
+                OpCall::attention(q, k, v, None, qkv(c), c.view(acc, &[1, 2, 4]), o)
+            } else {
+                let (out, dout) = (qkv(c), qkv(c));
+                let lse = c.view(acc, &[1, 2, 4]);
+                OpCall::attention_backward(q, k, v, None, out, dout, lse, qkv(c), qkv(c), qkv(c), o)
+            }
+        }
+        OpClass::Rope => {
+            let (cos, sin) = (c.view(d, &[4, 8]), c.view(d, &[4, 8]));
+            let (x, y) = (c.view(d, &[2, 4, 8]), c.view(d, &[2, 4, 8]));
+            if op == OpId::Rope {
+                OpCall::rope(x, cos, sin, y, false)
+            } else {
+                OpCall::rope_backward(x, cos, sin, y, false)
+            }
+        }
+        OpClass::AddLayerNorm => OpCall::add_layer_norm(
+            x(c, d),
+            x(c, d),
+            c.view(d, &[8]),
+            c.view(d, &[8]),
+            x(c, d),
+            x(c, d),
+            c.view(acc, &[4]),
+            c.view(acc, &[4]),
+            1e-5,
+        ),
+        OpClass::AddRmsNorm => OpCall::add_rms_norm(
+            x(c, d),
+            x(c, d),
+            c.view(d, &[8]),
+            x(c, d),
+            x(c, d),
+            c.view(acc, &[4]),
+            1e-5,
+        ),
     }
 }
 

@@ -6,6 +6,7 @@
 //! a correct kernel), plus one rounding of the result into the output dtype. `acc` is the
 //! accumulation dtype (f32 for f16/bf16).
 
+mod attention;
 mod index;
 mod losses;
 mod matmul;
@@ -37,6 +38,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(matmul::cases());
     v.extend(index::cases());
     v.extend(optim::cases());
+    v.extend(attention::cases());
     v.extend(misuse::cases());
     v
 }
