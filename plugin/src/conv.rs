@@ -32,7 +32,7 @@ pub const DTYPES: [(DType, u32); 12] = [
 ];
 
 /// The ABI's op numbers (ABI 1.0: the HAL's 65 ops).
-pub const OPS: [(OpId, u32); 65] = [
+pub const OPS: [(OpId, u32); 71] = [
     (OpId::Fill, UH_OP_FILL),
     (OpId::Copy, UH_OP_COPY),
     (OpId::Cast, UH_OP_CAST),
@@ -98,6 +98,12 @@ pub const OPS: [(OpId, u32); 65] = [
     (OpId::AmpUnscale, UH_OP_AMP_UNSCALE),
     (OpId::AmpUpdateScale, UH_OP_AMP_UPDATE_SCALE),
     (OpId::ClipGradNorm, UH_OP_CLIP_GRAD_NORM),
+    (OpId::Attention, UH_OP_ATTENTION),
+    (OpId::AttentionBackward, UH_OP_ATTENTION_BACKWARD),
+    (OpId::Rope, UH_OP_ROPE),
+    (OpId::RopeBackward, UH_OP_ROPE_BACKWARD),
+    (OpId::AddLayerNorm, UH_OP_ADD_LAYER_NORM),
+    (OpId::AddRmsNorm, UH_OP_ADD_RMS_NORM),
 ];
 
 /// The ABI's collective numbers.

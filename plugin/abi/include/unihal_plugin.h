@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define UH_ABI_MAJOR 1
-#define UH_ABI_MINOR 0
+#define UH_ABI_MINOR 1
 #define UH_PLUGIN_ENTRY_SYMBOL "unihal_plugin_entry"
 
 /* ---- status codes (HalError variants) -------------------------------------------------- */
@@ -178,7 +178,14 @@ typedef struct uh_error {
 #define UH_OP_AMP_UNSCALE 62
 #define UH_OP_AMP_UPDATE_SCALE 63
 #define UH_OP_CLIP_GRAD_NORM 64
-#define UH_OP_COUNT 65
+/* ABI 1.1: the transformer-block ops. */
+#define UH_OP_ATTENTION 65
+#define UH_OP_ATTENTION_BACKWARD 66
+#define UH_OP_ROPE 67
+#define UH_OP_ROPE_BACKWARD 68
+#define UH_OP_ADD_LAYER_NORM 69
+#define UH_OP_ADD_RMS_NORM 70
+#define UH_OP_COUNT 71
 
 /* ---- collectives ------------------------------------------------------------------------- */
 #define UH_COLL_ALL_REDUCE 0

@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_void};
 /// The ABI's major version: another major is refused before any other call.
 pub const UH_ABI_MAJOR: u32 = 1;
 /// The ABI's minor version: grows when something is appended.
-pub const UH_ABI_MINOR: u32 = 0;
+pub const UH_ABI_MINOR: u32 = 1;
 /// The one symbol a plugin exports (a [`UhPluginEntryFn`]).
 pub const UH_PLUGIN_ENTRY_SYMBOL: &str = "unihal_plugin_entry";
 
@@ -160,7 +160,14 @@ pub const UH_OP_ADAMW: u32 = 61;
 pub const UH_OP_AMP_UNSCALE: u32 = 62;
 pub const UH_OP_AMP_UPDATE_SCALE: u32 = 63;
 pub const UH_OP_CLIP_GRAD_NORM: u32 = 64;
-pub const UH_OP_COUNT: u32 = 65;
+// ABI 1.1: the transformer-block ops.
+pub const UH_OP_ATTENTION: u32 = 65;
+pub const UH_OP_ATTENTION_BACKWARD: u32 = 66;
+pub const UH_OP_ROPE: u32 = 67;
+pub const UH_OP_ROPE_BACKWARD: u32 = 68;
+pub const UH_OP_ADD_LAYER_NORM: u32 = 69;
+pub const UH_OP_ADD_RMS_NORM: u32 = 70;
+pub const UH_OP_COUNT: u32 = 71;
 
 pub const UH_COLL_ALL_REDUCE: u32 = 0;
 pub const UH_COLL_BROADCAST: u32 = 1;
