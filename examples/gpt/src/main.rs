@@ -7,6 +7,7 @@
 //! ```
 
 use clap::Parser;
+use gpt::model::AttentionImpl;
 use gpt::{Corpus, StepStats, TrainConfig};
 use std::process::ExitCode;
 use unihal::bench::median;
@@ -26,6 +27,9 @@ struct Args {
     /// Compute dtype: f32, bf16 or f16 (the latter two with f32 master weights and loss scaling).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Attention: fused (the `attention` op) or unfused (matmul, masked softmax, matmul).
+    #[arg(long, default_value = "fused")]
+    attention: String,
     #[arg(long, default_value_t = 200)]
     steps: usize,
     /// Sequences per micro-batch over all ranks.
@@ -104,7 +108,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "f16" => DType::F16,
         other => return Err(format!("--dtype {other}: f32, bf16 or f16").into()),
     };
+    let attention = match a.attention.as_str() {
+        "fused" => AttentionImpl::Fused,
+        "unfused" => AttentionImpl::Unfused,
+        other => return Err(format!("--attention {other}: fused or unfused").into()),
+    };
     let cfg = TrainConfig {
+        attention,
         ctx: a.ctx,
         dim: a.dim,
         heads: a.heads,

@@ -1,9 +1,12 @@
 //! The model: a GPT-2-style decoder written against the op catalogue only.
 //!
 //! Token and position embeddings (`index_select`; `index_add` for their gradients), `layers`
-//! pre-norm blocks of causal self-attention (the batched matmul over `[batch, head]` with the heads
-//! and the key transpose as strides of the fused QKV activation, a masked softmax with an additive
-//! causal mask) and a GELU MLP, a final layer norm and an untied output projection, cross-entropy.
+//! pre-norm blocks of causal self-attention and a GELU MLP, a final layer norm and an untied
+//! output projection, cross-entropy. Attention reads q, k and v as strided head views of the fused
+//! QKV activation; it runs fused by default (the `attention` op: online softmax, the row
+//! log-sum-exp saved for the backward pass, no `[batch, head, S, S]` tensor), or unfused for
+//! comparison ([`AttentionImpl::Unfused`]: a batched matmul with the key transpose as strides, a
+//! masked softmax with an additive causal mask, a second matmul).
 //! The backward pass is written out by hand, op by op; it calls `on_grad(param)` as soon as a
 //! parameter's gradient is final, which is what lets data parallelism start a bucket's all-reduce
 //! while the earlier layers are still being differentiated.
@@ -14,7 +17,18 @@
 use crate::data::{Batch, Rng};
 use crate::exec::{reshape, tr, view, Exec};
 use crate::Error;
-use unihal::{CeOptions, DType, OpCall, OpId, TensorView};
+use unihal::{AttentionOptions, CeOptions, DType, OpCall, OpId, TensorView};
+
+/// How the blocks compute attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionImpl {
+    /// The fused `attention` op (FlashAttention-2 style: activation memory linear in the context).
+    #[default]
+    Fused,
+    /// Matmul, masked softmax, matmul: keeps the `[batch, heads, ctx, ctx]` probabilities.
+    Unfused,
+}
 
 /// The model's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -200,13 +214,21 @@ impl Layout {
     }
 }
 
+/// What attention keeps for its backward pass.
+enum Saved {
+    /// Fused: the row log-sum-exp `[batch, heads, ctx]` (f32).
+    Lse(TensorView),
+    /// Unfused: the probabilities `[batch, heads, ctx, ctx]`.
+    Probs(TensorView),
+}
+
 /// The activations one block keeps for its backward pass.
 struct BlockActs {
     x_in: TensorView,
     y1: TensorView,
     stats1: [TensorView; 2],
     qkv: TensorView,
-    att: TensorView,
+    att: Saved,
     ao: TensorView,
     x_mid: TensorView,
     y2: TensorView,
@@ -237,8 +259,8 @@ pub struct Model<'a> {
     pub dt: DType,
     /// The weights the passes read (compute dtype), in layout order.
     pub weights: Vec<TensorView>,
-    /// The causal mask `[ctx, ctx]`: 0 on and below the diagonal, -inf above.
-    mask: TensorView,
+    /// The causal mask `[ctx, ctx]` of unfused attention: 0 on and below the diagonal, -inf above.
+    mask: Option<TensorView>,
 }
 
 const LN_EPS: f64 = 1e-5;
@@ -248,7 +270,8 @@ fn ce() -> CeOptions {
 }
 
 impl<'a> Model<'a> {
-    /// The model with `weights` (compute dtype `dt`), building its causal mask on `x`.
+    /// The model with `weights` (compute dtype `dt`) computing attention as `attention` says
+    /// (unfused: building its causal mask on `x`).
     ///
     /// # Errors
     /// The backend's.
@@ -257,8 +280,17 @@ impl<'a> Model<'a> {
         layout: &'a Layout,
         dt: DType,
         weights: Vec<TensorView>,
+        attention: AttentionImpl,
     ) -> Result<Model<'a>, Error> {
         let t = layout.cfg.ctx;
+        if attention == AttentionImpl::Fused {
+            return Ok(Model {
+                layout,
+                dt,
+                weights,
+                mask: None,
+            });
+        }
         let mask: Vec<f32> = (0..t * t)
             .map(|i| {
                 if i % t > i / t {
@@ -273,8 +305,17 @@ impl<'a> Model<'a> {
             layout,
             dt,
             weights,
-            mask,
+            mask: Some(mask),
         })
+    }
+
+    /// The options of the fused attention op: causal, scaled by `1 / sqrt(head_dim)`.
+    fn attention_options(&self) -> AttentionOptions {
+        let c = self.layout.cfg;
+        AttentionOptions {
+            causal: true,
+            ..AttentionOptions::new((c.dim / c.heads) as u64)
+        }
     }
 
     fn w(&self, i: usize) -> &TensorView {
@@ -317,29 +358,44 @@ impl<'a> Model<'a> {
             // Attention.
             let (y1, stats1) = self.layer_norm(x, &xs, blk.ln1_w, blk.ln1_b)?;
             let qkv = self.linear(x, &y1, blk.qkv_w, blk.qkv_b)?;
-            let sc = x.tensor(dt, &[b, h, t, t])?;
-            x.matmul(
-                &heads(&qkv, 0, 3, dims),
-                &tr(&heads(&qkv, 1, 3, dims)),
-                &sc,
-                scale,
-                0.0,
-            )?;
-            let att = x.tensor(dt, &[b, h, t, t])?;
-            x.run(OpCall::softmax_masked(
-                OpId::SoftmaxMasked,
-                sc,
-                self.mask.clone(),
-                att.clone(),
-            ))?;
             let ao = x.tensor(dt, &[n, d])?;
-            x.matmul(
-                &att,
-                &heads(&qkv, 2, 3, dims),
-                &heads(&ao, 0, 1, dims),
-                1.0,
-                0.0,
-            )?;
+            let att = if let Some(mask) = &self.mask {
+                let sc = x.tensor(dt, &[b, h, t, t])?;
+                x.matmul(
+                    &heads(&qkv, 0, 3, dims),
+                    &tr(&heads(&qkv, 1, 3, dims)),
+                    &sc,
+                    scale,
+                    0.0,
+                )?;
+                let att = x.tensor(dt, &[b, h, t, t])?;
+                x.run(OpCall::softmax_masked(
+                    OpId::SoftmaxMasked,
+                    sc,
+                    mask.clone(),
+                    att.clone(),
+                ))?;
+                x.matmul(
+                    &att,
+                    &heads(&qkv, 2, 3, dims),
+                    &heads(&ao, 0, 1, dims),
+                    1.0,
+                    0.0,
+                )?;
+                Saved::Probs(att)
+            } else {
+                let lse = x.tensor(DType::F32, &[b, h, t])?;
+                x.run(OpCall::attention(
+                    heads(&qkv, 0, 3, dims),
+                    heads(&qkv, 1, 3, dims),
+                    heads(&qkv, 2, 3, dims),
+                    None,
+                    heads(&ao, 0, 1, dims),
+                    lse.clone(),
+                    self.attention_options(),
+                ))?;
+                Saved::Lse(lse)
+            };
             let x_mid = self.linear(x, &ao, blk.proj_w, blk.proj_b)?;
             x.add(&x_mid, &xs, &x_mid)?;
             // MLP.
@@ -527,21 +583,37 @@ impl<'a> Model<'a> {
             let q = heads(&a.qkv, 0, 3, dims);
             let k = heads(&a.qkv, 1, 3, dims);
             let v = heads(&a.qkv, 2, 3, dims);
-            let datt = x.tensor(dt, &[b, h, t, t])?;
-            x.matmul(&dao_h, &tr(&v), &datt, 1.0, 0.0)?;
             let dqkv = x.tensor(dt, &[n, 3 * d])?;
-            x.matmul(&tr(&a.att), &dao_h, &heads(&dqkv, 2, 3, dims), 1.0, 0.0)?;
+            match &a.att {
+                Saved::Lse(lse) => x.run(OpCall::attention_backward(
+                    q,
+                    k,
+                    v,
+                    None,
+                    heads(&a.ao, 0, 1, dims),
+                    dao_h,
+                    lse.clone(),
+                    heads(&dqkv, 0, 3, dims),
+                    heads(&dqkv, 1, 3, dims),
+                    heads(&dqkv, 2, 3, dims),
+                    self.attention_options(),
+                ))?,
+                Saved::Probs(att) => {
+                    let datt = x.tensor(dt, &[b, h, t, t])?;
+                    x.matmul(&dao_h, &tr(&v), &datt, 1.0, 0.0)?;
+                    x.matmul(&tr(att), &dao_h, &heads(&dqkv, 2, 3, dims), 1.0, 0.0)?;
+                    let dsc = x.tensor(dt, &[b, h, t, t])?;
+                    x.run(OpCall::softmax_backward(
+                        OpId::SoftmaxBackward,
+                        att.clone(),
+                        datt,
+                        dsc.clone(),
+                    ))?;
+                    x.matmul(&dsc, &k, &heads(&dqkv, 0, 3, dims), scale, 0.0)?;
+                    x.matmul(&tr(&dsc), &q, &heads(&dqkv, 1, 3, dims), scale, 0.0)?;
+                }
+            }
             drop(dao);
-            let dsc = x.tensor(dt, &[b, h, t, t])?;
-            x.run(OpCall::softmax_backward(
-                OpId::SoftmaxBackward,
-                a.att.clone(),
-                datt,
-                dsc.clone(),
-            ))?;
-            x.matmul(&dsc, &k, &heads(&dqkv, 0, 3, dims), scale, 0.0)?;
-            x.matmul(&tr(&dsc), &q, &heads(&dqkv, 1, 3, dims), scale, 0.0)?;
-            drop(dsc);
             let dy1 =
                 self.linear_backward(x, &g, on_grad, (&a.y1, &dqkv), (blk.qkv_w, blk.qkv_b))?;
             drop(dqkv);

@@ -11,7 +11,7 @@
 
 use crate::data::{Corpus, Rng};
 use crate::exec::Exec;
-use crate::model::{Layout, Model, ModelConfig};
+use crate::model::{AttentionImpl, Layout, Model, ModelConfig};
 use crate::reducer::Reducer;
 use crate::Error;
 use std::sync::Arc;
@@ -35,6 +35,8 @@ pub struct TrainConfig {
     /// Compute dtype: f32, or bf16/f16 with f32 master weights and dynamic loss scaling.
     #[serde(serialize_with = "dtype_name")]
     pub dtype: DType,
+    /// Fused attention (the default) or the unfused composition, for comparison.
+    pub attention: AttentionImpl,
     pub steps: usize,
     /// Sequences per micro-batch over all ranks (divisible by the number of ranks).
     pub batch: usize,
@@ -76,6 +78,7 @@ impl Default for TrainConfig {
             heads: 4,
             layers: 2,
             dtype: DType::F32,
+            attention: AttentionImpl::Fused,
             steps: 200,
             batch: 32,
             accum: 1,
@@ -329,7 +332,7 @@ pub fn train_rank(
         .iter()
         .map(|p| p.copy.clone().unwrap_or_else(|| p.master.clone()))
         .collect();
-    let model = Model::new(&x, &layout, dt, weights)?;
+    let model = Model::new(&x, &layout, dt, weights, cfg.attention)?;
     let mut reducer = Reducer::new(
         &x,
         &layout.specs,

@@ -5,7 +5,7 @@
 
 use gpt::data::{Corpus, Rng};
 use gpt::exec::Exec;
-use gpt::model::{Layout, Model, ModelConfig};
+use gpt::model::{AttentionImpl, Layout, Model, ModelConfig};
 use unihal::DType;
 
 fn cpu() -> std::sync::Arc<dyn unihal::Device> {
@@ -13,7 +13,16 @@ fn cpu() -> std::sync::Arc<dyn unihal::Device> {
 }
 
 #[test]
-fn backward_matches_finite_differences() {
+fn backward_matches_finite_differences_fused() {
+    backward_matches_finite_differences(AttentionImpl::Fused);
+}
+
+#[test]
+fn backward_matches_finite_differences_unfused() {
+    backward_matches_finite_differences(AttentionImpl::Unfused);
+}
+
+fn backward_matches_finite_differences(attention: AttentionImpl) {
     let corpus = Corpus::documentation();
     let cfg = ModelConfig {
         vocab: corpus.vocab.len(),
@@ -43,12 +52,12 @@ fn backward_matches_finite_differences() {
             .collect::<Vec<_>>()
     };
     let loss_at = |vals: &[Vec<f32>]| -> f64 {
-        let model = Model::new(&x, &layout, DType::F32, upload(vals)).unwrap();
+        let model = Model::new(&x, &layout, DType::F32, upload(vals), attention).unwrap();
         let acts = model.forward(&x, &batch).unwrap();
         f64::from(x.read_f32(&acts.loss).unwrap()[0])
     };
     // Analytic gradients, and a second backward pass accumulated on top.
-    let model = Model::new(&x, &layout, DType::F32, upload(&init)).unwrap();
+    let model = Model::new(&x, &layout, DType::F32, upload(&init), attention).unwrap();
     let acts = model.forward(&x, &batch).unwrap();
     let dloss = x.full(DType::F32, &[], 1.0).unwrap();
     let grads: Vec<_> = layout

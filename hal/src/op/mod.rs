@@ -929,6 +929,49 @@ fn non_overlapping(shape: &[u64], strides: &[i64]) -> bool {
     true
 }
 
+/// True when `a` and `b` provably share no element although their byte spans may interleave: two
+/// views with the same dtype size, shape and positive strides (e.g. q, k and v of one fused QKV
+/// buffer) whose elements fall in disjoint windows modulo some stride `r` that every outer stride
+/// is a multiple of. Within a window of `r` elements each view touches `[offset, offset + extent)`
+/// (modulo `r`), where `extent` spans its dims with strides below `r`. `false` means "not
+/// proven", never "overlapping".
+pub(crate) fn views_disjoint(a: &TensorView, b: &TensorView) -> bool {
+    let esz = a.dtype.size() as i128;
+    if esz != b.dtype.size() as i128 || a.shape != b.shape || a.strides != b.strides {
+        return false;
+    }
+    let (pa, pb) = (
+        (a.buffer.device_addr() + a.offset) as i128,
+        (b.buffer.device_addr() + b.offset) as i128,
+    );
+    if (pb - pa) % esz != 0 {
+        return false;
+    }
+    let delta = (pb - pa) / esz;
+    let dims: Vec<(i128, i128)> = a
+        .shape
+        .iter()
+        .zip(&a.strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (d as i128, s as i128))
+        .collect();
+    if dims.iter().any(|&(_, s)| s <= 0) {
+        return false;
+    }
+    dims.iter().any(|&(_, r)| {
+        let mut extent = 1i128;
+        for &(d, s) in &dims {
+            if s < r {
+                extent += (d - 1) * s;
+            } else if s % r != 0 {
+                return false;
+            }
+        }
+        let gap = delta.rem_euclid(r);
+        extent <= r && gap >= extent && r - gap >= extent
+    })
+}
+
 /// True when `a` (an output) and `b` address exactly the same elements in the same order.
 fn exact_alias(a: &TensorView, b: &TensorView, shape: &[u64]) -> bool {
     // Both sides broadcast to the output shape: a size-1 dim's stride is irrelevant (0 on both),
@@ -960,6 +1003,45 @@ mod tests {
         assert!(!non_overlapping(&[4, 4], &[2, 1]));
         assert!(non_overlapping(&[4, 1], &[1, 0]));
         assert!(non_overlapping(&[1 << 40, 0, 1], &[0, 0, 0]));
+    }
+
+    /// q, k and v of one fused `(B, S, 3, H, D)` buffer share no element; shifted views do.
+    #[test]
+    fn fused_qkv_views_are_disjoint() {
+        struct NoMemory;
+        // SAFETY: a zero-length allocation: no byte is ever accessed (only addresses compared).
+        unsafe impl crate::DeviceAllocation for NoMemory {
+            fn device(&self) -> crate::DeviceId {
+                crate::DeviceId {
+                    backend: "test",
+                    ordinal: 0,
+                }
+            }
+            fn addr(&self) -> u64 {
+                4096
+            }
+            fn len(&self) -> u64 {
+                0
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+        let buf = Buffer::from_allocation(NoMemory);
+        let (s, h, d) = (5i64, 2i64, 8i64);
+        let part = |elems: u64| {
+            let mut v = TensorView::contiguous(&buf, DType::F32, &[2, 2, 5, 8]);
+            v.offset = elems * 4;
+            v.strides = vec![s * 3 * h * d, d, 3 * h * d, 1];
+            v
+        };
+        let (q, k, v) = (part(0), part((h * d) as u64), part(2 * (h * d) as u64));
+        assert!(views_disjoint(&q, &k) && views_disjoint(&k, &v) && views_disjoint(&q, &v));
+        assert!(!views_disjoint(&q, &part(1)), "shifted by one element: overlapping");
+        assert!(!views_disjoint(&q, &q));
+        let mut wider = part((h * d) as u64);
+        wider.shape[3] = 9;
+        assert!(!views_disjoint(&q, &wider), "different shapes are not proven");
     }
 
     /// Huge shapes are never a panic: numel saturates, spans fail the range check.

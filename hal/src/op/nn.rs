@@ -580,7 +580,8 @@ pub(super) fn check_memory(
     for (s, e, k) in written {
         active.retain(|&(_, ae, _)| ae > s);
         for &(as_, ae, ak) in &active {
-            if in_place || outs.contains(&k) || outs.contains(&ak) {
+            let written = in_place || outs.contains(&k) || outs.contains(&ak);
+            if written && !super::views_disjoint(&call.tensors[k], &call.tensors[ak]) {
                 return Err(HalError::invalid(
                     "output",
                     Invalid::Overlap {
