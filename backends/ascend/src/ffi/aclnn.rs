@@ -174,6 +174,32 @@ operators! {
     rms_norm = "RmsNorm"(T, T, f64, T, T);
     /// `(dy, x, rstd, gamma, dxOut, dgammaOut)`.
     rms_norm_grad = "RmsNormGrad"(T, T, T, T, T, T);
+    /// `(x1, x2, gamma, beta, biasOptional, double epsilon, bool additionalOutput, yOut, meanOut,
+    /// rstdOut, xOut)` (ops-nn `norm/add_layer_norm/docs/aclnnAddLayerNorm.md`).
+    add_layer_norm = "AddLayerNorm"(T, T, T, T, T, f64, bool, T, T, T, T);
+    /// `(x1, x2, gamma, double epsilon, yOut, rstdOut, xOut)` (ops-nn
+    /// `norm/add_rms_norm/docs/aclnnAddRmsNorm.md`).
+    add_rms_norm = "AddRmsNorm"(T, T, T, f64, T, T, T);
+    /// `(query, key, value, realShiftOptional, dropMaskOptional, paddingMaskOptional,
+    /// attenMaskOptional, const aclIntArray *prefixOptional, double scaleValue, double keepProb,
+    /// int64_t preTokens, int64_t nextTokens, int64_t headNum, char *inputLayout, int64_t
+    /// innerPrecise, int64_t sparseMode, softmaxMaxOut, softmaxSumOut, softmaxOutOut,
+    /// attentionOutOut)` (ops-transformer
+    /// `attention/flash_attention_score/docs/aclnnFlashAttentionScore.md`).
+    flash_attention_score = "FlashAttentionScore"(T, T, T, T, T, T, T, T, f64, f64, i64, i64, i64, *const c_char, i64, i64, T, T, T, T);
+    /// `(query, keyIn, value, dy, pseShiftOptional, dropMaskOptional, paddingMaskOptional,
+    /// attenMaskOptional, softmaxMaxOptional, softmaxSumOptional, softmaxInOptional,
+    /// attentionInOptional, const aclIntArray *prefixOptional, double scaleValue, double
+    /// keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, char *inputLayout,
+    /// int64_t innerPrecise, int64_t sparseMode, dqOut, dkOut, dvOut, dpseOut)`
+    /// (`attention/flash_attention_score_grad/docs/aclnnFlashAttentionScoreGrad.md`).
+    flash_attention_score_grad = "FlashAttentionScoreGrad"(T, T, T, T, T, T, T, T, T, T, T, T, T, f64, f64, i64, i64, i64, *const c_char, i64, i64, T, T, T, T);
+    /// `(x, cos, sin, int64_t mode (0 half, 1 interleave), out)` (ops-transformer
+    /// `posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md`).
+    rotary_position_embedding = "RotaryPositionEmbedding"(T, T, T, i64, T);
+    /// `(dy, cos, sin, xOptional, int64_t mode, dxOut, dcosOut, dsinOut)`
+    /// (`posembedding/rotary_position_embedding_grad/docs/aclnnRotaryPositionEmbeddingGrad.md`).
+    rotary_position_embedding_grad = "RotaryPositionEmbeddingGrad"(T, T, T, T, i64, T, T, T);
     /// `(self, mat2, out, int8_t cubeMathType)`: 3-D.
     batch_mat_mul = "BatchMatMul"(T, T, T, i8);
     /// `(self, int64_t dim, index, out)`.

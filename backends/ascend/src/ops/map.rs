@@ -83,7 +83,7 @@ fn keepdim(t: &TensorView) -> TensorView {
 }
 
 impl Exec<'_> {
-    fn unary(&mut self, which: OpId, x: &TensorView, y: &TensorView) -> Result<()> {
+    pub(super) fn unary(&mut self, which: OpId, x: &TensorView, y: &TensorView) -> Result<()> {
         let a = &self.cann.aclnn;
         let (op, name) = match which {
             OpId::Neg => (a.neg, "Neg"),
@@ -129,7 +129,7 @@ impl Exec<'_> {
     }
 
     /// `out = x + alpha * o` (or minus for `sub`).
-    fn add(
+    pub(super) fn add(
         &mut self,
         x: &TensorView,
         o: &TensorView,
@@ -163,7 +163,7 @@ impl Exec<'_> {
 
     /// A tensor-scalar op: `Adds`/`Subs` (with alpha 1), `Muls`, `Divs`, `ClampMin`, `ClampMax`,
     /// `PowTensorScalar`.
-    fn scalar_op(
+    pub(super) fn scalar_op(
         &mut self,
         which: OpId,
         x: &TensorView,
@@ -203,7 +203,7 @@ impl Exec<'_> {
         self.scalar_op(OpId::MulScalar, x, f(v), out)
     }
 
-    fn fill(&mut self, t: &TensorView, v: Scalar) -> Result<()> {
+    pub(super) fn fill(&mut self, t: &TensorView, v: Scalar) -> Result<()> {
         let mut d = Descs::new(self.cann);
         let (td, vd) = (d.tensor(t), d.scalar(v, t.dtype));
         let op = self.cann.aclnn.inplace_fill_scalar;
@@ -213,7 +213,7 @@ impl Exec<'_> {
         })
     }
 
-    fn copy(&mut self, src: &TensorView, dst: &TensorView) -> Result<()> {
+    pub(super) fn copy(&mut self, src: &TensorView, dst: &TensorView) -> Result<()> {
         let mut d = Descs::new(self.cann);
         let (dd, sd) = (d.tensor(dst), d.tensor(src));
         let op = self.cann.aclnn.inplace_copy;
@@ -221,7 +221,7 @@ impl Exec<'_> {
         self.call(op, "InplaceCopy", d, |f, w, e| unsafe { f(dd, sd, w, e) })
     }
 
-    fn cast(&mut self, src: &TensorView, dst: &TensorView) -> Result<()> {
+    pub(super) fn cast(&mut self, src: &TensorView, dst: &TensorView) -> Result<()> {
         let mut d = Descs::new(self.cann);
         let (sd, dd) = (d.tensor(src), d.tensor(dst));
         let dt = acl_dtype(dst.dtype);
@@ -848,6 +848,15 @@ pub fn empty(ex: &mut Exec, call: &OpCall) -> Result<()> {
             ex.fill(&t[7], f(0.0))
         }
         OpId::RmsNormBackward => ex.fill(&t[5], f(0.0)),
+        // No query row (S, B or Hq is 0): keys and values that exist get no gradient.
+        OpId::AttentionBackward => {
+            for g in [&t[8], &t[9]] {
+                if g.numel() > 0 {
+                    ex.fill(g, f(0.0))?;
+                }
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
@@ -861,6 +870,10 @@ pub fn run(ex: &mut Exec, call: &OpCall, _out_shape: &[u64]) -> Result<()> {
         | CrossEntropyBackward | LayerNorm | LayerNormBackward | RmsNorm | RmsNormBackward => {
             rows(ex, call)
         }
+        Attention => ex.attention(call),
+        AttentionBackward => ex.attention_backward(call),
+        Rope => ex.rope(call),
+        AddLayerNorm | AddRmsNorm => ex.add_norm(call),
         _ => training(ex, call),
     }
 }

@@ -18,6 +18,7 @@
 //! phase 1 only, at device open.
 
 pub mod desc;
+mod fused;
 pub mod map;
 pub mod probe;
 pub mod soc;
@@ -440,6 +441,9 @@ fn first_output(call: &OpCall) -> usize {
         C::Reduce | C::Softmax => 1,
         C::SoftmaxMasked | C::SoftmaxBackward | C::CrossEntropy | C::RmsNorm | C::Matmul => 2,
         C::IndexSelect | C::IndexAdd => 2,
+        C::Attention | C::AttentionBackward | C::Rope | C::AddLayerNorm | C::AddRmsNorm => {
+            class.arity().3
+        }
         C::CrossEntropyBackward | C::LayerNorm => 3,
         C::RmsNormBackward => 4,
         C::LayerNormBackward => 5,

@@ -68,7 +68,15 @@ pub fn table(class: Class) -> BTreeMap<OpId, Vec<DType>> {
     let a2_only = |op: OpId| {
         matches!(
             op,
-            Exp | Log | RmsNorm | RmsNormBackward | AmpUnscale | AmpUpdateScale | ClipGradNorm
+            Exp | Log
+                | RmsNorm
+                | RmsNormBackward
+                | AmpUnscale
+                | AmpUpdateScale
+                | ClipGradNorm
+                | Rope
+                | RopeBackward
+                | AddRmsNorm
         )
     };
     let mut m = BTreeMap::new();
@@ -119,6 +127,10 @@ pub fn table(class: Class) -> BTreeMap<OpId, Vec<DType>> {
                 _ => {}
             }
         }
+        // aclnnFlashAttentionScore(Grad) lists the Atlas A2 training series alone.
+        if matches!(op, Attention | AttentionBackward) && class != Class::A2 {
+            d.clear();
+        }
         if !d.is_empty() {
             m.insert(op, d);
         }
@@ -149,5 +161,16 @@ mod tests {
         let a2 = table(Class::A2);
         assert!(a2[&OpId::Matmul].contains(&DType::F32));
         assert!(!a2[&OpId::Tanh].contains(&DType::F64));
+        assert_eq!(a2[&OpId::Attention], NN.to_vec(), "no F64 FlashAttention");
+        for op in [
+            OpId::Attention,
+            OpId::AttentionBackward,
+            OpId::Rope,
+            OpId::AddRmsNorm,
+        ] {
+            assert!(!t.contains_key(&op), "{op} on the 910");
+        }
+        assert_eq!(t[&OpId::AddLayerNorm], vec![DType::F32, DType::F16]);
+        assert!(!table(Class::A3).contains_key(&OpId::Attention));
     }
 }

@@ -1,7 +1,8 @@
 //! The CANN install layouts a backend loads the simulator from: a `lib64` directory holding the
 //! real library names of the classic layout (`libascendcl.so`, `libopapi.so`,
 //! `libnnopbase.so`, `libhccl.so`) or of the split one of recent CANN (`libacl_rt.so`,
-//! `libnnopbase.so`, `libopapi_math.so`, `libopapi_nn.so`, `libhccl.so`).
+//! `libnnopbase.so`, `libopapi_math.so`, `libopapi_nn.so`, `libopapi_transformer.so`,
+//! `libhccl.so`).
 //!
 //! Each is a forwarding library built from `symbols.txt` (build.rs): it exports exactly the
 //! symbols the real library of that name exports (a backend that resolves a symbol from the
@@ -36,6 +37,7 @@ impl Layout {
                 "libnnopbase.so",
                 "libopapi_math.so",
                 "libopapi_nn.so",
+                "libopapi_transformer.so",
                 "libhccl.so",
             ],
         }

@@ -263,6 +263,23 @@ static TABLE: &[Row] = &[
     row(&["LayerNorm"], FLOATS, true, true),
     row(&["LayerNormBackward"], FLOATS, true, false),
     row(&["RmsNorm", "RmsNormGrad"], FLOATS, false, false),
+    // Residual add + norm (ops-nn `norm/add_*_norm/docs`: A2/A3 and inference, not the
+    // Atlas training series).
+    row(&["AddLayerNorm", "AddRmsNorm"], FLOATS, false, false),
+    // ops-transformer: FlashAttention (A2 training only, FLOAT16/BFLOAT16/FLOAT32) and the rotary
+    // embedding (A2/A3), none on the Atlas training series.
+    row(
+        &["FlashAttentionScore", "FlashAttentionScoreGrad"],
+        FLOATS,
+        false,
+        false,
+    ),
+    row(
+        &["RotaryPositionEmbedding", "RotaryPositionEmbeddingGrad"],
+        FLOATS,
+        false,
+        false,
+    ),
     // Matrix products.
     row(&["BatchMatMul", "Matmul", "Mm"], FLOATS, true, false),
     // Gather / scatter.
@@ -306,5 +323,15 @@ mod tests {
         assert!(!a2.supports("Tanh", F64), "no F64 on the NN activations");
         assert!(!a2.supports("NoSuchOp", F32));
         assert!(g1.supports("Rsqrt", Bf16), "Rsqrt lists BF16 on the 910");
+        for op in [
+            "FlashAttentionScore",
+            "FlashAttentionScoreGrad",
+            "AddRmsNorm",
+            "AddLayerNorm",
+        ] {
+            assert!(a2.has(op) && !g1.has(op), "{op}");
+        }
+        assert!(a2.supports("RotaryPositionEmbedding", Bf16));
+        assert!(!a2.supports("FlashAttentionScore", F64));
     }
 }

@@ -25,6 +25,7 @@ pub mod nn;
 pub mod optim;
 pub mod random;
 pub mod reduce;
+pub mod transformer;
 
 use crate::conv::*;
 use crate::nnopbase::{self, Dep, Kind, Tensor};

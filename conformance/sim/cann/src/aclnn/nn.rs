@@ -550,3 +550,114 @@ aclnn_op!(aclnnEmbeddingDenseBackward, aclnnEmbeddingDenseBackwardGetWorkspaceSi
         finish(b, t, ov)
     }))
 });
+
+// --- Residual add + normalisation ----------------------------------------------------------------
+
+/// The statistics output of the add + norm operators: FLOAT, x's rank, its leading dims then 1s.
+fn keepdim_stat(t: &Tensor, x: &Tensor, k: usize, what: &str) -> Result<(), Err> {
+    let n = x.view.len();
+    let mut want = x.view[..n - k].to_vec();
+    want.extend(std::iter::repeat_n(1, k));
+    if t.dt()? != DType::F32 || t.view != want {
+        return Err(invalid(format!(
+            "{what} must be FLOAT of shape {want:?}, not {:?}",
+            t.view
+        )));
+    }
+    Ok(())
+}
+
+/// The shape checks of the add + norm operators: x1, x2, yOut, xOut alike, gamma (and beta) the
+/// tail of x1 (1 to 8 dims each, no 0 dim in x1 or gamma unless the tensor is empty).
+fn add_norm_shapes(x1: &Tensor, x2: &Tensor, g: &Tensor, outs: &[&Tensor]) -> Result<usize, Err> {
+    let n = x1.view.len();
+    let k = g.view.len();
+    if !(1..=8).contains(&n) || k == 0 || k > n || x1.view[n - k..] != g.view[..] {
+        return Err(invalid(format!(
+            "gamma {:?} is not the tail of x1 {:?}",
+            g.view, x1.view
+        )));
+    }
+    if g.view.contains(&0) {
+        return Err(invalid("a 0 dim in gamma"));
+    }
+    if x2.view != x1.view || outs.iter().any(|o| o.view != x1.view) {
+        return Err(invalid("x1, x2, yOut and xOut shapes differ"));
+    }
+    Ok(k)
+}
+
+// Declared from: ON `norm/add_layer_norm/docs/aclnnAddLayerNorm_en.md` (hicann/ops-nn)
+aclnn_op!(aclnnAddLayerNorm, aclnnAddLayerNormGetWorkspaceSize, "AddLayerNorm",
+(x1: *const Tensor, x2: *const Tensor, gamma: *const Tensor, beta: *const Tensor, bias_optional: *const Tensor,
+ epsilon: f64, additional_output: bool, y_out: *const Tensor, mean_out: *const Tensor, rstd_out: *const Tensor,
+ x_out: *const Tensor) |a| {
+    let (x1, x2) = (a.tensor(x1, "x1")?, a.tensor(x2, "x2")?);
+    let (g, be) = (a.tensor(gamma, "gamma")?, a.tensor(beta, "beta")?);
+    if a.opt_tensor(bias_optional, "biasOptional")?.is_some() {
+        return Err(invalid("biasOptional is not simulated"));
+    }
+    let y = a.tensor(y_out, "yOut")?;
+    let (m, r) = (a.tensor(mean_out, "meanOut")?, a.tensor(rstd_out, "rstdOut")?);
+    let xo = a.tensor(x_out, "xOut")?;
+    a.dtype(&x1)?;
+    // The docs' uniform-dtype rows; the mixed rows (FLOAT32 with FLOAT16 ...) are not simulated.
+    for (t, what) in [(&x2, "x2"), (&g, "gamma"), (&be, "beta"), (&y, "yOut"), (&xo, "xOut")] {
+        a.same_dtype(&x1, t, &format!("x1 and {what}"))?;
+    }
+    if g.view != be.view {
+        return Err(invalid("gamma and beta shapes differ"));
+    }
+    let k = add_norm_shapes(&x1, &x2, &g, &[&y, &xo])?;
+    keepdim_stat(&m, &x1, k, "meanOut")?;
+    keepdim_stat(&r, &x1, k, "rstdOut")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let xv = merge_tail(&b.view(&x1)?, k)?;
+        let rv = merge_tail(&b.view(&x2)?, k)?;
+        let gv = merge_tail(&b.view(&g)?, k)?;
+        let bv = merge_tail(&b.view(&be)?, k)?;
+        let yv = merge_tail(&b.view(&y)?, k)?;
+        let lead = xv.shape.len() - 1;
+        let hv = if additional_output {
+            merge_tail(&b.view(&xo)?, k)?
+        } else {
+            b.temp(xv.dtype, &xv.shape)
+        };
+        let (mv, sv) = (leading(b.view(&m)?, lead), leading(b.view(&r)?, lead));
+        b.call(OpCall::add_layer_norm(xv, rv, gv, bv, hv, yv, mv, sv, epsilon))
+    }))
+});
+
+// Declared from: ON `norm/add_rms_norm/docs/aclnnAddRmsNorm_en.md` (hicann/ops-nn)
+aclnn_op!(aclnnAddRmsNorm, aclnnAddRmsNormGetWorkspaceSize, "AddRmsNorm",
+(x1: *const Tensor, x2: *const Tensor, gamma: *const Tensor, epsilon: f64, y_out: *const Tensor,
+ rstd_out: *const Tensor, x_out: *const Tensor) |a| {
+    let (x1, x2, g) = (a.tensor(x1, "x1")?, a.tensor(x2, "x2")?, a.tensor(gamma, "gamma")?);
+    let y = a.tensor(y_out, "yOut")?;
+    let r = a.opt_tensor(rstd_out, "rstdOut")?;
+    let xo = a.opt_tensor(x_out, "xOut")?;
+    let (Some(r), Some(xo)) = (r, xo) else {
+        if !rstd_out.is_null() {
+            return Err(Err::new(crate::conv::ACLNN_ERR_PARAM_NULLPTR, "rstdOut without xOut"));
+        }
+        return Err(invalid("a NULL rstdOut or xOut (the [1, D] gamma rows) is not simulated"));
+    };
+    a.dtype(&x1)?;
+    for (t, what) in [(&x2, "x2"), (&g, "gamma"), (&y, "yOut"), (&xo, "xOut")] {
+        a.same_dtype(&x1, t, &format!("x1 and {what}"))?;
+    }
+    if epsilon.is_nan() || epsilon < 0.0 {
+        return Err(invalid(format!("epsilon {epsilon} < 0")));
+    }
+    let k = add_norm_shapes(&x1, &x2, &g, &[&y, &xo])?;
+    keepdim_stat(&r, &x1, k, "rstdOut")?;
+    Ok(Arc::new(move |b: &mut Build| {
+        let xv = merge_tail(&b.view(&x1)?, k)?;
+        let rv = merge_tail(&b.view(&x2)?, k)?;
+        let gv = merge_tail(&b.view(&g)?, k)?;
+        let yv = merge_tail(&b.view(&y)?, k)?;
+        let hv = merge_tail(&b.view(&xo)?, k)?;
+        let sv = leading(b.view(&r)?, xv.shape.len() - 1);
+        b.call(OpCall::add_rms_norm(xv, rv, gv, hv, yv, sv, epsilon))
+    }))
+});
