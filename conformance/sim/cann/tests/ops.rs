@@ -12,6 +12,7 @@ use unihal_sim_cann::aclnn::nn::*;
 use unihal_sim_cann::aclnn::optim::*;
 use unihal_sim_cann::aclnn::random::*;
 use unihal_sim_cann::aclnn::reduce::*;
+use unihal_sim_cann::aclnn::transformer::*;
 use unihal_sim_cann::aclnn::Executor;
 use unihal_sim_cann::nnopbase::*;
 
@@ -1328,4 +1329,340 @@ fn every_in_place_unary_twin() {
         }
     }
     assert_eq!(unihal_sim_cann::nnopbase::aclnnFinalize(), 0);
+}
+
+const ACL_UINT8: i32 = 4;
+
+/// Causal attention by a host computation: `(out, max, sum)` per `(h, i)` of one batch, GQA
+/// head `h` reading kv head `h / (n / nkv)`, all `(N, S, D)` row-major.
+fn attention_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (n, nkv, s, d): (usize, usize, usize, usize),
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<Vec<f64>>) {
+    let (mut out, mut mx, mut sm, mut probs) = (vec![0.0; n * s * d], vec![], vec![], vec![]);
+    for h in 0..n {
+        let hk = h / (n / nkv);
+        for i in 0..s {
+            let sc: Vec<f64> = (0..=i)
+                .map(|j| {
+                    scale
+                        * (0..d)
+                            .map(|e| q[(h * s + i) * d + e] as f64 * k[(hk * s + j) * d + e] as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let l: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+            let p: Vec<f64> = sc.iter().map(|x| (x - m).exp() / l).collect();
+            for e in 0..d {
+                out[(h * s + i) * d + e] =
+                    (0..=i).map(|j| p[j] * v[(hk * s + j) * d + e] as f64).sum();
+            }
+            mx.push(m);
+            sm.push(l);
+            probs.push(p);
+        }
+    }
+    (out, mx, sm, probs)
+}
+
+#[test]
+fn flash_attention_causal_gqa_and_its_gradient() {
+    init();
+    // B 1, N 2 query heads over 1 kv head, S = Skv = 5, D 4, BNSD; sparseMode 2 (leftUpCausal)
+    // with the compressed 2048 x 2048 mask.
+    let (n, nkv, s, d) = (2usize, 1usize, 5usize, 4usize);
+    let gen = |len: usize, k: f32| -> Vec<f32> {
+        (0..len)
+            .map(|i| (i as f32 * 0.37 + k).sin() * 0.9)
+            .collect()
+    };
+    let (q, k, v) = (
+        gen(n * s * d, 0.1),
+        gen(nkv * s * d, 1.3),
+        gen(nkv * s * d, 2.7),
+    );
+    let (dq_, dk_, dv_) = (dev(&q), dev(&k), dev(&v));
+    let qt = contiguous(dq_, ACL_FLOAT, &[1, n as i64, s as i64, d as i64]);
+    let kt = contiguous(dk_, ACL_FLOAT, &[1, nkv as i64, s as i64, d as i64]);
+    let vt = contiguous(dv_, ACL_FLOAT, &[1, nkv as i64, s as i64, d as i64]);
+    let mut mask = vec![0u8; 2048 * 2048];
+    for (i, row) in mask.chunks_mut(2048).enumerate() {
+        row[i + 1..].fill(1);
+    }
+    let mt = contiguous(dev(&mask), ACL_UINT8, &[2048, 2048]);
+    let (dmx, dsm) = (dev(&vec![0f32; n * s * 8]), dev(&vec![0f32; n * s * 8]));
+    let stats = [1, n as i64, s as i64, 8];
+    let (mxt, smt) = (
+        contiguous(dmx, ACL_FLOAT, &stats),
+        contiguous(dsm, ACL_FLOAT, &stats),
+    );
+    let dout = dev(&vec![0f32; n * s * d]);
+    let ot = contiguous(dout, ACL_FLOAT, &[1, n as i64, s as i64, d as i64]);
+    let layout = c"BNSD";
+    let scale = 0.5;
+    let none: *const Tensor = std::ptr::null();
+    // SAFETY: live descriptors, the layout string and out-pointers.
+    op(
+        |w, e| unsafe {
+            aclnnFlashAttentionScoreGetWorkspaceSize(
+                qt,
+                kt,
+                vt,
+                none,
+                none,
+                none,
+                mt,
+                std::ptr::null(),
+                scale,
+                1.0,
+                2147483647,
+                2147483647,
+                n as i64,
+                layout.as_ptr(),
+                0,
+                2,
+                mxt,
+                smt,
+                none,
+                ot,
+                w,
+                e,
+            )
+        },
+        aclnnFlashAttentionScore,
+    );
+    let (want, wmx, wsm, probs) = attention_reference(&q, &k, &v, (n, nkv, s, d), scale);
+    close(&host::<f32>(dout, n * s * d), &want, 1e-5);
+    let every8 = |w: &[f64]| w.iter().flat_map(|&x| [x; 8]).collect::<Vec<_>>();
+    close(&host::<f32>(dmx, n * s * 8), &every8(&wmx), 1e-5);
+    close(&host::<f32>(dsm, n * s * 8), &every8(&wsm), 1e-5);
+
+    // The gradient, from the saved max and sum and the output.
+    let g = gen(n * s * d, 4.1);
+    let dg = dev(&g);
+    let gt = contiguous(dg, ACL_FLOAT, &[1, n as i64, s as i64, d as i64]);
+    let (gq, gk, gv) = (
+        dev(&vec![0f32; n * s * d]),
+        dev(&vec![0f32; nkv * s * d]),
+        dev(&vec![0f32; nkv * s * d]),
+    );
+    let gqt = contiguous(gq, ACL_FLOAT, &[1, n as i64, s as i64, d as i64]);
+    let gkt = contiguous(gk, ACL_FLOAT, &[1, nkv as i64, s as i64, d as i64]);
+    let gvt = contiguous(gv, ACL_FLOAT, &[1, nkv as i64, s as i64, d as i64]);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe {
+            aclnnFlashAttentionScoreGradGetWorkspaceSize(
+                qt,
+                kt,
+                vt,
+                gt,
+                none,
+                none,
+                none,
+                mt,
+                mxt,
+                smt,
+                none,
+                ot,
+                std::ptr::null(),
+                scale,
+                1.0,
+                2147483647,
+                2147483647,
+                n as i64,
+                layout.as_ptr(),
+                0,
+                2,
+                gqt,
+                gkt,
+                gvt,
+                none,
+                w,
+                e,
+            )
+        },
+        aclnnFlashAttentionScoreGrad,
+    );
+    let (mut wq, mut wk, mut wv) = (
+        vec![0.0; n * s * d],
+        vec![0.0; nkv * s * d],
+        vec![0.0; nkv * s * d],
+    );
+    for h in 0..n {
+        for i in 0..s {
+            let p = &probs[h * s + i];
+            let row = |t: &[f32], e: usize| t[(h * s + i) * d + e] as f64;
+            let dsum: f64 = (0..d).map(|e| row(&g, e) * want[(h * s + i) * d + e]).sum();
+            for j in 0..=i {
+                let dp: f64 = (0..d).map(|e| row(&g, e) * v[j * d + e] as f64).sum();
+                let ds = p[j] * (dp - dsum);
+                for e in 0..d {
+                    wq[(h * s + i) * d + e] += scale * ds * k[j * d + e] as f64;
+                    wk[j * d + e] += scale * ds * row(&q, e);
+                    wv[j * d + e] += p[j] * row(&g, e);
+                }
+            }
+        }
+    }
+    close(&host::<f32>(gq, n * s * d), &wq, 1e-5);
+    close(&host::<f32>(gk, nkv * s * d), &wk, 1e-5);
+    close(&host::<f32>(gv, nkv * s * d), &wv, 1e-5);
+
+    // Refused as the docs say: the causal modes take the compressed 2048 x 2048 mask, not an
+    // [S, Skv] one; keepProb is in (0, 1]; the layouts are BSH, SBH, BSND, BNSD.
+    let small = contiguous(dev(&vec![0u8; s * s]), ACL_UINT8, &[s as i64, s as i64]);
+    let refused = |mask: *mut Tensor, keep: f64, lay: &std::ffi::CStr| {
+        let (mut w, mut e) = (0u64, null_mut::<Executor>());
+        // SAFETY: as above.
+        let r = unsafe {
+            aclnnFlashAttentionScoreGetWorkspaceSize(
+                qt,
+                kt,
+                vt,
+                none,
+                none,
+                none,
+                mask,
+                std::ptr::null(),
+                scale,
+                keep,
+                2147483647,
+                2147483647,
+                n as i64,
+                lay.as_ptr(),
+                0,
+                2,
+                mxt,
+                smt,
+                none,
+                ot,
+                &mut w,
+                &mut e,
+            )
+        };
+        assert_eq!(r, 161002, "{}", msg());
+    };
+    refused(small, 1.0, layout);
+    refused(mt, 0.0, layout);
+    refused(mt, 1.0, c"BHSD");
+}
+
+#[test]
+fn residual_add_norms_and_the_rotary_embedding() {
+    init();
+    let x1: Vec<f32> = vec![1.0, 2.0, 4.0, -1.0, 0.5, 3.0, 2.0, -2.0];
+    let x2: Vec<f32> = vec![0.5, -1.0, 0.25, 2.0, 1.5, -0.5, 0.0, 1.0];
+    let gv = [0.5f32, 1.5, 1.0, 2.0];
+    let bv = [0.1f32, 0.0, -0.2, 0.3];
+    let (a, b) = (
+        contiguous(dev(&x1), ACL_FLOAT, &[2, 4]),
+        contiguous(dev(&x2), ACL_FLOAT, &[2, 4]),
+    );
+    let (gt, bt) = (
+        contiguous(dev(&gv), ACL_FLOAT, &[4]),
+        contiguous(dev(&bv), ACL_FLOAT, &[4]),
+    );
+    let (dy, dh, dm, dr) = (
+        dev(&[0f32; 8]),
+        dev(&[0f32; 8]),
+        dev(&[0f32; 2]),
+        dev(&[0f32; 2]),
+    );
+    let (yt, ht) = (
+        contiguous(dy, ACL_FLOAT, &[2, 4]),
+        contiguous(dh, ACL_FLOAT, &[2, 4]),
+    );
+    let (mt, rt) = (
+        contiguous(dm, ACL_FLOAT, &[2, 1]),
+        contiguous(dr, ACL_FLOAT, &[2, 1]),
+    );
+    let h: Vec<f64> = x1.iter().zip(&x2).map(|(p, q)| (p + q) as f64).collect();
+    // SAFETY: live descriptors and out-pointers (biasOptional NULL).
+    op(
+        |w, e| unsafe {
+            aclnnAddLayerNormGetWorkspaceSize(
+                a,
+                b,
+                gt,
+                bt,
+                std::ptr::null(),
+                1e-5,
+                true,
+                yt,
+                mt,
+                rt,
+                ht,
+                w,
+                e,
+            )
+        },
+        aclnnAddLayerNorm,
+    );
+    let (mut want, mut means, mut rstds) = (vec![], vec![], vec![]);
+    for r in 0..2 {
+        let row = &h[r * 4..r * 4 + 4];
+        let m = row.iter().sum::<f64>() / 4.0;
+        let rs = 1.0 / (row.iter().map(|v| (v - m).powi(2)).sum::<f64>() / 4.0 + 1e-5).sqrt();
+        want.extend((0..4).map(|c| (row[c] - m) * rs * gv[c] as f64 + bv[c] as f64));
+        means.push(m);
+        rstds.push(rs);
+    }
+    close(&host::<f32>(dh, 8), &h, 0.0);
+    close(&host::<f32>(dy, 8), &want, 1e-5);
+    close(&host::<f32>(dm, 2), &means, 1e-6);
+    close(&host::<f32>(dr, 2), &rstds, 1e-5);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnAddRmsNormGetWorkspaceSize(a, b, gt, 1e-6, yt, rt, ht, w, e) },
+        aclnnAddRmsNorm,
+    );
+    let mut want = vec![];
+    for r in 0..2 {
+        let row = &h[r * 4..r * 4 + 4];
+        let rs = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / 4.0 + 1e-6).sqrt();
+        want.extend((0..4).map(|c| row[c] * rs * gv[c] as f64));
+    }
+    close(&host::<f32>(dy, 8), &want, 1e-5);
+
+    // Rope, half mode: x (1, 2, 1, 4) [BSND], cos/sin (1, 2, 1, 4) [1S1D].
+    let (c, sn) = (
+        [0.5f32, 0.8, -0.3, 1.0, 0.2, 0.9, 0.7, -0.6],
+        [0.1f32, -0.4, 0.6, 0.3, 0.5, 0.0, -0.8, 0.4],
+    );
+    let shape = [1i64, 2, 1, 4];
+    let (xt, ct, st) = (
+        contiguous(dev(&x1), ACL_FLOAT, &shape),
+        contiguous(dev(&c), ACL_FLOAT, &shape),
+        contiguous(dev(&sn), ACL_FLOAT, &shape),
+    );
+    let ot = contiguous(dy, ACL_FLOAT, &shape);
+    // SAFETY: as above.
+    op(
+        |w, e| unsafe { aclnnRotaryPositionEmbeddingGetWorkspaceSize(xt, ct, st, 0, ot, w, e) },
+        aclnnRotaryPositionEmbedding,
+    );
+    let mut want = vec![0.0; 8];
+    for r in 0..2 {
+        for e in 0..4 {
+            let i = r * 4 + e;
+            let rot = if e < 2 {
+                -x1[r * 4 + e + 2]
+            } else {
+                x1[r * 4 + e - 2]
+            };
+            want[i] = (x1[i] * c[i] + rot * sn[i]) as f64;
+        }
+    }
+    close(&host::<f32>(dy, 8), &want, 1e-6);
+    // Mode 2 (quarter) is not an A2 mode.
+    let (mut w, mut e) = (0u64, null_mut::<Executor>());
+    // SAFETY: as above.
+    let r =
+        unsafe { aclnnRotaryPositionEmbeddingGetWorkspaceSize(xt, ct, st, 2, ot, &mut w, &mut e) };
+    assert_eq!(r, 161002);
 }
