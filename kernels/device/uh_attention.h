@@ -20,20 +20,47 @@
 
 #define UH_ATT_MAXD 256
 #ifdef UH_CPU
-#define UH_ATT_QT 8
+// Query rows per work item: each key block is converted and transposed once per tile, so a tall
+// tile amortises that over more rows.
+#define UH_ATT_QT 64
 #define UH_ATT_KB 64
+// The tiles' rows start on cache lines (no vector load splits across two).
+#define UH_ATT_ALIGN __attribute__((aligned(64)))
+// Query rows per step of the dk/dv kernel: its products sum over them, so a longer step keeps
+// the dk/dv accumulators in registers longer.
+#define UH_ATT_QB 64
+// Register tile of uh_att_mm: 16 columns (two AVX2 or one AVX-512 vector) by 4 rows, or by 8 rows
+// with AVX-512's 32 registers: 8 independent accumulator chains, enough to hide the add latency
+// (no contraction: a multiply then an add per step).
+#ifdef __AVX512F__
+#define UH_ATT_MR 8
+#else
+#define UH_ATT_MR 4
+#endif
+#define UH_ATT_NR 16
 // Work items go to the pool's blocks round-robin: tiles near the diagonal of a causal mask cost
 // less than the last ones, so contiguous chunks would leave blocks idle.
 #define UH_ATT_LOOP(ctx, w, n) for (uh_i64 w = uh_block_id(ctx); w < (n); w += uh_grid_size(ctx))
 #else
 #define UH_ATT_QT 1
 #define UH_ATT_KB 4
+#define UH_ATT_QB 1
+#define UH_ATT_ALIGN
+#define UH_ATT_MR 1
+#define UH_ATT_NR 4
 #define UH_ATT_LOOP(ctx, w, n) UH_LOOP(ctx, w, n)
 #endif
 
+UH_DEV uh_i64 uh_att_round(uh_i64 n, uh_i64 m) { return (n + m - 1) / m * m; }
+
+// An explicit fused multiply-add: one rounding, the same bits on every ISA variant and GPU (the
+// library compiles without contraction; a variant without FMA instructions calls libm's fma).
+UH_DEV_INLINE float uh_fma(float a, float b, float c) { return fmaf(a, b, c); }
+UH_DEV_INLINE double uh_fma(double a, double b, double c) { return fma(a, b, c); }
+
 // The geometry and options every attention kernel reads from its arguments.
 struct uh_att_geom {
-    uh_i64 B, Hq, S, Sk, Hkv, D, group;
+    uh_i64 B, Hq, S, Sk, Hkv, D, Dp, group;
     bool bias, causal;
     double p;
     UH_MEMBER void read(const uh_args &a) {
@@ -43,6 +70,7 @@ struct uh_att_geom {
         Sk = a.size[3];
         Hkv = a.size[4];
         D = a.len;
+        Dp = uh_att_round(D, UH_ATT_NR);
         group = Hkv > 0 ? Hq / Hkv : 1;
         bias = a.i[0] != 0;
         causal = a.i[1] != 0;
@@ -62,32 +90,65 @@ template <class S> UH_DEV const S *uh_att_row(const uh_args &a, int k, uh_i64 b,
     return (const S *)a.ptr[k] + b * a.stride[k][0] + h * a.stride[k][1] + r * a.stride[k][2];
 }
 
-// Keys j0..j0+nk of a (batch, kv head) into dst[d][jj] (transposed; zero past nk) and, when
-// `rows` is set, into rows[jj][d] too.
+// c[r][j] (+)= sum over k < K, in increasing k, of a[r * ars + k * aks] * b[k][j] (each term
+// fused into the sum: uh_fma), for r < rows (a multiple of UH_ATT_MR) and j < cols (a multiple of
+// UH_ATT_NR); c and b have row strides ldc and ldb. Each output is one accumulator summed in
+// order, so blocking changes no result; the register tile reuses every loaded b vector for
+// UH_ATT_MR rows.
+template <class A>
+UH_DEV void uh_att_mm(const A *a, uh_i64 ars, uh_i64 aks, const A *b, uh_i64 ldb, A *c, uh_i64 ldc, uh_i64 rows,
+                      uh_i64 cols, uh_i64 K, bool accumulate) {
+    for (uh_i64 j0 = 0; j0 < cols; j0 += UH_ATT_NR)
+        for (uh_i64 r0 = 0; r0 < rows; r0 += UH_ATT_MR) {
+            UH_ATT_ALIGN A acc[UH_ATT_MR][UH_ATT_NR];
+            for (int r = 0; r < UH_ATT_MR; ++r)
+                for (int j = 0; j < UH_ATT_NR; ++j) acc[r][j] = accumulate ? c[(r0 + r) * ldc + j0 + j] : (A)0;
+            for (uh_i64 k = 0; k < K; ++k) {
+                const A *br = b + k * ldb + j0;
+                for (int r = 0; r < UH_ATT_MR; ++r) {
+                    const A av = a[(r0 + r) * ars + k * aks];
+                    for (int j = 0; j < UH_ATT_NR; ++j) acc[r][j] = uh_fma(av, br[j], acc[r][j]);
+                }
+            }
+            for (int r = 0; r < UH_ATT_MR; ++r)
+                for (int j = 0; j < UH_ATT_NR; ++j) c[(r0 + r) * ldc + j0 + j] = acc[r][j];
+        }
+}
+
+// Keys j0..j0+nk of a (batch, kv head), transposed into t[d][jj] for d < D and jj < nkp (zero
+// past nk), and, when `rows` is set, as rows[jj][d] for jj < nk and d < Dp (zero past D).
 template <class T>
-UH_DEV void uh_att_load_block(const uh_args &a, int k, uh_i64 b, uh_i64 h, uh_i64 j0, uh_i64 nk, uh_i64 D,
-                              typename T::compute (*dst)[UH_ATT_KB], typename T::compute (*rows)[UH_ATT_MAXD]) {
+UH_DEV void uh_att_load_block(const uh_args &a, const uh_att_geom &g, int k, uh_i64 b, uh_i64 h, uh_i64 j0, uh_i64 nk,
+                              typename T::compute (*t)[UH_ATT_KB], typename T::compute (*rows)[UH_ATT_MAXD]) {
     typedef typename T::storage S;
-    for (uh_i64 jj = 0; jj < UH_ATT_KB; ++jj) {
+    typedef typename T::compute A;
+    const uh_i64 nkp = uh_att_round(nk, UH_ATT_NR);
+    for (uh_i64 jj = 0; jj < nkp; ++jj) {
         if (jj < nk) {
             const S *src = uh_att_row<S>(a, k, b, h, j0 + jj);
-            for (uh_i64 d = 0; d < D; ++d) {
-                typename T::compute x = T::load(src + d);
-                dst[d][jj] = x;
+            for (uh_i64 d = 0; d < g.D; ++d) {
+                const A x = T::load(src + d);
+                t[d][jj] = x;
                 if (rows) rows[jj][d] = x;
             }
+            if (rows)
+                for (uh_i64 d = g.D; d < g.Dp; ++d) rows[jj][d] = 0;
         } else {
-            for (uh_i64 d = 0; d < D; ++d) dst[d][jj] = 0;
+            for (uh_i64 d = 0; d < g.D; ++d) t[d][jj] = 0;
         }
     }
 }
 
-// sc[jj] = sum over d of x[d] * kt[d][jj], d in order (one accumulator per key).
-template <class A> UH_DEV void uh_att_dots(const A *x, A (*kt)[UH_ATT_KB], uh_i64 D, A *sc) {
-    for (int jj = 0; jj < UH_ATT_KB; ++jj) sc[jj] = 0;
-    for (uh_i64 d = 0; d < D; ++d) {
-        const A xd = x[d];
-        for (int jj = 0; jj < UH_ATT_KB; ++jj) sc[jj] += xd * kt[d][jj];
+// Query-side rows i0..i0+nq of operand k into dst[r][d] for r < round(nq, MR), d < Dp (zero
+// outside the data).
+template <class T>
+UH_DEV void uh_att_load_rows(const uh_args &a, const uh_att_geom &g, int k, uh_i64 b, uh_i64 h, uh_i64 i0, uh_i64 nq,
+                             typename T::compute (*dst)[UH_ATT_MAXD]) {
+    typedef typename T::storage S;
+    const uh_i64 nqp = uh_att_round(nq, UH_ATT_MR);
+    for (uh_i64 r = 0; r < nqp; ++r) {
+        const S *src = r < nq ? uh_att_row<S>(a, k, b, h, i0 + r) : 0;
+        for (uh_i64 d = 0; d < g.Dp; ++d) dst[r][d] = src && d < g.D ? T::load(src + d) : (typename T::compute)0;
     }
 }
 
@@ -115,55 +176,58 @@ template <class T> struct uh_attention_k {
         typedef typename T::compute A;
         uh_att_geom g;
         g.read(a);
-        const uh_i64 D = g.D, tiles = (g.S + UH_ATT_QT - 1) / UH_ATT_QT;
+        const uh_i64 D = g.D, Dp = g.Dp, tiles = (g.S + UH_ATT_QT - 1) / UH_ATT_QT;
         const A ninf = -uh_inf((A)0);
         const A kscale = g.p > 0 ? (A)(1.0 / (1.0 - g.p)) : (A)1;
         UH_ATT_LOOP(ctx, w, g.B * g.Hq * tiles) {
             const uh_i64 t = w % tiles, h = (w / tiles) % g.Hq, b = w / tiles / g.Hq, hk = h / g.group;
             const uh_i64 i0 = t * UH_ATT_QT, nq = g.S - i0 < UH_ATT_QT ? g.S - i0 : UH_ATT_QT;
-            A qf[UH_ATT_QT][UH_ATT_MAXD], acc[UH_ATT_QT][UH_ATT_MAXD], m[UH_ATT_QT], l[UH_ATT_QT];
-            A kt[UH_ATT_MAXD][UH_ATT_KB], vf[UH_ATT_KB][UH_ATT_MAXD], sc[UH_ATT_KB];
-            for (uh_i64 r = 0; r < nq; ++r) {
-                const S *q = uh_att_row<S>(a, 0, b, h, i0 + r);
-                for (uh_i64 d = 0; d < D; ++d) {
-                    qf[r][d] = T::load(q + d);
-                    acc[r][d] = 0;
-                }
+            const uh_i64 nqp = uh_att_round(nq, UH_ATT_MR);
+            UH_ATT_ALIGN A qf[UH_ATT_QT][UH_ATT_MAXD], acc[UH_ATT_QT][UH_ATT_MAXD], m[UH_ATT_QT], l[UH_ATT_QT];
+            UH_ATT_ALIGN A kt[UH_ATT_MAXD][UH_ATT_KB], vf[UH_ATT_KB][UH_ATT_MAXD], sc[UH_ATT_QT][UH_ATT_KB];
+            uh_att_load_rows<T>(a, g, 0, b, h, i0, nq, qf);
+            for (uh_i64 r = 0; r < nqp; ++r) {
+                for (uh_i64 d = 0; d < Dp; ++d) acc[r][d] = 0;
                 m[r] = ninf;
                 l[r] = 0;
             }
             const uh_i64 kend = g.key_end(i0 + nq - 1);
             for (uh_i64 j0 = 0; j0 < kend; j0 += UH_ATT_KB) {
                 const uh_i64 nk = kend - j0 < UH_ATT_KB ? kend - j0 : UH_ATT_KB;
-                uh_att_load_block<T>(a, 1, b, hk, j0, nk, D, kt, (A(*)[UH_ATT_MAXD])0);
+                uh_att_load_block<T>(a, g, 1, b, hk, j0, nk, kt, (A(*)[UH_ATT_MAXD])0);
                 for (uh_i64 jj = 0; jj < nk; ++jj) {
                     const S *v = uh_att_row<S>(a, 2, b, hk, j0 + jj);
-                    for (uh_i64 d = 0; d < D; ++d) vf[jj][d] = T::load(v + d);
+                    for (uh_i64 d = 0; d < Dp; ++d) vf[jj][d] = d < D ? T::load(v + d) : (A)0;
                 }
+                uh_att_mm(qf[0], UH_ATT_MAXD, 1, kt[0], UH_ATT_KB, sc[0], UH_ATT_KB, nqp,
+                          uh_att_round(nk, UH_ATT_NR), D, false);
                 for (uh_i64 r = 0; r < nq; ++r) {
                     const uh_i64 i = i0 + r;
-                    uh_att_dots(qf[r], kt, D, sc);
-                    uh_att_scores<T>(a, g, b, h, i, j0, nk, sc);
+                    A *sr = sc[r];
+                    uh_att_scores<T>(a, g, b, h, i, j0, nk, sr);
                     A mx = m[r];
-                    for (uh_i64 jj = 0; jj < nk; ++jj) mx = sc[jj] > mx ? sc[jj] : mx;
-                    if (mx == ninf) continue; // every key so far is masked
+                    for (uh_i64 jj = 0; jj < nk; ++jj) mx = sr[jj] > mx ? sr[jj] : mx;
+                    if (mx == ninf) { // every key so far is masked: nothing to add
+                        for (uh_i64 jj = 0; jj < nk; ++jj) sr[jj] = 0;
+                        continue;
+                    }
                     const A alpha = m[r] == ninf ? (A)0 : uh_expc(m[r] - mx);
                     A sum = 0;
                     for (uh_i64 jj = 0; jj < nk; ++jj) {
-                        const A pj = sc[jj] == ninf ? (A)0 : uh_expc(sc[jj] - mx);
+                        const A pj = sr[jj] == ninf ? (A)0 : uh_expc(sr[jj] - mx);
                         sum += pj;
-                        sc[jj] = pj;
+                        sr[jj] = pj;
                     }
                     l[r] = l[r] * alpha + sum;
                     m[r] = mx;
                     if (g.p > 0)
-                        for (uh_i64 jj = 0; jj < nk; ++jj) sc[jj] = g.keep(a, b, h, i, j0 + jj) ? sc[jj] * kscale : (A)0;
-                    for (uh_i64 d = 0; d < D; ++d) acc[r][d] *= alpha;
-                    for (uh_i64 jj = 0; jj < nk; ++jj) {
-                        const A pj = sc[jj];
-                        for (uh_i64 d = 0; d < D; ++d) acc[r][d] += pj * vf[jj][d];
-                    }
+                        for (uh_i64 jj = 0; jj < nk; ++jj) sr[jj] = g.keep(a, b, h, i, j0 + jj) ? sr[jj] * kscale : (A)0;
+                    for (uh_i64 d = 0; d < Dp; ++d) acc[r][d] *= alpha;
                 }
+                // Padding rows (r >= nq) have zero queries, so zero scores: they add nothing.
+                for (uh_i64 r = nq; r < nqp; ++r)
+                    for (uh_i64 jj = 0; jj < nk; ++jj) sc[r][jj] = 0;
+                uh_att_mm(sc[0], UH_ATT_KB, 1, vf[0], UH_ATT_MAXD, acc[0], UH_ATT_MAXD, nqp, Dp, nk, true);
             }
             for (uh_i64 r = 0; r < nq; ++r) {
                 S *o = (S *)uh_att_row<S>(a, 4, b, h, i0 + r);
@@ -202,15 +266,19 @@ template <class T> struct uh_attention_delta_k {
     }
 };
 
-// The probabilities and score gradients of query row i against keys j0..j0+nk: p[jj] the
-// dropped-out probability (what multiplied v), ds[jj] the gradient of the scaled score.
-// sc holds q·k, dp holds dout·v on entry.
+// The probabilities and score gradients of query row i against keys j0..j0+nk: on entry sc holds
+// q·k and dp holds dout·v; on return sc[jj] is the dropped-out probability (what multiplied v)
+// and dp[jj] the gradient of the (pre-scale) score. A fully masked row (lse -inf) gets zeros.
 template <class T>
 UH_DEV void uh_att_grads(const uh_args &a, const uh_att_geom &g, uh_i64 b, uh_i64 h, uh_i64 i, uh_i64 j0, uh_i64 nk,
                          typename T::compute lse, typename T::compute delta, typename T::compute *sc,
                          typename T::compute *dp) {
     typedef typename T::compute A;
     const A ninf = -uh_inf((A)0);
+    if (lse == ninf) {
+        for (uh_i64 jj = 0; jj < nk; ++jj) sc[jj] = dp[jj] = 0;
+        return;
+    }
     const A kscale = g.p > 0 ? (A)(1.0 / (1.0 - g.p)) : (A)1;
     uh_att_scores<T>(a, g, b, h, i, j0, nk, sc);
     for (uh_i64 jj = 0; jj < nk; ++jj) {
@@ -229,40 +297,33 @@ template <class T> struct uh_attention_dq_k {
         typedef typename T::compute A;
         uh_att_geom g;
         g.read(a);
-        const uh_i64 D = g.D, tiles = (g.S + UH_ATT_QT - 1) / UH_ATT_QT;
-        const A ninf = -uh_inf((A)0), scale = (A)a.s[0];
+        const uh_i64 D = g.D, Dp = g.Dp, tiles = (g.S + UH_ATT_QT - 1) / UH_ATT_QT;
+        const A scale = (A)a.s[0];
         const A *stats = (const A *)a.ptr[5];
         UH_ATT_LOOP(ctx, w, g.B * g.Hq * tiles) {
             const uh_i64 t = w % tiles, h = (w / tiles) % g.Hq, b = w / tiles / g.Hq, hk = h / g.group;
             const uh_i64 i0 = t * UH_ATT_QT, nq = g.S - i0 < UH_ATT_QT ? g.S - i0 : UH_ATT_QT;
-            A qf[UH_ATT_QT][UH_ATT_MAXD], dof[UH_ATT_QT][UH_ATT_MAXD], acc[UH_ATT_QT][UH_ATT_MAXD];
-            A kt[UH_ATT_MAXD][UH_ATT_KB], vt[UH_ATT_MAXD][UH_ATT_KB], kf[UH_ATT_KB][UH_ATT_MAXD];
-            A sc[UH_ATT_KB], dp[UH_ATT_KB];
-            for (uh_i64 r = 0; r < nq; ++r) {
-                const S *q = uh_att_row<S>(a, 0, b, h, i0 + r), *dout = uh_att_row<S>(a, 4, b, h, i0 + r);
-                for (uh_i64 d = 0; d < D; ++d) {
-                    qf[r][d] = T::load(q + d);
-                    dof[r][d] = T::load(dout + d);
-                    acc[r][d] = 0;
-                }
-            }
+            const uh_i64 nqp = uh_att_round(nq, UH_ATT_MR);
+            UH_ATT_ALIGN A qf[UH_ATT_QT][UH_ATT_MAXD], dof[UH_ATT_QT][UH_ATT_MAXD], acc[UH_ATT_QT][UH_ATT_MAXD];
+            UH_ATT_ALIGN A kt[UH_ATT_MAXD][UH_ATT_KB], vt[UH_ATT_MAXD][UH_ATT_KB], kf[UH_ATT_KB][UH_ATT_MAXD];
+            UH_ATT_ALIGN A sc[UH_ATT_QT][UH_ATT_KB], dp[UH_ATT_QT][UH_ATT_KB];
+            uh_att_load_rows<T>(a, g, 0, b, h, i0, nq, qf);
+            uh_att_load_rows<T>(a, g, 4, b, h, i0, nq, dof);
+            for (uh_i64 r = 0; r < nqp; ++r)
+                for (uh_i64 d = 0; d < Dp; ++d) acc[r][d] = 0;
             const uh_i64 row0 = (b * g.Hq + h) * g.S + i0;
             const uh_i64 kend = g.key_end(i0 + nq - 1);
             for (uh_i64 j0 = 0; j0 < kend; j0 += UH_ATT_KB) {
                 const uh_i64 nk = kend - j0 < UH_ATT_KB ? kend - j0 : UH_ATT_KB;
-                uh_att_load_block<T>(a, 1, b, hk, j0, nk, D, kt, kf);
-                uh_att_load_block<T>(a, 2, b, hk, j0, nk, D, vt, (A(*)[UH_ATT_MAXD])0);
-                for (uh_i64 r = 0; r < nq; ++r) {
-                    const A lse = stats[2 * (row0 + r)], delta = stats[2 * (row0 + r) + 1];
-                    if (lse == ninf) continue; // a fully masked row has no gradient
-                    uh_att_dots(qf[r], kt, D, sc);
-                    uh_att_dots(dof[r], vt, D, dp);
-                    uh_att_grads<T>(a, g, b, h, i0 + r, j0, nk, lse, delta, sc, dp);
-                    for (uh_i64 jj = 0; jj < nk; ++jj) {
-                        const A ds = dp[jj];
-                        for (uh_i64 d = 0; d < D; ++d) acc[r][d] += ds * kf[jj][d];
-                    }
-                }
+                const uh_i64 nkp = uh_att_round(nk, UH_ATT_NR);
+                uh_att_load_block<T>(a, g, 1, b, hk, j0, nk, kt, kf);
+                uh_att_load_block<T>(a, g, 2, b, hk, j0, nk, vt, (A(*)[UH_ATT_MAXD])0);
+                uh_att_mm(qf[0], UH_ATT_MAXD, 1, kt[0], UH_ATT_KB, sc[0], UH_ATT_KB, nqp, nkp, D, false);
+                uh_att_mm(dof[0], UH_ATT_MAXD, 1, vt[0], UH_ATT_KB, dp[0], UH_ATT_KB, nqp, nkp, D, false);
+                for (uh_i64 r = 0; r < nq; ++r)
+                    uh_att_grads<T>(a, g, b, h, i0 + r, j0, nk, stats[2 * (row0 + r)], stats[2 * (row0 + r) + 1], sc[r],
+                                    dp[r]);
+                uh_att_mm(dp[0], UH_ATT_KB, 1, kf[0], UH_ATT_MAXD, acc[0], UH_ATT_MAXD, nqp, Dp, nk, true);
             }
             for (uh_i64 r = 0; r < nq; ++r) {
                 S *dq = (S *)uh_att_row<S>(a, 6, b, h, i0 + r);
@@ -280,42 +341,46 @@ template <class T> struct uh_attention_dkv_k {
         typedef typename T::compute A;
         uh_att_geom g;
         g.read(a);
-        const uh_i64 D = g.D, tiles = (g.Sk + UH_ATT_KB - 1) / UH_ATT_KB;
-        const A ninf = -uh_inf((A)0), scale = (A)a.s[0];
+        const uh_i64 D = g.D, Dp = g.Dp, tiles = (g.Sk + UH_ATT_KB - 1) / UH_ATT_KB;
+        const A scale = (A)a.s[0];
         const A *stats = (const A *)a.ptr[5];
         UH_ATT_LOOP(ctx, w, g.B * g.Hkv * tiles) {
             const uh_i64 t = w % tiles, hk = (w / tiles) % g.Hkv, b = w / tiles / g.Hkv;
             const uh_i64 j0 = t * UH_ATT_KB, nk = g.Sk - j0 < UH_ATT_KB ? g.Sk - j0 : UH_ATT_KB;
-            A kt[UH_ATT_MAXD][UH_ATT_KB], vt[UH_ATT_MAXD][UH_ATT_KB];
-            A dk[UH_ATT_KB][UH_ATT_MAXD], dv[UH_ATT_KB][UH_ATT_MAXD];
-            A qf[UH_ATT_MAXD], dof[UH_ATT_MAXD], sc[UH_ATT_KB], dp[UH_ATT_KB];
-            uh_att_load_block<T>(a, 1, b, hk, j0, nk, D, kt, (A(*)[UH_ATT_MAXD])0);
-            uh_att_load_block<T>(a, 2, b, hk, j0, nk, D, vt, (A(*)[UH_ATT_MAXD])0);
-            for (uh_i64 jj = 0; jj < nk; ++jj)
-                for (uh_i64 d = 0; d < D; ++d) dk[jj][d] = dv[jj][d] = 0;
+            const uh_i64 nkp = uh_att_round(nk, UH_ATT_NR);
+            UH_ATT_ALIGN A kt[UH_ATT_MAXD][UH_ATT_KB], vt[UH_ATT_MAXD][UH_ATT_KB];
+            UH_ATT_ALIGN A dk[UH_ATT_KB][UH_ATT_MAXD], dv[UH_ATT_KB][UH_ATT_MAXD];
+            UH_ATT_ALIGN A qf[UH_ATT_QB][UH_ATT_MAXD], dof[UH_ATT_QB][UH_ATT_MAXD], sc[UH_ATT_QB][UH_ATT_KB], dp[UH_ATT_QB][UH_ATT_KB];
+            // sc and dp transposed (keys by query rows), the left operands of the dv and dk products.
+            UH_ATT_ALIGN A pt[UH_ATT_KB][UH_ATT_QB], dst[UH_ATT_KB][UH_ATT_QB];
+            uh_att_load_block<T>(a, g, 1, b, hk, j0, nk, kt, (A(*)[UH_ATT_MAXD])0);
+            uh_att_load_block<T>(a, g, 2, b, hk, j0, nk, vt, (A(*)[UH_ATT_MAXD])0);
+            for (uh_i64 jj = 0; jj < nkp; ++jj)
+                for (uh_i64 d = 0; d < Dp; ++d) dk[jj][d] = dv[jj][d] = 0;
             // Causal: query i sees key j only when j <= i.
             const uh_i64 istart = g.causal ? j0 : 0;
             for (uh_i64 hh = 0; hh < g.group; ++hh) {
                 const uh_i64 h = hk * g.group + hh;
-                for (uh_i64 i = istart; i < g.S; ++i) {
-                    const uh_i64 row = (b * g.Hq + h) * g.S + i;
-                    const A lse = stats[2 * row], delta = stats[2 * row + 1];
-                    if (lse == ninf) continue;
-                    const S *q = uh_att_row<S>(a, 0, b, h, i), *dout = uh_att_row<S>(a, 4, b, h, i);
-                    for (uh_i64 d = 0; d < D; ++d) {
-                        qf[d] = T::load(q + d);
-                        dof[d] = T::load(dout + d);
-                    }
-                    uh_att_dots(qf, kt, D, sc);
-                    uh_att_dots(dof, vt, D, dp);
-                    uh_att_grads<T>(a, g, b, h, i, j0, nk, lse, delta, sc, dp);
-                    for (uh_i64 jj = 0; jj < nk; ++jj) {
-                        const A pj = sc[jj], ds = dp[jj];
-                        for (uh_i64 d = 0; d < D; ++d) {
-                            dv[jj][d] += pj * dof[d];
-                            dk[jj][d] += ds * qf[d];
+                for (uh_i64 i0 = istart; i0 < g.S; i0 += UH_ATT_QB) {
+                    const uh_i64 nq = g.S - i0 < UH_ATT_QB ? g.S - i0 : UH_ATT_QB;
+                    const uh_i64 nqp = uh_att_round(nq, UH_ATT_MR);
+                    uh_att_load_rows<T>(a, g, 0, b, h, i0, nq, qf);
+                    uh_att_load_rows<T>(a, g, 4, b, h, i0, nq, dof);
+                    uh_att_mm(qf[0], UH_ATT_MAXD, 1, kt[0], UH_ATT_KB, sc[0], UH_ATT_KB, nqp, nkp, D, false);
+                    uh_att_mm(dof[0], UH_ATT_MAXD, 1, vt[0], UH_ATT_KB, dp[0], UH_ATT_KB, nqp, nkp, D, false);
+                    const uh_i64 row0 = (b * g.Hq + h) * g.S + i0;
+                    for (uh_i64 r = 0; r < nq; ++r)
+                        uh_att_grads<T>(a, g, b, h, i0 + r, j0, nk, stats[2 * (row0 + r)], stats[2 * (row0 + r) + 1],
+                                        sc[r], dp[r]);
+                    // Columns past nk hold scores of zero keys, unused: dv and dk rows past nk
+                    // are not stored. Padding rows (r >= nq) have zero q and dout: they add 0.
+                    for (uh_i64 jj = 0; jj < nkp; ++jj)
+                        for (uh_i64 r = 0; r < nq; ++r) {
+                            pt[jj][r] = sc[r][jj];
+                            dst[jj][r] = dp[r][jj];
                         }
-                    }
+                    uh_att_mm(pt[0], UH_ATT_QB, 1, dof[0], UH_ATT_MAXD, dv[0], UH_ATT_MAXD, nkp, Dp, nq, true);
+                    uh_att_mm(dst[0], UH_ATT_QB, 1, qf[0], UH_ATT_MAXD, dk[0], UH_ATT_MAXD, nkp, Dp, nq, true);
                 }
             }
             for (uh_i64 jj = 0; jj < nk; ++jj) {

@@ -11,7 +11,7 @@ use unihal_hal::{LaunchConfig, MandatoryCaps, Result, TensorView};
 
 /// Query rows per work item and keys per block: `UH_ATT_QT`/`UH_ATT_KB` of the header, for host
 /// devices and for GPUs.
-const HOST_TILE: (u64, u64) = (8, 64);
+const HOST_TILE: (u64, u64) = (64, 64);
 const GPU_TILE: (u64, u64) = (1, 4);
 
 fn tile(caps: &MandatoryCaps) -> (u64, u64) {
