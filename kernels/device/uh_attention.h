@@ -58,6 +58,20 @@ UH_DEV uh_i64 uh_att_round(uh_i64 n, uh_i64 m) { return (n + m - 1) / m * m; }
 UH_DEV_INLINE float uh_fma(float a, float b, float c) { return fmaf(a, b, c); }
 UH_DEV_INLINE double uh_fma(double a, double b, double c) { return fma(a, b, c); }
 
+// op over x[0..n) with UH_LANES independent partial results combined in a fixed order: the loop
+// vectorises without reassociating (a sum or max carried through one variable would not).
+template <class A, class Op> UH_DEV A uh_att_reduce(const A *x, uh_i64 n, A init, Op op) {
+    A acc[UH_LANES];
+    for (int l = 0; l < UH_LANES; ++l) acc[l] = init;
+    uh_i64 j = 0;
+    for (; j + UH_LANES <= n; j += UH_LANES)
+        for (int l = 0; l < UH_LANES; ++l) acc[l] = op(acc[l], x[j + l]);
+    for (int l = 0; j + l < n; ++l) acc[l] = op(acc[l], x[j + l]);
+    A r = acc[0];
+    for (int l = 1; l < UH_LANES; ++l) r = op(r, acc[l]);
+    return r;
+}
+
 // The geometry and options every attention kernel reads from its arguments.
 struct uh_att_geom {
     uh_i64 B, Hq, S, Sk, Hkv, D, Dp, group;
@@ -205,19 +219,14 @@ template <class T> struct uh_attention_k {
                     const uh_i64 i = i0 + r;
                     A *sr = sc[r];
                     uh_att_scores<T>(a, g, b, h, i, j0, nk, sr);
-                    A mx = m[r];
-                    for (uh_i64 jj = 0; jj < nk; ++jj) mx = sr[jj] > mx ? sr[jj] : mx;
+                    A mx = uh_att_reduce(sr, nk, m[r], uh_red_max());
                     if (mx == ninf) { // every key so far is masked: nothing to add
                         for (uh_i64 jj = 0; jj < nk; ++jj) sr[jj] = 0;
                         continue;
                     }
                     const A alpha = m[r] == ninf ? (A)0 : uh_expc(m[r] - mx);
-                    A sum = 0;
-                    for (uh_i64 jj = 0; jj < nk; ++jj) {
-                        const A pj = sr[jj] == ninf ? (A)0 : uh_expc(sr[jj] - mx);
-                        sum += pj;
-                        sr[jj] = pj;
-                    }
+                    for (uh_i64 jj = 0; jj < nk; ++jj) sr[jj] = sr[jj] == ninf ? (A)0 : uh_expc(sr[jj] - mx);
+                    const A sum = uh_att_reduce(sr, nk, (A)0, uh_red_sum());
                     l[r] = l[r] * alpha + sum;
                     m[r] = mx;
                     if (g.p > 0)
@@ -279,14 +288,22 @@ UH_DEV void uh_att_grads(const uh_args &a, const uh_att_geom &g, uh_i64 b, uh_i6
         for (uh_i64 jj = 0; jj < nk; ++jj) sc[jj] = dp[jj] = 0;
         return;
     }
-    const A kscale = g.p > 0 ? (A)(1.0 / (1.0 - g.p)) : (A)1;
     uh_att_scores<T>(a, g, b, h, i, j0, nk, sc);
+    if (g.p > 0) {
+        const A kscale = (A)(1.0 / (1.0 - g.p));
+        for (uh_i64 jj = 0; jj < nk; ++jj) {
+            const A pj = sc[jj] == ninf ? (A)0 : uh_expc(sc[jj] - lse);
+            const A z = g.keep(a, b, h, i, j0 + jj) ? kscale : (A)0;
+            dp[jj] = pj * (dp[jj] * z - delta);
+            sc[jj] = pj * z;
+        }
+        return;
+    }
+    // Without dropout the loop has no call: it vectorises.
     for (uh_i64 jj = 0; jj < nk; ++jj) {
         const A pj = sc[jj] == ninf ? (A)0 : uh_expc(sc[jj] - lse);
-        A z = 1;
-        if (g.p > 0) z = g.keep(a, b, h, i, j0 + jj) ? kscale : (A)0;
-        dp[jj] = pj * (dp[jj] * z - delta);
-        sc[jj] = pj * z;
+        dp[jj] = pj * (dp[jj] - delta);
+        sc[jj] = pj;
     }
 }
 

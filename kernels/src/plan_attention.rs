@@ -56,9 +56,9 @@ fn common(cx: &Cx) -> Result<UhArgs> {
     if let Some(rng) = o.rng {
         a.u = [rng.seed, rng.offset];
     }
-    for k in 0..3 {
-        a.ptr[k] = addr(&t[k]);
-        a.stride[k][..3].copy_from_slice(&bhs(&t[k]));
+    for (k, v) in t.iter().enumerate().take(3) {
+        a.ptr[k] = addr(v);
+        a.stride[k][..3].copy_from_slice(&bhs(v));
     }
     if has_bias {
         let full = [b, hq, s, sk];
