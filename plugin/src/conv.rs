@@ -31,7 +31,7 @@ pub const DTYPES: [(DType, u32); 12] = [
     (DType::Bool, UH_DTYPE_BOOL),
 ];
 
-/// The ABI's op numbers (ABI 1.0: the HAL's 65 ops).
+/// The ABI's op numbers (ABI 1.0: the HAL's first 65 ops; 1.1 appends the six transformer-block ops).
 pub const OPS: [(OpId, u32); 71] = [
     (OpId::Fill, UH_OP_FILL),
     (OpId::Copy, UH_OP_COPY),
