@@ -28,7 +28,12 @@ fn main() -> Result<(), unihal::HalError> {
     let t = |buf: &unihal::Buffer, shape: &[u64]| TensorView::contiguous(buf, DType::F32, shape);
     let tensor = |seed: u64| -> Result<TensorView, unihal::HalError> {
         let v = t(&dev.alloc(n * 4)?, &shape);
-        st.run_op(&OpCall::normal(v.clone(), 0.0, 1.0, RngState { seed, offset: 0 }))?;
+        st.run_op(&OpCall::normal(
+            v.clone(),
+            0.0,
+            1.0,
+            RngState { seed, offset: 0 },
+        ))?;
         Ok(v)
     };
     let (q, k, v, dout) = (tensor(1)?, tensor(2)?, tensor(3)?, tensor(4)?);

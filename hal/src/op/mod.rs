@@ -1037,11 +1037,17 @@ mod tests {
         };
         let (q, k, v) = (part(0), part((h * d) as u64), part(2 * (h * d) as u64));
         assert!(views_disjoint(&q, &k) && views_disjoint(&k, &v) && views_disjoint(&q, &v));
-        assert!(!views_disjoint(&q, &part(1)), "shifted by one element: overlapping");
+        assert!(
+            !views_disjoint(&q, &part(1)),
+            "shifted by one element: overlapping"
+        );
         assert!(!views_disjoint(&q, &q));
         let mut wider = part((h * d) as u64);
         wider.shape[3] = 9;
-        assert!(!views_disjoint(&q, &wider), "different shapes are not proven");
+        assert!(
+            !views_disjoint(&q, &wider),
+            "different shapes are not proven"
+        );
     }
 
     /// Huge shapes are never a panic: numel saturates, spans fail the range check.
