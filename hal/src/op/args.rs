@@ -173,30 +173,11 @@ impl OpCall {
 mod tests {
     use super::*;
     use crate::op::nn::ParamGroup;
-    use crate::{Buffer, DType, TensorView};
+    use crate::{DType, TensorView};
 
     /// A view of a zero-length allocation: constructors and accessors never touch memory.
     fn view() -> TensorView {
-        struct NoMemory;
-        // SAFETY: a zero-length allocation: no byte is ever accessed.
-        unsafe impl crate::DeviceAllocation for NoMemory {
-            fn device(&self) -> crate::DeviceId {
-                crate::DeviceId {
-                    backend: "test",
-                    ordinal: 0,
-                }
-            }
-            fn addr(&self) -> u64 {
-                4096
-            }
-            fn len(&self) -> u64 {
-                0
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-        TensorView::contiguous(&Buffer::from_allocation(NoMemory), DType::F32, &[4])
+        TensorView::contiguous(&crate::op::no_memory(), DType::F32, &[4])
     }
 
     #[test]

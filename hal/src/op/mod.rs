@@ -982,6 +982,32 @@ fn exact_alias(a: &TensorView, b: &TensorView, shape: &[u64]) -> bool {
         && b.broadcast_strides(shape) == a.broadcast_strides(shape)
 }
 
+/// A zero-length allocation for the HAL's unit tests: views of it exercise constructors,
+/// accessors and the checks that come before any memory check; no byte is ever accessed.
+#[cfg(test)]
+pub(crate) fn no_memory() -> Buffer {
+    struct NoMemory;
+    // SAFETY: a zero-length allocation: no byte is ever accessed (only addresses compared).
+    unsafe impl crate::DeviceAllocation for NoMemory {
+        fn device(&self) -> crate::DeviceId {
+            crate::DeviceId {
+                backend: "test",
+                ordinal: 0,
+            }
+        }
+        fn addr(&self) -> u64 {
+            4096
+        }
+        fn len(&self) -> u64 {
+            0
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+    Buffer::from_allocation(NoMemory)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1008,26 +1034,7 @@ mod tests {
     /// q, k and v of one fused `(B, S, 3, H, D)` buffer share no element; shifted views do.
     #[test]
     fn fused_qkv_views_are_disjoint() {
-        struct NoMemory;
-        // SAFETY: a zero-length allocation: no byte is ever accessed (only addresses compared).
-        unsafe impl crate::DeviceAllocation for NoMemory {
-            fn device(&self) -> crate::DeviceId {
-                crate::DeviceId {
-                    backend: "test",
-                    ordinal: 0,
-                }
-            }
-            fn addr(&self) -> u64 {
-                4096
-            }
-            fn len(&self) -> u64 {
-                0
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-        let buf = Buffer::from_allocation(NoMemory);
+        let buf = no_memory();
         let (s, h, d) = (5i64, 2i64, 8i64);
         let part = |elems: u64| {
             let mut v = TensorView::contiguous(&buf, DType::F32, &[2, 2, 5, 8]);
@@ -1053,26 +1060,7 @@ mod tests {
     /// Huge shapes are never a panic: numel saturates, spans fail the range check.
     #[test]
     fn huge_shapes_are_errors_not_panics() {
-        struct NoMemory;
-        // SAFETY: a zero-length allocation: no byte is ever accessed.
-        unsafe impl crate::DeviceAllocation for NoMemory {
-            fn device(&self) -> crate::DeviceId {
-                crate::DeviceId {
-                    backend: "test",
-                    ordinal: 0,
-                }
-            }
-            fn addr(&self) -> u64 {
-                4096
-            }
-            fn len(&self) -> u64 {
-                0
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-        let b = Buffer::from_allocation(NoMemory);
+        let b = no_memory();
         let huge = [1u64 << 40, 1 << 40, 1 << 40];
         let v = TensorView::contiguous(&b, DType::F32, &huge);
         assert_eq!(v.numel(), u64::MAX);

@@ -297,36 +297,47 @@ pub(super) fn check_rope(call: &OpCall) -> Result<Option<Vec<u64>>> {
     Ok(Some(x.clone()))
 }
 
+/// Philox4x32-10 on a 128-bit counter and a 64-bit key: the generator of the random ops, for a
+/// backend that must reproduce a mask on the host (a vendor operator that takes the dropout mask as
+/// an input, such as Ascend's `aclnnFlashAttentionScore`).
+pub fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let (mut c, mut k) = (ctr, key);
+    for r in 0..10 {
+        if r > 0 {
+            k[0] = k[0].wrapping_add(0x9E37_79B9);
+            k[1] = k[1].wrapping_add(0xBB67_AE85);
+        }
+        let p0 = 0xD251_1F53u64 * c[0] as u64;
+        let p1 = 0xCD9E_8D57u64 * c[2] as u64;
+        c = [
+            (p1 >> 32) as u32 ^ c[1] ^ k[0],
+            p1 as u32,
+            (p0 >> 32) as u32 ^ c[3] ^ k[1],
+            p0 as u32,
+        ];
+    }
+    c
+}
+
+/// Whether attention dropout with probability `p` keeps element `c` (the linear index
+/// `((b * Hq + h) * S + i) * Sk + j`) under `rng`: the top 24 bits of the first word of Philox
+/// block `rng.offset + c` (key `rng.seed`) as a float in `[0, 1)`, compared `>= p` in f32 — the
+/// rule every backend's mask follows.
+pub fn attention_keeps(rng: RngState, c: u64, p: f64) -> bool {
+    let ctr = rng.offset.wrapping_add(c);
+    let r = philox(
+        [ctr as u32, (ctr >> 32) as u32, 0, 0],
+        [rng.seed as u32, (rng.seed >> 32) as u32],
+    );
+    (r[0] >> 8) as f32 * 2f32.powi(-24) >= p as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::buffer::Buffer;
     use crate::dtype::DType;
     use crate::error::{HalError, Invalid};
-
-    /// A zero-length allocation: the checks tested here come before any memory check.
-    fn no_memory() -> Buffer {
-        struct NoMemory;
-        // SAFETY: a zero-length allocation: no byte is ever accessed.
-        unsafe impl crate::DeviceAllocation for NoMemory {
-            fn device(&self) -> crate::DeviceId {
-                crate::DeviceId {
-                    backend: "test",
-                    ordinal: 0,
-                }
-            }
-            fn addr(&self) -> u64 {
-                4096
-            }
-            fn len(&self) -> u64 {
-                0
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-        Buffer::from_allocation(NoMemory)
-    }
 
     fn view(buf: &Buffer, d: DType, shape: &[u64]) -> TensorView {
         TensorView::contiguous(buf, d, shape)
@@ -343,8 +354,18 @@ mod tests {
     }
 
     #[test]
+    fn philox_matches_the_random123_known_answer() {
+        assert_eq!(
+            philox([0; 4], [0; 2]),
+            [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]
+        );
+        let rng = RngState { seed: 0, offset: 0 };
+        assert!(attention_keeps(rng, 0, 0.0) && !attention_keeps(rng, 0, 1.0));
+    }
+
+    #[test]
     fn attention_shapes_heads_and_dropout_are_checked() {
-        let buf = no_memory();
+        let buf = crate::op::no_memory();
         let q = || view(&buf, DType::F32, &[2, 4, 8, 16]);
         let kv = |h: u64| view(&buf, DType::F32, &[2, h, 8, 16]);
         let lse = view(&buf, DType::F32, &[2, 4, 8]);

@@ -28,6 +28,7 @@
 use super::desc::Descs;
 use super::Exec;
 use crate::ops::soc::{classify, Class};
+use unihal_hal::op::transformer::attention_keeps;
 use unihal_hal::{
     op::contiguous_strides, DType, HalError, OpCall, OpId, Result, Scalar, Stream, TensorView,
 };
@@ -36,37 +37,6 @@ type D = crate::ffi::nnopbase::Desc;
 
 fn f(v: f64) -> Scalar {
     Scalar::F64(v)
-}
-
-/// Philox4x32-10 (the HAL's generator, `hal/src/op/mod.rs`): 128-bit counter, 64-bit key.
-fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
-    let (mut c, mut k) = (ctr, key);
-    for r in 0..10 {
-        if r > 0 {
-            k[0] = k[0].wrapping_add(0x9E37_79B9);
-            k[1] = k[1].wrapping_add(0xBB67_AE85);
-        }
-        let p0 = 0xD251_1F53u64 * c[0] as u64;
-        let p1 = 0xCD9E_8D57u64 * c[2] as u64;
-        c = [
-            (p1 >> 32) as u32 ^ c[1] ^ k[0],
-            p1 as u32,
-            (p0 >> 32) as u32 ^ c[3] ^ k[1],
-            p0 as u32,
-        ];
-    }
-    c
-}
-
-/// Whether attention dropout keeps element `c` (the HAL's rule: the top 24 bits of the first
-/// word of Philox block `offset + c`, key `seed`, as a float in [0, 1), `>= p` in f32).
-fn kept(seed: u64, offset: u64, c: u64, p: f64) -> bool {
-    let ctr = offset.wrapping_add(c);
-    let r = philox(
-        [ctr as u32, (ctr >> 32) as u32, 0, 0],
-        [seed as u32, (seed >> 32) as u32],
-    );
-    (r[0] >> 8) as f32 * 2f32.powi(-24) >= p as f32
 }
 
 /// A view of `t` broadcast to `shape` (its dims right-aligned; 0 strides where it has 1 or no dim).
@@ -189,7 +159,7 @@ impl Exec<'_> {
             let mut bytes = vec![0u8; (n.div_ceil(128) * 16) as usize];
             if self.probe.is_none() {
                 for c in 0..n {
-                    if kept(rng.seed, rng.offset, c, o.dropout_p) {
+                    if attention_keeps(rng, c, o.dropout_p) {
                         bytes[(c / 8) as usize] |= 1 << (c % 8);
                     }
                 }
