@@ -7,6 +7,7 @@
 //! [`crate::HalError::Unsupported`] for it fails.
 
 use crate::dtype::DType;
+use crate::graph::GraphCaps;
 use crate::module::ModuleFormat;
 use crate::op::OpId;
 use serde::Serialize;
@@ -78,6 +79,9 @@ pub struct OptionalCaps {
     /// Library ops `Stream::run_op` runs, each with the dtypes it runs in (the dtype of the op's
     /// first output; for `cast`, every listed dtype converts to every other).
     pub ops: BTreeMap<OpId, Vec<DType>>,
+    /// Stream capture and graph replay (see [`crate::graph`]): native, emulated or unsupported, and
+    /// which operations may be captured.
+    pub graphs: GraphCaps,
 }
 
 impl Capabilities {

@@ -89,8 +89,14 @@ pub trait Device: Send + Sync {
     /// buffer. The memory is freed when the last handle to it, including those held by queued work,
     /// is gone, or earlier in stream order by `Stream::free_async`.
     ///
+    /// Capture-unsafe (see [`crate::graph`]): refused while a capture in
+    /// [`crate::CaptureMode::Global`] is active on the device, or one in
+    /// [`crate::CaptureMode::ThreadLocal`] begun by this thread (allocate with
+    /// `Stream::alloc_async` inside a capture, or before it).
+    ///
     /// # Errors
-    /// [`crate::HalError::OutOfMemory`] with the request and the free bytes.
+    /// [`crate::HalError::OutOfMemory`] with the request and the free bytes;
+    /// [`crate::Invalid::Capture`] as above (the capture is then invalidated).
     fn alloc(&self, len: usize) -> Result<Buffer>;
 
     /// Allocates `len` bytes of host memory owned by the HAL (pinned where the backend can), usable
@@ -158,7 +164,9 @@ pub trait Device: Send + Sync {
     /// Blocks until all work on every stream of this device has completed.
     ///
     /// # Errors
-    /// The first sticky asynchronous error of any of the device's streams.
+    /// The first sticky asynchronous error of any of the device's streams;
+    /// [`crate::Invalid::Capture`] while any stream of the device is capturing, in any mode (the
+    /// capture is then invalidated).
     fn synchronize(&self) -> Result<()>;
 
     /// The backend's native context or device handle.

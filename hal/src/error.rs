@@ -6,6 +6,7 @@
 //! [`HalError::InvalidArgument`] carrying the offending values in a typed [`Invalid`].
 
 use crate::device::DeviceId;
+use crate::graph::CaptureId;
 
 /// Result alias used throughout unihal.
 pub type Result<T, E = HalError> = std::result::Result<T, E>;
@@ -129,6 +130,16 @@ pub enum Invalid {
     /// A value is outside what the device or operation accepts.
     #[error("{value} is not accepted: expected {accepted}")]
     Value { value: String, accepted: String },
+    /// A call the stream-capture rules refuse (see [`crate::graph`]): `call` names it, `capture`
+    /// the capture concerned (none when the stream was not capturing, e.g. `end_capture` on a
+    /// stream that never began one), `detail` what the rule is and, for an illegal call during a
+    /// capture, that the capture is now invalidated.
+    #[error("{call} refused{}: {detail}", capture.map(|c| format!(" ({c})")).unwrap_or_default())]
+    Capture {
+        capture: Option<CaptureId>,
+        call: String,
+        detail: String,
+    },
     /// Anything else, described in words.
     #[error("{0}")]
     Other(String),
@@ -165,6 +176,22 @@ impl HalError {
     /// Shorthand for an [`HalError::InvalidArgument`].
     pub fn invalid(arg: &'static str, reason: Invalid) -> Self {
         HalError::InvalidArgument { arg, reason }
+    }
+
+    /// The [`Invalid::Capture`] of `call`, made illegal by the active capture `capture`, which the
+    /// call invalidated (as the vendors do).
+    pub fn illegal_in_capture(arg: &'static str, call: &str, capture: CaptureId) -> Self {
+        Self::invalid(
+            arg,
+            Invalid::Capture {
+                capture: Some(capture),
+                call: call.into(),
+                detail: "not allowed while the stream capture is active (it would wait for or \
+                         observe captured work that has not run); the capture is now invalidated \
+                         and its end_capture fails"
+                    .into(),
+            },
+        )
     }
 
     /// Shorthand for an out-of-range [`HalError::InvalidArgument`].

@@ -23,13 +23,15 @@ pub trait Event: Send + Sync {
     /// True when the work captured by the last record has completed.
     ///
     /// # Errors
-    /// The recording stream's sticky error when that work failed.
+    /// The recording stream's sticky error when that work failed; [`crate::Invalid::Capture`]
+    /// when the last record was made inside a stream capture (see [`crate::graph`]: it marks a
+    /// point in the graph, not in any stream's work; an active capture is invalidated).
     fn query(&self) -> Result<bool>;
 
     /// Blocks the calling thread until the captured work has completed.
     ///
     /// # Errors
-    /// The recording stream's sticky error when that work failed.
+    /// As [`Event::query`].
     fn synchronize(&self) -> Result<()>;
 
     /// Milliseconds between this event's completion and `end`'s.

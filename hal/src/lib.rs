@@ -65,6 +65,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod host;
 pub mod host_reduce;
 pub mod launch;
@@ -89,6 +90,7 @@ pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
 pub use error::{check_range, HalError, Invalid, OomReport, Result};
 pub use event::{Event, EventFlags};
+pub use graph::{CaptureId, CaptureMode, CaptureStatus, Graph, GraphCaps, GraphSupport};
 pub use host::{
     observe_maps, HostAllocation, HostBuffer, HostLoan, HostMap, HostUse, MapObserver, UseHolder,
 };

@@ -4,6 +4,7 @@ use crate::buffer::Buffer;
 use crate::device::{Device, DeviceId, NativeHandle};
 use crate::error::{HalError, Invalid, Result};
 use crate::event::Event;
+use crate::graph::{CaptureMode, CaptureStatus, Graph};
 use crate::host::HostBuffer;
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::module::Function;
@@ -27,6 +28,12 @@ impl StreamId {
     /// The number behind the identity (for logs and snapshots).
     pub fn get(self) -> u64 {
         self.0
+    }
+
+    /// The identity numbered `n`, for [`crate::CaptureId::stream_id`], whose numbers come from
+    /// [`StreamId::fresh`].
+    pub(crate) fn from_raw(n: u64) -> StreamId {
+        StreamId(n)
     }
 }
 
@@ -279,16 +286,70 @@ pub trait Stream: Send + Sync {
     /// Blocks until all enqueued work has completed.
     ///
     /// # Errors
-    /// The sticky error, if any work failed.
+    /// The sticky error, if any work failed; [`crate::Invalid::Capture`] while the stream is
+    /// capturing (the capture is then invalidated).
     #[track_caller]
     fn synchronize(&self) -> Result<()>;
 
     /// True when all enqueued work has completed.
     ///
     /// # Errors
-    /// The sticky error, if any work failed.
+    /// The sticky error, if any work failed; [`crate::Invalid::Capture`] while the stream is
+    /// capturing (the capture is then invalidated).
     #[track_caller]
     fn query(&self) -> Result<bool>;
+
+    /// Begins capturing: work enqueued on this stream from now on is recorded into a graph instead
+    /// of running (see [`crate::graph`] for joining other streams and the rules while capturing).
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] without `OptionalCaps::graphs`; [`crate::Invalid::Capture`] when
+    /// the stream is already capturing or joined to a capture; the sticky error.
+    #[track_caller]
+    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        let _ = mode;
+        Err(HalError::unsupported(format!(
+            "stream capture on {}",
+            self.device_id()
+        )))
+    }
+
+    /// Ends the capture this stream began and returns the executable graph of the captured work.
+    /// The stream (and every stream that joined) leaves capture whether or not this succeeds.
+    ///
+    /// # Errors
+    /// [`crate::Invalid::Capture`] when the stream did not begin a capture (a joined stream cannot
+    /// end it), when the capture was invalidated by an illegal call, or when a stream that joined
+    /// has not rejoined the origin; the vendor's instantiation error.
+    #[track_caller]
+    fn end_capture(&self) -> Result<Arc<dyn Graph>> {
+        Err(HalError::unsupported(format!(
+            "stream capture on {}",
+            self.device_id()
+        )))
+    }
+
+    /// Whether this stream is capturing (as the origin or joined).
+    fn capture_status(&self) -> CaptureStatus {
+        CaptureStatus::None
+    }
+
+    /// Enqueues a replay of `graph`. It runs after earlier work on this stream and after earlier
+    /// replays of the same graph on any stream; later work on this stream waits for it.
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] without graphs; [`crate::Invalid::WrongDevice`] or
+    /// [`crate::Invalid::ForeignHandle`] for a graph of another device or backend;
+    /// [`crate::Invalid::Capture`] on a capturing stream (graphs are not nested here); the sticky
+    /// error.
+    #[track_caller]
+    fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
+        let _ = graph;
+        Err(HalError::unsupported(format!(
+            "graph launch on {}",
+            self.device_id()
+        )))
+    }
 
     /// The sticky asynchronous error, if work on this stream has failed.
     fn async_error(&self) -> Option<HalError>;

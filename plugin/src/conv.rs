@@ -814,6 +814,9 @@ pub unsafe fn get_props(p: &UhDeviceProps) -> (String, String, unihal_hal::Capab
             bitwise_rng: f(UH_CAP_BITWISE_RNG),
             negative_strides_copied: f(UH_CAP_NEGATIVE_STRIDES_COPIED),
             ops,
+            graphs: unihal_hal::GraphCaps::unsupported(
+                "the plugin ABI has no stream capture entries yet",
+            ),
         },
     };
     (name, vendor, caps)

@@ -73,6 +73,9 @@ pub(crate) fn open(cann: &'static Cann, id: DeviceId) -> Result<Arc<AscendDevice
             ops: crate::ops::soc::table(class),
             bitwise_rng: false,
             negative_strides_copied: true,
+            graphs: unihal_hal::GraphCaps::unsupported(
+                "aclmdlRI stream capture is not implemented by this backend yet",
+            ),
         },
     };
     let info = DeviceInfo {

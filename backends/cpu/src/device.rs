@@ -11,7 +11,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use unihal_hal::{
-    Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
+    Buffer, Capabilities, GraphCaps, GraphSupport, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
     HostSymbolTable, MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle,
     OptionalCaps, Result, Stream,
 };
@@ -99,6 +99,18 @@ impl CpuDevice {
                 bitwise_rng: true,
                 negative_strides_copied: false,
                 ops: unihal_kernels::support(),
+                graphs: GraphCaps {
+                    support: GraphSupport::Emulated,
+                    note: "host callbacks (FnOnce) and grouped sends/receives are not captured"
+                        .into(),
+                    copies: true,
+                    fills: true,
+                    kernels: true,
+                    ops: true,
+                    collectives: true,
+                    host_callbacks: false,
+                    stream_alloc: true,
+                },
             },
         };
         Ok(Arc::new_cyclic(|me| CpuDevice {

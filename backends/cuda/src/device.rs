@@ -82,6 +82,7 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                     },
                     crate::loader::cublas_available(),
                 ),
+                graphs: unihal_hal::GraphCaps::unsupported("CUDA graphs are not wired yet"),
             },
         };
         let info = DeviceInfo {

@@ -169,6 +169,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 bitwise_rng: true,
                 negative_strides_copied: false,
                 ops,
+                graphs: unihal_hal::GraphCaps::unsupported("HIP graphs are not wired yet"),
             },
         };
         let info = DeviceInfo {

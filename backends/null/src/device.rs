@@ -49,6 +49,8 @@ pub(crate) fn open(rt: &'static Null, id: DeviceId) -> Result<Arc<NullDevice>> {
             // The kernel library's ops (`unihal_kernels::support()`) once a runtime compiler
             // builds it, plus BLAS matmul (`unihal_gpu::gemm::ops_with_blas`).
             ops: BTreeMap::new(),
+            // Stream capture (`cuStreamBeginCapture`-like calls) once the runtime has them.
+            graphs: unihal_hal::GraphCaps::unsupported("the null runtime captures nothing"),
         },
     };
     let info = DeviceInfo {

@@ -180,6 +180,9 @@ impl TemplateDevice {
                     bitwise_rng: false,
                     negative_strides_copied: false,
                     ops: Default::default(),
+                    graphs: unihal_hal::GraphCaps::unsupported(
+                        "the plugin ABI has no stream capture entries yet",
+                    ),
                 },
             },
             me: me.clone(),
