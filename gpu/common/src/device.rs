@@ -2,6 +2,7 @@
 //! the kernel library, peer access and the BLAS handle pool.
 
 use crate::event::GpuEvent;
+use crate::graph::CaptureRec;
 use crate::library::Library;
 use crate::memory::{GpuAllocation, PinnedHost};
 use crate::module::GpuModule;
@@ -12,8 +13,8 @@ use std::any::Any;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, Weak};
 use unihal_hal::{
-    Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
-    MemoryInfo, Module, ModuleSource, NativeHandle, Result, Stream,
+    Buffer, Capabilities, CaptureId, CaptureMode, Device, DeviceId, DeviceInfo, Event, EventFlags,
+    HalError, HostBuffer, MemoryInfo, Module, ModuleSource, NativeHandle, Result, Stream,
 };
 
 /// The runtime and the device's context: what allocations, streams and events keep alive.
@@ -90,6 +91,8 @@ pub struct GpuDevice<R: Runtime> {
     peers_enabled: Mutex<HashSet<u32>>,
     /// BLAS handles no stream holds.
     pub(crate) blas_pool: Mutex<Vec<R::Blas>>,
+    /// The captures begun on this device's streams and not yet ended.
+    captures: Mutex<Vec<Arc<CaptureRec>>>,
 }
 
 impl<R: Runtime> GpuDevice<R> {
@@ -108,7 +111,65 @@ impl<R: Runtime> GpuDevice<R> {
             library: OnceLock::new(),
             peers_enabled: Mutex::new(HashSet::new()),
             blas_pool: Mutex::new(Vec::new()),
+            captures: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Registers a capture begun on one of this device's streams.
+    pub(crate) fn capture_begun(&self, rec: Arc<CaptureRec>) {
+        self.captures.lock().push(rec);
+    }
+
+    /// Forgets a capture that ended.
+    pub(crate) fn capture_ended(&self, rec: &Arc<CaptureRec>) {
+        self.captures.lock().retain(|c| !Arc::ptr_eq(c, rec));
+    }
+
+    /// The active capture the runtime knows as `vendor`.
+    pub(crate) fn capture_by_vendor_id(&self, vendor: u64) -> Option<Arc<CaptureRec>> {
+        self.captures
+            .lock()
+            .iter()
+            .find(|c| c.vendor == vendor && c.active())
+            .cloned()
+    }
+
+    /// The capture a device-wide call concerns (a refused `alloc` or `synchronize`): one in
+    /// global mode, else one this thread began, else any active one.
+    pub fn active_capture(&self) -> Option<CaptureId> {
+        let captures = self.captures.lock();
+        let me = std::thread::current().id();
+        let active = || captures.iter().filter(|c| c.active());
+        active()
+            .find(|c| c.mode == CaptureMode::Global)
+            .or_else(|| active().find(|c| c.thread == me))
+            .or_else(|| active().next())
+            .map(|c| c.id)
+    }
+
+    /// A capture error of a device-wide call as [`unihal_hal::Invalid::Capture`] naming
+    /// [`GpuDevice::active_capture`]; other errors unchanged.
+    pub(crate) fn capture_error(&self, e: HalError) -> HalError {
+        self.core
+            .rt
+            .capture_error(e, "device", &|| self.active_capture())
+    }
+
+    /// Device memory for the backend's own use (an op's scratch): allocated with the thread's
+    /// capture mode relaxed while a capture is active (see [`crate::graph::relaxed`]).
+    ///
+    /// # Errors
+    /// As [`Device::alloc`].
+    pub fn alloc_internal(&self, len: usize) -> Result<Buffer> {
+        crate::graph::relaxed(self.core.rt, || self.alloc(len))
+    }
+
+    /// Pinned host memory for the backend's own use (staging), as [`GpuDevice::alloc_internal`].
+    ///
+    /// # Errors
+    /// As [`Device::alloc_host`].
+    pub fn alloc_host_internal(&self, len: usize) -> Result<HostBuffer> {
+        crate::graph::relaxed(self.core.rt, || self.alloc_host(len))
     }
 
     /// The runtime and context.
@@ -212,7 +273,10 @@ impl<R: Runtime> Device for GpuDevice<R> {
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
+        // Capture-unsafe: the runtime refuses it under a capture its mode covers (and
+        // invalidates that capture); its capture error names the capture.
         self.alloc_with("alloc", len, false, || self.core.rt.malloc(len))
+            .map_err(|e| self.capture_error(e))
     }
 
     unsafe fn import_memory(&self, addr: u64, len: u64, owner: unihal_hal::Keep) -> Result<Buffer> {
@@ -262,7 +326,9 @@ impl<R: Runtime> Device for GpuDevice<R> {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let r = self.call("device synchronize", || self.core.rt.device_synchronize());
+        let r = self
+            .call("device synchronize", || self.core.rt.device_synchronize())
+            .map_err(|e| self.capture_error(e));
         // Every host function has run, a dropped stream's release included: what they freed
         // inside the callback (deferred there) is released now, as a stream synchronize does.
         crate::deferred::flush();

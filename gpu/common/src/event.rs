@@ -2,7 +2,9 @@
 //! synchronize and elapsed time.
 
 use crate::device::GpuDevice;
+use crate::graph::CaptureRec;
 use crate::runtime::{Raw, Runtime};
+use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,6 +17,9 @@ pub struct GpuEvent<R: Runtime> {
     pub(crate) raw: Raw,
     timing: bool,
     pub(crate) recorded: AtomicBool,
+    /// The capture the last record was made in (a point of that graph, not of any stream's
+    /// work), if any.
+    pub(crate) capture: Mutex<Option<Arc<CaptureRec>>>,
 }
 
 impl<R: Runtime> GpuEvent<R> {
@@ -26,6 +31,7 @@ impl<R: Runtime> GpuEvent<R> {
             raw,
             timing: !flags.disable_timing,
             recorded: AtomicBool::new(false),
+            capture: Mutex::new(None),
         }))
     }
 
@@ -50,6 +56,20 @@ impl<R: Runtime> GpuEvent<R> {
         self.raw
     }
 
+    /// The capture the last record was made in, while it is active.
+    pub(crate) fn recorded_in(&self) -> Option<Arc<CaptureRec>> {
+        self.capture.lock().clone().filter(|c| c.active())
+    }
+
+    /// The capture the runtime's capture error of a call on this event concerns: the one the
+    /// event was recorded in, else one active on its device.
+    fn capture_error(&self, e: HalError) -> HalError {
+        let last = self.capture.lock().as_ref().map(|c| c.id);
+        self.dev
+            .rt()
+            .capture_error(e, "event", &|| last.or_else(|| self.dev.active_capture()))
+    }
+
     fn not_timing(&self, arg: &'static str, why: &str) -> HalError {
         HalError::invalid(arg, Invalid::Other(why.into()))
     }
@@ -61,14 +81,20 @@ impl<R: Runtime> Event for GpuEvent<R> {
     }
 
     fn query(&self) -> Result<bool> {
+        // An event recorded in a capture: the runtime refuses the query (and invalidates an
+        // active capture); its error names the capture.
         self.dev
             .call("event query", || self.dev.rt().event_query(self.raw))
+            .map_err(|e| self.capture_error(e))
     }
 
     fn synchronize(&self) -> Result<()> {
-        let r = self.dev.call("event synchronize", || {
-            self.dev.rt().event_synchronize(self.raw)
-        });
+        let r = self
+            .dev
+            .call("event synchronize", || {
+                self.dev.rt().event_synchronize(self.raw)
+            })
+            .map_err(|e| self.capture_error(e));
         // Releases host callbacks deferred (see `deferred`) are due once their work is done.
         crate::deferred::flush();
         r

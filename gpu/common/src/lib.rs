@@ -46,6 +46,7 @@ pub mod deferred;
 pub mod device;
 pub mod event;
 pub mod gemm;
+pub mod graph;
 pub mod kernel_cache;
 pub mod library;
 pub mod memory;

@@ -13,8 +13,8 @@ use crate::stream::GpuStream;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 use unihal_hal::{
-    Capabilities, DType, DeviceInfo, FillValue, HalError, ModuleSource, NativeHandle, OpCall,
-    Result,
+    Capabilities, CaptureId, CaptureMode, DType, DeviceInfo, FillValue, HalError, ModuleSource,
+    NativeHandle, OpCall, Result,
 };
 
 /// A raw handle of a vendor runtime (a stream, an event, a module or a function): an opaque
@@ -44,6 +44,19 @@ pub struct DeviceSetup<C> {
     pub info: DeviceInfo,
     /// Capabilities, read from the runtime's attributes.
     pub caps: Capabilities,
+}
+
+/// A stream's capture state as the runtime reports it (`cuStreamGetCaptureInfo`,
+/// `hipStreamGetCaptureInfo`): the status and the runtime's own capture sequence id (unique in the
+/// process; meaningful only when not [`RawCaptureStatus::None`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawCaptureStatus {
+    /// Not capturing.
+    None,
+    /// Capturing, into the capture with this runtime id.
+    Active(u64),
+    /// In a capture (this runtime id) that an illegal call invalidated.
+    Invalidated(u64),
 }
 
 /// A module image ready for [`Runtime::module_load`], with the parameter sizes of its entries
@@ -222,6 +235,74 @@ pub trait Runtime: Send + Sync + Sized + 'static {
     ) -> Option<Result<unihal_hal::Buffer>> {
         None
     }
+    /// Whether the runtime has every entry stream capture and graphs need: `Err` names what it
+    /// lacks (the missing symbols), and the devices then report `GraphCaps::unsupported` with
+    /// it. The default: no graphs (a runtime that implements the graph calls below overrides
+    /// this).
+    fn graph_support(&self) -> std::result::Result<(), String> {
+        Err(format!(
+            "stream capture is not implemented over the {} runtime",
+            Self::VENDOR
+        ))
+    }
+    /// Begins capturing `stream` in `mode` (`cuStreamBeginCapture`).
+    fn stream_begin_capture(&self, _stream: Raw, _mode: CaptureMode) -> Result<()> {
+        Err(no_graphs::<Self>())
+    }
+    /// Ends the capture `stream` began and returns the captured graph (`cuStreamEndCapture`);
+    /// the stream leaves capture whether or not this succeeds.
+    fn stream_end_capture(&self, _stream: Raw) -> Result<Raw> {
+        Err(no_graphs::<Self>())
+    }
+    /// The stream's capture status and the runtime's capture id (`cuStreamGetCaptureInfo`).
+    fn stream_capture_info(&self, _stream: Raw) -> Result<RawCaptureStatus> {
+        Err(no_graphs::<Self>())
+    }
+    /// Sets the calling thread's capture mode and returns the previous one
+    /// (`cuThreadExchangeStreamCaptureMode`).
+    fn exchange_capture_mode(&self, _mode: CaptureMode) -> Result<CaptureMode> {
+        Err(no_graphs::<Self>())
+    }
+    /// An executable graph of `graph` (`cuGraphInstantiateWithFlags`, `hipGraphInstantiate`).
+    fn graph_instantiate(&self, _graph: Raw) -> Result<Raw> {
+        Err(no_graphs::<Self>())
+    }
+    /// Queues a replay of an executable graph on `stream` (`cuGraphLaunch`).
+    fn graph_launch(&self, _exec: Raw, _stream: Raw) -> Result<()> {
+        Err(no_graphs::<Self>())
+    }
+    /// The number of nodes of a graph (`cuGraphGetNodes`).
+    fn graph_node_count(&self, _graph: Raw) -> Result<usize> {
+        Err(no_graphs::<Self>())
+    }
+    /// Destroys a graph (`cuGraphDestroy`).
+    ///
+    /// # Safety
+    /// A graph of [`Runtime::stream_end_capture`], destroyed once.
+    unsafe fn graph_destroy(&self, _graph: Raw) -> Result<()> {
+        Err(no_graphs::<Self>())
+    }
+    /// Destroys an executable graph (`cuGraphExecDestroy`).
+    ///
+    /// # Safety
+    /// An executable graph of [`Runtime::graph_instantiate`], destroyed once, after its queued
+    /// launches ran.
+    unsafe fn graph_exec_destroy(&self, _exec: Raw) -> Result<()> {
+        Err(no_graphs::<Self>())
+    }
+    /// `e` as the capture error it is, when the runtime's code is one of its capture errors
+    /// (CUDA's and HIP's 900-908): [`HalError::InvalidArgument`] with
+    /// [`unihal_hal::Invalid::Capture`] naming `capture()` (the capture the stream or device is
+    /// in) and argument `arg`. Any other error comes back as it is (the default).
+    fn capture_error(
+        &self,
+        e: HalError,
+        _arg: &'static str,
+        _capture: &dyn Fn() -> Option<CaptureId>,
+    ) -> HalError {
+        e
+    }
+
     /// The element types the vendor's BLAS takes for matmul; empty (the default) when the
     /// runtime has no BLAS or it did not load. The shared stream maps every matmul it can
     /// express onto one strided-batched GEMM (`crate::gemm`) and calls [`Runtime::blas_gemm`].
@@ -255,6 +336,10 @@ pub trait Runtime: Send + Sync + Sized + 'static {
             Self::VENDOR
         )))
     }
+}
+
+fn no_graphs<R: Runtime>() -> HalError {
+    HalError::unsupported(format!("stream capture on the {} runtime", R::VENDOR))
 }
 
 /// An "unsupported module format" error naming what the runtime loads.

@@ -9,18 +9,19 @@
 
 use crate::device::GpuDevice;
 use crate::event::GpuEvent;
+use crate::graph::{refused, CaptureRec, GpuGraph};
 use crate::memory::GpuAllocation;
 use crate::module::GpuFunction;
 use crate::retention::Retention;
-use crate::runtime::{Raw, Runtime};
+use crate::runtime::{Raw, RawCaptureStatus, Runtime};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use unihal_hal::{
-    check_peer_copy, Buffer, Device, DeviceId, Event, FillValue, Function, HalError, HostBuffer,
-    Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall, Result, Stream, StreamId,
-    UseHolder,
+    check_peer_copy, Buffer, CaptureId, CaptureMode, CaptureStatus, Device, DeviceId, Event,
+    FillValue, Function, Graph, HalError, HostBuffer, Invalid, Keep, KernelArgs, LaunchConfig,
+    NativeHandle, OpCall, Result, Stream, StreamId, UseHolder,
 };
 
 struct Inner {
@@ -28,6 +29,16 @@ struct Inner {
     kept: Retention<Raw>,
     /// The first error that poisons the device.
     sticky: Option<HalError>,
+    /// The capture this stream began or joined (current while it is active): what work
+    /// enqueued meanwhile uses is kept by it, then by its graph, instead of by `kept`.
+    capture: Option<Arc<CaptureRec>>,
+}
+
+impl Inner {
+    /// The capture this stream is in, while it is active.
+    fn capture(&self) -> Option<&Arc<CaptureRec>> {
+        self.capture.as_ref().filter(|c| c.active())
+    }
 }
 
 /// A stream of a GPU device. Thread-safe: enqueues are serialised by a lock. Dropping it never
@@ -77,6 +88,7 @@ impl<R: Runtime> GpuStream<R> {
             inner: Mutex::new(Inner {
                 kept: Retention::new(),
                 sticky: None,
+                capture: None,
             }),
             callback_error: Arc::new(Mutex::new(None)),
             blas: Mutex::new(None),
@@ -122,6 +134,61 @@ impl<R: Runtime> GpuStream<R> {
         self.dev.rt()
     }
 
+    /// The stream identity under which work enqueued now keeps its buffers
+    /// ([`Buffer::use_on`]): the capture's ([`CaptureId::stream_id`]) while this stream is
+    /// capturing, else this stream's.
+    pub fn use_key(&self) -> StreamId {
+        match self.inner.lock().capture() {
+            Some(c) => c.id.stream_id(),
+            None => self.sid,
+        }
+    }
+
+    /// The capture the runtime says this stream is in, among those begun on this device (a
+    /// stream the backend did not see join: the runtime's capture id finds it).
+    fn vendor_capture(&self) -> Option<Arc<CaptureRec>> {
+        if !self.dev.capabilities().optional.graphs.available() {
+            return None;
+        }
+        let rt = self.rt();
+        match self
+            .dev
+            .call("stream capture info", || rt.stream_capture_info(self.raw))
+        {
+            Ok(RawCaptureStatus::Active(v) | RawCaptureStatus::Invalidated(v)) => {
+                self.dev.capture_by_vendor_id(v)
+            }
+            _ => None,
+        }
+    }
+
+    /// `e` as the capture error it is (see [`Runtime::capture_error`]), naming `known` (the
+    /// capture this stream is in as far as the backend knows) or the one the runtime reports.
+    fn capture_error(&self, e: HalError, known: Option<CaptureId>) -> HalError {
+        self.rt().capture_error(e, "stream", &|| {
+            known.or_else(|| self.vendor_capture().map(|c| c.id))
+        })
+    }
+
+    /// Refuses `call` while the stream is capturing: what the backend does not capture.
+    fn refuse_in_capture(
+        &self,
+        inner: &Inner,
+        arg: &'static str,
+        call: &str,
+        why: &str,
+    ) -> Result<()> {
+        match inner.capture() {
+            Some(c) => Err(refused(
+                arg,
+                call,
+                Some(c.id),
+                format!("{why}; nothing was enqueued and the capture stays valid"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Runs `f(BLAS handle, what to keep)` as an enqueue on this stream (the handle is taken
     /// from the device's pool, or created, on first use and bound to the stream), then keeps
     /// what `f` listed until the work ran.
@@ -138,7 +205,7 @@ impl<R: Runtime> GpuStream<R> {
                 let pooled = self.dev.blas_pool.lock().pop();
                 let handle = match pooled {
                     Some(handle) => handle,
-                    None => self.rt().blas_create()?,
+                    None => crate::graph::relaxed(self.rt(), || self.rt().blas_create())?,
                 };
                 if let Err(e) = self.rt().blas_bind(&handle, raw) {
                     self.dev.blas_pool.lock().push(handle);
@@ -199,7 +266,9 @@ impl<R: Runtime> GpuStream<R> {
             self.retire(&mut inner, false);
             let given = keep.len();
             let mut keep = keep;
-            let r = f(&mut inner, raw, &mut keep);
+            let capture = inner.capture().cloned();
+            let r = f(&mut inner, raw, &mut keep)
+                .map_err(|e| self.capture_error(e, capture.as_ref().map(|c| c.id)));
             if let Err(e) = &r {
                 if rt.poisons(e) {
                     inner.sticky = Some(e.clone());
@@ -210,6 +279,13 @@ impl<R: Runtime> GpuStream<R> {
                 if keep.is_empty() {
                     return r;
                 }
+            }
+            if let Some(c) = capture {
+                // Captured, not run: kept by the capture, then by its graph while it lives
+                // (an event recorded here would be a node of the graph, not a point of this
+                // stream's work).
+                c.keep(keep);
+                return r;
             }
             // The work is queued: what it uses is kept whatever happens below. When no event
             // can track it, it stays kept until a synchronisation (never released earlier, and
@@ -231,17 +307,19 @@ impl<R: Runtime> GpuStream<R> {
         // enqueue meanwhile (the runtime call is not made under the lock, so a communicator's
         // watchdog may fail this stream meanwhile) keeps what it uses.
         crate::deferred::refuse_in_callback(R::VENDOR, "stream synchronize")?;
-        let cover = {
+        let (cover, capture) = {
             let mut inner = self.inner.lock();
             if let Some(e) = self.sticky(&mut inner) {
                 return Err(e);
             }
-            inner.kept.begin_sync()
+            (inner.kept.begin_sync(), inner.capture().map(|c| c.id))
         };
         let rt = self.rt();
+        // While capturing, the runtime refuses (and invalidates the capture).
         let r = self
             .dev
-            .call("stream synchronize", || rt.stream_synchronize(self.raw));
+            .call("stream synchronize", || rt.stream_synchronize(self.raw))
+            .map_err(|e| self.capture_error(e, capture));
         let mut inner = self.inner.lock();
         // On failure, not known to have run: kept (released by a later synchronisation).
         inner
@@ -361,7 +439,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         self.host_copy(
             true,
             (src, "src", src_offset),
-            (d, dst.use_on(self.sid)),
+            (d, dst.use_on(self.use_key())),
             len,
         )
     }
@@ -369,7 +447,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
         let len = src.len() as u64;
         device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
-        let staging = self.dev.alloc_host(src.len())?;
+        let staging = self.dev.alloc_host_internal(src.len())?;
         staging.map()?.copy_from_slice(src);
         self.copy_h2d(&staging, 0, dst, dst_offset, len)
     }
@@ -386,7 +464,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         self.host_copy(
             false,
             (dst, "dst", dst_offset),
-            (s, src.use_on(self.sid)),
+            (s, src.use_on(self.use_key())),
             len,
         )
     }
@@ -414,7 +492,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
         if len == 0 {
             return Ok(());
         }
-        let keep: Vec<Keep> = vec![src.use_on(self.sid), dst.use_on(self.sid)];
+        let key = self.use_key();
+        let keep: Vec<Keep> = vec![src.use_on(key), dst.use_on(key)];
         let rt = self.rt();
         self.submit("copy d2d", keep, |st| {
             // SAFETY: both ranges were checked against live allocations held by `keep`, and are
@@ -452,7 +531,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
         };
         self.dev.enable_peer(far)?;
         let (src_core, dst_core) = (&sa.core.clone(), &da.core.clone());
-        let keep: Vec<Keep> = vec![src.use_on(self.sid), dst.use_on(self.sid)];
+        let key = self.use_key();
+        let keep: Vec<Keep> = vec![src.use_on(key), dst.use_on(key)];
         let rt = self.rt();
         self.submit("copy peer", keep, |st| {
             // SAFETY: both ranges were checked against live allocations of their devices, held by
@@ -470,7 +550,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         }
         let n = (len / w) as usize;
         let rt = self.rt();
-        self.submit("fill", vec![dst.use_on(self.sid)], |s| {
+        self.submit("fill", vec![dst.use_on(self.use_key())], |s| {
             // SAFETY: the range was checked (and its alignment) and the buffer is kept.
             unsafe { rt.fill(d, value, n, s) }
         })
@@ -521,7 +601,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
             ));
         }
         let mut params = args.param_ptrs();
-        let mut keep: Vec<Keep> = args.buffers().iter().map(|b| b.use_on(self.sid)).collect();
+        let key = self.use_key();
+        let mut keep: Vec<Keep> = args.buffers().iter().map(|b| b.use_on(key)).collect();
         keep.push(Box::new(function.clone()));
         let (g, b) = (config.grid, config.block);
         let rt = self.rt();
@@ -552,7 +633,11 @@ impl<R: Runtime> Stream for GpuStream<R> {
                 return Err(HalError::unsupported(format!("op {} in {d}", call.op)));
             }
         }
-        if call.op == unihal_hal::OpId::Matmul && !self.rt().blas_dtypes().is_empty() {
+        // Captured ops run the portable kernels: a BLAS call would use its handle's workspace,
+        // which belongs to this stream's later work while a replay may run on another stream.
+        let capturing = self.inner.lock().capture().is_some();
+        if call.op == unihal_hal::OpId::Matmul && !self.rt().blas_dtypes().is_empty() && !capturing
+        {
             let rt = self.rt();
             // SAFETY: run_blas hands over a call from BlasCall::of, with the operands kept until
             // the work ran, under the stream's bound handle (blas_gemm's contract).
@@ -585,7 +670,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
             .collect::<Result<Vec<_>>>()?;
         // Scratch memory of the plan, zeroed in stream order, kept until the launches ran.
         let scratch = if plan.scratch_bytes > 0 {
-            let s = self.dev.alloc(plan.scratch_bytes as usize)?;
+            let s = self.dev.alloc_internal(plan.scratch_bytes as usize)?;
             self.fill(&s, 0, plan.scratch_bytes, FillValue::U8(0))?;
             plan.bind_scratch(s.device_addr());
             Some(s)
@@ -600,11 +685,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
             unsafe { self.launch(f, &l.config, &args) }
         });
         // Kept also when a later launch failed: the earlier ones are queued.
-        let mut keep: Vec<Keep> = call
-            .tensors
-            .iter()
-            .map(|t| t.buffer.use_on(self.sid))
-            .collect();
+        let key = self.use_key();
+        let mut keep: Vec<Keep> = call.tensors.iter().map(|t| t.buffer.use_on(key)).collect();
         if let Some(s) = scratch {
             keep.push(Box::new(s));
         }
@@ -622,6 +704,14 @@ impl<R: Runtime> Stream for GpuStream<R> {
         let failed = self.callback_error.clone();
         let rt = self.rt();
         self.submit_locked("host callback", Vec::new(), |inner, s, _| {
+            self.refuse_in_capture(
+                inner,
+                "f",
+                "host_callback",
+                "a host callback runs once (the HAL's callback is FnOnce) and a graph would run \
+                 it at every replay: host callbacks are not captured (GraphCaps::host_callbacks \
+                 is false)",
+            )?;
             let uses = Arc::new(Mutex::new(inner.kept.take_host_uses()));
             let taken = uses.clone();
             let r = launch_host_fn(
@@ -661,9 +751,16 @@ impl<R: Runtime> Stream for GpuStream<R> {
             ));
         }
         let rt = self.rt();
-        self.submit("event record", vec![Box::new(event.clone())], |s| {
-            rt.event_record(e.raw, s)
-        })?;
+        self.submit_locked(
+            "event record",
+            vec![Box::new(event.clone())],
+            |inner, s, _| {
+                rt.event_record(e.raw, s)?;
+                // Recorded in a capture: a point of the graph, which streams that wait for it join.
+                *e.capture.lock() = inner.capture().cloned();
+                Ok(())
+            },
+        )?;
         e.recorded.store(true, Ordering::Release);
         Ok(())
     }
@@ -671,12 +768,32 @@ impl<R: Runtime> Stream for GpuStream<R> {
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
         let e = GpuEvent::<R>::of(event.as_ref(), "event")?;
         let rt = self.rt();
-        self.submit("stream wait event", vec![Box::new(event.clone())], |s| {
-            rt.stream_wait_event(s, e.raw)
-        })
+        let joins = e.recorded_in();
+        self.submit_locked(
+            "stream wait event",
+            vec![Box::new(event.clone())],
+            |inner, s, _| {
+                rt.stream_wait_event(s, e.raw)?;
+                // Waiting for a point of an active capture joins it (the runtime's rule): later
+                // work here is captured until that capture ends.
+                if let Some(c) = joins {
+                    if inner.capture().is_none() {
+                        inner.capture = Some(c);
+                    }
+                }
+                Ok(())
+            },
+        )
     }
 
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
+        self.refuse_in_capture(
+            &self.inner.lock(),
+            "len",
+            "alloc_async",
+            "stream-ordered allocation is not captured (GraphCaps::stream_alloc is false); \
+             allocate before the capture",
+        )?;
         if !self.dev.capabilities().optional.stream_ordered_alloc {
             // Memory that exists now is valid for work enqueued after this call.
             return self.dev.alloc(len);
@@ -697,6 +814,13 @@ impl<R: Runtime> Stream for GpuStream<R> {
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {
         device_addr::<R>(buffer, "buffer", self.id(), 0, 0)?;
+        self.refuse_in_capture(
+            &self.inner.lock(),
+            "buffer",
+            "free_async",
+            "stream-ordered free is not captured (GraphCaps::stream_alloc is false); drop the \
+             buffer instead (a graph that uses it keeps it)",
+        )?;
         buffer.mark_free_enqueued("buffer")?;
         // The memory returns when the last handle (queued work holds its own) is dropped.
         self.keep(vec![buffer.use_on(self.sid)])
@@ -715,6 +839,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
             return Err(e);
         }
         let rt = self.rt();
+        let capture = inner.capture().map(|c| c.id);
         self.dev
             .call("stream query", || match rt.stream_query(self.raw) {
                 Ok(done) => {
@@ -728,6 +853,178 @@ impl<R: Runtime> Stream for GpuStream<R> {
                     Err(e)
                 }
             })
+            // While capturing, the runtime refuses (and invalidates the capture).
+            .map_err(|e| self.capture_error(e, capture))
+    }
+
+    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        let graphs = &self.dev.capabilities().optional.graphs;
+        if !graphs.available() {
+            return Err(HalError::unsupported(format!(
+                "stream capture on {}: {}",
+                self.id(),
+                graphs.note
+            )));
+        }
+        crate::deferred::refuse_in_callback(R::VENDOR, "begin capture")?;
+        let mut inner = self.inner.lock();
+        if let Some(e) = self.sticky(&mut inner) {
+            return Err(e);
+        }
+        let already = |c: Option<CaptureId>| {
+            refused(
+                "stream",
+                "begin_capture",
+                c,
+                "the stream is already capturing (it began or joined a capture); end that \
+                 capture first",
+            )
+        };
+        if let Some(c) = inner.capture() {
+            return Err(already(Some(c.id)));
+        }
+        let rt = self.rt();
+        let raw = self.raw;
+        let vendor = self.dev.call("stream begin capture", || {
+            match rt.stream_capture_info(raw)? {
+                RawCaptureStatus::None => {}
+                RawCaptureStatus::Active(v) | RawCaptureStatus::Invalidated(v) => {
+                    return Err(already(self.dev.capture_by_vendor_id(v).map(|c| c.id)));
+                }
+            }
+            rt.stream_begin_capture(raw, mode)
+                .map_err(|e| self.capture_error(e, None))?;
+            match rt.stream_capture_info(raw)? {
+                RawCaptureStatus::Active(v) => Ok(v),
+                other => Err(HalError::Internal(format!(
+                    "{} reports {other:?} right after beginning a capture",
+                    R::VENDOR
+                ))),
+            }
+        })?;
+        let rec = CaptureRec::begin(CaptureId::fresh(), vendor, mode, self.sid);
+        self.dev.capture_begun(rec.clone());
+        inner.capture = Some(rec);
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Arc<dyn Graph>> {
+        crate::deferred::refuse_in_callback(R::VENDOR, "end capture")?;
+        let mut inner = self.inner.lock();
+        let rec = match inner.capture() {
+            Some(c) if c.origin == self.sid => c.clone(),
+            Some(c) => {
+                return Err(refused(
+                    "stream",
+                    "end_capture",
+                    Some(c.id),
+                    "this stream joined the capture; only the stream that began it ends it",
+                ))
+            }
+            None => {
+                return Err(refused(
+                    "stream",
+                    "end_capture",
+                    None,
+                    "the stream did not begin a capture (or its capture has ended)",
+                ))
+            }
+        };
+        let rt = self.rt();
+        let raw = self.raw;
+        let ended = self
+            .dev
+            .call("stream end capture", || rt.stream_end_capture(raw));
+        // Ended whatever the outcome: every stream of the capture has left it.
+        let kept = rec.end();
+        self.dev.capture_ended(&rec);
+        inner.capture = None;
+        drop(inner);
+        let graph = match ended {
+            Ok(g) => g,
+            Err(e) => {
+                // Nothing captured will ever run: what it used is released now.
+                drop(kept);
+                return Err(rt.capture_error(e, "stream", &|| Some(rec.id)));
+            }
+        };
+        let nodes = match self.dev.call("graph nodes", || rt.graph_node_count(graph)) {
+            Ok(n) => n,
+            Err(e) => {
+                let r = self.dev.call("graph destroy", || {
+                    // SAFETY: the graph just returned by end_capture, destroyed once, never
+                    // instantiated.
+                    unsafe { rt.graph_destroy(graph) }
+                });
+                if let Err(d) = r {
+                    tracing::warn!(target: "unihal::device", "{d}; the graph is leaked");
+                }
+                drop(kept);
+                return Err(e);
+            }
+        };
+        Ok(GpuGraph::new(self.dev.clone(), rec.id, graph, nodes, kept)?)
+    }
+
+    fn capture_status(&self) -> CaptureStatus {
+        if !self.dev.capabilities().optional.graphs.available() {
+            return CaptureStatus::None;
+        }
+        let ours = self.inner.lock().capture().cloned();
+        let rt = self.rt();
+        let raw = self.raw;
+        let id = |v: u64| {
+            ours.as_ref()
+                .filter(|c| c.vendor == v)
+                .cloned()
+                .or_else(|| self.dev.capture_by_vendor_id(v))
+                .map(|c| c.id)
+        };
+        match self
+            .dev
+            .call("stream capture info", || rt.stream_capture_info(raw))
+        {
+            Ok(RawCaptureStatus::None) => CaptureStatus::None,
+            Ok(RawCaptureStatus::Active(v)) => {
+                id(v).map_or(CaptureStatus::None, CaptureStatus::Active)
+            }
+            Ok(RawCaptureStatus::Invalidated(v)) => {
+                id(v).map_or(CaptureStatus::None, CaptureStatus::Invalidated)
+            }
+            // The runtime could not be asked (the device cannot be made current, or inside a
+            // host callback): what the backend knows.
+            Err(_) => ours.map_or(CaptureStatus::None, |c| CaptureStatus::Active(c.id)),
+        }
+    }
+
+    fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
+        let g = GpuGraph::<R>::of(graph)?;
+        if g.device_id() != self.id() {
+            return Err(HalError::invalid(
+                "graph",
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: g.device_id(),
+                },
+            ));
+        }
+        let rt = self.rt();
+        let exec = g.exec();
+        // The replay keeps the graph (and so what its work uses) until it ran; the runtime
+        // orders it after earlier launches of the same executable, on any stream.
+        self.submit_locked(
+            "graph launch",
+            vec![Box::new(graph.clone())],
+            |inner, s, _| {
+                self.refuse_in_capture(
+                    inner,
+                    "graph",
+                    "launch_graph",
+                    "graphs are not launched inside a capture here (no nested graphs)",
+                )?;
+                rt.graph_launch(exec, s)
+            },
+        )
     }
 
     fn async_error(&self) -> Option<HalError> {
@@ -749,10 +1046,44 @@ impl<R: Runtime> Drop for GpuStream<R> {
         let keep = parts.keep;
         let events = parts.events;
         let blas = self.blas.get_mut().take();
-        let (dev, raw) = (self.dev.clone(), self.raw);
+        let capture = self.inner.get_mut().capture.take();
+        let (dev, raw, sid) = (self.dev.clone(), self.raw, self.sid);
         crate::deferred::release(move || {
             let rt = dev.rt();
             dev.core.clone().release("stream destroy", move || {
+                if let Some(c) = capture.filter(|c| c.active()) {
+                    if c.origin == sid {
+                        // Dropped while capturing: the capture ends unused (nothing captured
+                        // runs), so the host function below is not captured.
+                        if let Ok(g) = rt.stream_end_capture(raw) {
+                            // SAFETY: the graph just returned, destroyed once, never
+                            // instantiated.
+                            let _ = unsafe { rt.graph_destroy(g) };
+                        }
+                        drop(c.end());
+                        dev.capture_ended(&c);
+                    } else {
+                        // Joined to a capture it cannot end: a host function would be captured
+                        // (and run at each replay). What the stream's real work used goes to
+                        // the capture (then its graph), which outlives that work.
+                        tracing::warn!(target: "unihal::device",
+                            "a stream joined to {} was dropped during the capture", c.id);
+                        c.keep(keep);
+                        if let Some(h) = blas {
+                            // Its workspace may be used by queued work: never reused.
+                            std::mem::forget(h);
+                        }
+                        crate::deferred::release(move || {
+                            for ev in events {
+                                // SAFETY: events of this stream, destroyed once (the runtime
+                                // defers the release until pending records complete).
+                                let _ = unsafe { rt.event_destroy(ev) };
+                            }
+                        });
+                        // SAFETY: a live stream, destroyed once.
+                        return unsafe { rt.stream_destroy(raw) };
+                    }
+                }
                 // Never wait here for queued work: it may wait for something the caller does
                 // only later (an event, a flag). What it uses is released by a host function
                 // queued behind it; the runtime releases the stream itself once its work ran.
