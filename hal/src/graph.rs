@@ -28,9 +28,9 @@
 
 use crate::device::{DeviceId, NativeHandle};
 use crate::error::Result;
+use crate::stream::StreamId;
 use serde::Serialize;
 use std::any::Any;
-use crate::stream::StreamId;
 use std::sync::Arc;
 
 /// Which capture-unsafe calls a capture refuses (CUDA's `CUstreamCaptureMode`, HIP's

@@ -2,6 +2,7 @@
 
 use crate::event::CpuEvent;
 use crate::fault::FaultSwitch;
+use crate::graph::Capture;
 use crate::memory::{CpuAllocation, CpuHostAllocation, MemAccount, ALLOC_ALIGN};
 use crate::module::CpuModule;
 use crate::stream::CpuStream;
@@ -11,9 +12,9 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use unihal_hal::{
-    Buffer, Capabilities, GraphCaps, GraphSupport, Device, DeviceId, DeviceInfo, Event, EventFlags, HalError, HostBuffer,
-    HostSymbolTable, MandatoryCaps, MemoryInfo, Module, ModuleFormat, ModuleSource, NativeHandle,
-    OptionalCaps, Result, Stream,
+    Buffer, Capabilities, Device, DeviceId, DeviceInfo, Event, EventFlags, GraphCaps, GraphSupport,
+    HalError, HostBuffer, HostSymbolTable, MandatoryCaps, MemoryInfo, Module, ModuleFormat,
+    ModuleSource, NativeHandle, OptionalCaps, Result, Stream,
 };
 
 /// One virtual CPU device.
@@ -25,6 +26,10 @@ pub struct CpuDevice {
     host_account: Arc<MemAccount>,
     pool: Option<Arc<rayon::ThreadPool>>,
     streams: Mutex<Vec<Weak<WorkerShared>>>,
+    /// Stream captures begun on this device and not yet ended (`crate::graph`).
+    captures: Mutex<Vec<Arc<Capture>>>,
+    /// `captures` is not empty (the fast check of `alloc`).
+    capturing: std::sync::atomic::AtomicBool,
     next_stream: AtomicU64,
     fault: FaultSwitch,
     kernels: Arc<HostSymbolTable>,
@@ -51,6 +56,27 @@ fn host_arch() -> String {
 }
 
 impl CpuDevice {
+    /// Allocates device memory without the capture rules (for `Stream::alloc_async`, which a
+    /// capture records).
+    pub(crate) fn alloc_unchecked(&self, len: usize) -> Result<Buffer> {
+        let a = CpuAllocation::new(len, self.id(), self.account.clone())?;
+        Ok(Buffer::from_allocation(a))
+    }
+
+    /// Registers a capture begun on one of this device's streams.
+    pub(crate) fn capture_begun(&self, c: Arc<Capture>) {
+        let mut g = self.captures.lock();
+        g.push(c);
+        self.capturing.store(true, Ordering::Release);
+    }
+
+    /// Forgets an ended capture.
+    pub(crate) fn capture_ended(&self, c: &Arc<Capture>) {
+        let mut g = self.captures.lock();
+        g.retain(|x| !Arc::ptr_eq(x, c));
+        self.capturing.store(!g.is_empty(), Ordering::Release);
+    }
+
     pub(crate) fn new(
         ordinal: u32,
         devices: u32,
@@ -125,6 +151,8 @@ impl CpuDevice {
             host_account,
             pool,
             streams: Mutex::new(Vec::new()),
+            captures: Mutex::new(Vec::new()),
+            capturing: std::sync::atomic::AtomicBool::new(false),
             next_stream: AtomicU64::new(0),
             fault,
             kernels: unihal_kernels::cpu::host_symbols(),
@@ -183,8 +211,18 @@ impl Device for CpuDevice {
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
         crate::fault::point("alloc")?;
-        let a = CpuAllocation::new(len, self.id(), self.account.clone())?;
-        Ok(Buffer::from_allocation(a))
+        if self.capturing.load(Ordering::Acquire) {
+            let refusing = self
+                .captures
+                .lock()
+                .iter()
+                .find(|c| c.refuses_unsafe_calls())
+                .cloned();
+            if let Some(c) = refusing {
+                return Err(c.illegal("len", "Device::alloc (capture-unsafe)"));
+            }
+        }
+        self.alloc_unchecked(len)
     }
 
     unsafe fn import_memory(&self, addr: u64, len: u64, owner: unihal_hal::Keep) -> Result<Buffer> {
@@ -220,6 +258,7 @@ impl Device for CpuDevice {
             dyn_dev,
             worker,
             sid: unihal_hal::StreamId::fresh(),
+            cap: Arc::default(),
         }))
     }
 
@@ -240,6 +279,16 @@ impl Device for CpuDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
+        if self.capturing.load(Ordering::Acquire) {
+            let active: Vec<_> = self.captures.lock().clone();
+            if let Some(first) = active.first() {
+                // Waiting for every stream includes the capturing ones: illegal for each capture.
+                for c in &active[1..] {
+                    c.invalidate("Device::synchronize");
+                }
+                return Err(first.illegal("device", "Device::synchronize"));
+            }
+        }
         let workers: Vec<_> = self
             .streams
             .lock()

@@ -4,6 +4,7 @@
 //! position, so "the event is complete" and "the stream has run past it" can never disagree (after
 //! synchronizing either, the other is complete too).
 
+use crate::graph::CapturedMark;
 use crate::worker::WorkerShared;
 use parking_lot::Mutex;
 use std::any::Any;
@@ -38,7 +39,16 @@ impl Record {
 pub struct CpuEvent {
     device: DeviceId,
     flags: EventFlags,
-    last: Mutex<Option<Record>>,
+    last: Mutex<Last>,
+}
+
+/// An event's most recent record.
+#[derive(Clone)]
+enum Last {
+    Never,
+    Eager(Record),
+    /// Recorded inside a stream capture: a point in the graph, not in any stream's work.
+    Captured(CapturedMark),
 }
 
 impl Drop for CpuEvent {
@@ -53,18 +63,33 @@ impl CpuEvent {
         Arc::new(CpuEvent {
             device,
             flags,
-            last: Mutex::new(None),
+            last: Mutex::new(Last::Never),
         })
     }
 
     /// Makes `record` the most recent record.
     pub(crate) fn set_record(&self, record: Record) {
-        *self.last.lock() = Some(record);
+        *self.last.lock() = Last::Eager(record);
     }
 
-    /// The most recent record, if any.
-    pub(crate) fn record(&self) -> Option<Record> {
-        self.last.lock().clone()
+    /// Makes a record inside a capture the most recent record.
+    pub(crate) fn set_captured(&self, mark: CapturedMark) {
+        *self.last.lock() = Last::Captured(mark);
+    }
+
+    /// The most recent record: `Ok(None)` when never recorded, `Err(mark)` when made inside a
+    /// capture.
+    pub(crate) fn record(&self) -> std::result::Result<Option<Record>, CapturedMark> {
+        match &*self.last.lock() {
+            Last::Never => Ok(None),
+            Last::Eager(r) => Ok(Some(r.clone())),
+            Last::Captured(m) => Err(m.clone()),
+        }
+    }
+
+    /// The most recent eager record, or the error of a host wait (`call`) on a captured one.
+    fn eager_record(&self, call: &str) -> Result<Option<Record>> {
+        self.record().map_err(|m| m.host_wait_error(call))
     }
 
     /// Downcasts a HAL event to a CPU event.
@@ -87,7 +112,7 @@ impl CpuEvent {
                 Invalid::Other("event was created with timing disabled".into()),
             ));
         }
-        let Some(r) = self.record() else {
+        let Some(r) = self.eager_record("Event::elapsed_ms")? else {
             return Err(HalError::invalid(
                 which,
                 Invalid::Other("event was never recorded".into()),
@@ -112,7 +137,7 @@ impl Event for CpuEvent {
     }
 
     fn query(&self) -> Result<bool> {
-        let Some(r) = self.record() else {
+        let Some(r) = self.eager_record("Event::query")? else {
             return Ok(true);
         };
         if !r.worker.reached(r.pos) {
@@ -122,7 +147,7 @@ impl Event for CpuEvent {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let Some(r) = self.record() else {
+        let Some(r) = self.eager_record("Event::synchronize")? else {
             return Ok(());
         };
         r.worker.wait_for(r.pos)?;

@@ -37,6 +37,9 @@ pub mod device;
 #[cfg(not(loom))]
 pub mod event;
 pub mod fault;
+/// Stream capture and graph replay, emulated over the stream workers' operations.
+#[cfg(not(loom))]
+pub mod graph;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api;

@@ -27,7 +27,11 @@ impl Worker {
         &self,
         op: impl FnOnce(Option<&HalError>) -> Result<()> + Send + 'static,
     ) -> Result<u64> {
-        self.0.enqueue(Box::new(op))
+        let mut op = Some(op);
+        self.0.enqueue(Box::new(move |err| match op.take() {
+            Some(op) => op(err),
+            None => Ok(()),
+        }))
     }
 
     /// Operations enqueued so far.

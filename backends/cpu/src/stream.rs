@@ -3,6 +3,7 @@
 use crate::device::CpuDevice;
 use crate::event::{CpuEvent, Record};
 use crate::fault::Fault;
+use crate::graph::{Capture, CaptureSlot, CpuGraph, Hook};
 use crate::memory::CpuAllocation;
 use crate::module::{run_launch, CpuFunction};
 use crate::worker::WorkerShared;
@@ -10,9 +11,9 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use unihal_hal::{
-    check_peer_copy, Buffer, Device, DeviceAllocation, DeviceId, Event, FillValue, Function,
-    HalError, HostBuffer, HostUse, Invalid, Keep, KernelArgs, LaunchConfig, NativeHandle, OpCall,
-    OpId, Result, Stream, StreamId,
+    check_peer_copy, Buffer, CaptureMode, CaptureStatus, Device, DeviceAllocation, DeviceId, Event,
+    FillValue, Function, Graph, HalError, HostBuffer, HostUse, Invalid, Keep, KernelArgs,
+    LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, StreamId,
 };
 
 /// A stream of a CPU device, run by its own worker thread.
@@ -22,6 +23,8 @@ pub struct CpuStream {
     pub(crate) worker: Arc<WorkerShared>,
     /// This stream's identity, under which its queued work keeps buffers.
     pub(crate) sid: StreamId,
+    /// The capture this stream records into, if any (`crate::graph`).
+    pub(crate) cap: Arc<CaptureSlot>,
 }
 
 /// Device address of `[offset, offset+len)` of a CPU buffer on `device`, after every check.
@@ -77,35 +80,89 @@ impl CpuStream {
         self.dev.id()
     }
 
-    /// Enqueues a copy between a checked host range and a checked device address, holding both.
+    /// Enqueues a copy between the host range `(arg, offset, len)` of `host` and a checked device
+    /// address, holding both. The host range is in use (the map protocol) from the enqueue until
+    /// the copy ran; in a capture, from each launch of the graph until its replay ran the copy.
     fn enqueue_host_copy(
         &self,
-        host: HostUse,
+        (host, arg, offset, len): (&HostBuffer, &'static str, u64, u64),
         dev: Addr,
         keep: Keep,
         dir: Direction,
     ) -> Result<()> {
-        self.submit(Box::new(move |err| {
-            if err.is_none() {
-                host.with_ptr(|p, n| {
-                    // SAFETY: the host range was checked by begin_use and is held by `host`; the
-                    // device range was checked and is held by `keep`; they are different memory.
-                    unsafe {
-                        match dir {
-                            Direction::ToDevice => std::ptr::copy_nonoverlapping(p, dev.get(), n),
-                            Direction::ToHost => std::ptr::copy_nonoverlapping(dev.get(), p, n),
-                        }
+        let first = host.begin_use(arg, offset, len)?;
+        let copy = move |host: &HostUse| {
+            host.with_ptr(|p, n| {
+                // SAFETY: the host range was checked by begin_use and is held by `host`; the
+                // device range was checked and is held by `keep`; they are different memory.
+                unsafe {
+                    match dir {
+                        Direction::ToDevice => std::ptr::copy_nonoverlapping(p, dev.get(), n),
+                        Direction::ToHost => std::ptr::copy_nonoverlapping(dev.get(), p, n),
                     }
-                });
-            }
-            drop(keep);
+                }
+            })
+        };
+        if self.capture().is_none() {
+            let mut first = Some(first);
+            return self.submit(Box::new(move |err| {
+                if let Some(u) = first.take().filter(|_| err.is_none()) {
+                    copy(&u);
+                }
+                let _ = &keep; // held until the operation is dropped
+                Ok(())
+            }));
+        }
+        // Captured: each launch takes the use (refused then if the host holds a map), the replay
+        // releases it.
+        drop(first);
+        let uses = Arc::new(parking_lot::Mutex::new(std::collections::VecDeque::new()));
+        let (host, taken) = (host.clone(), uses.clone());
+        let hook: Hook = Box::new(move || {
+            taken.lock().push_back(host.begin_use(arg, offset, len)?);
             Ok(())
-        }))
+        });
+        self.submit_with_hook(
+            Box::new(move |err| {
+                let u = uses.lock().pop_front();
+                if let Some(u) = u.filter(|_| err.is_none()) {
+                    copy(&u);
+                }
+                let _ = &keep; // held until the graph is dropped
+                Ok(())
+            }),
+            Some(hook),
+        )
     }
 
-    /// Enqueues `op`, dropping its position.
+    /// Enqueues `op`, or records it when the stream is capturing.
     pub(crate) fn submit(&self, op: crate::worker::Op) -> Result<()> {
-        self.worker.enqueue(op).map(drop)
+        self.submit_with_hook(op, None)
+    }
+
+    /// Enqueues `op`, or records it with its launch-time `hook` when the stream is capturing
+    /// (eagerly, the caller has done what the hook does).
+    pub(crate) fn submit_with_hook(&self, op: crate::worker::Op, hook: Option<Hook>) -> Result<()> {
+        match self.capture() {
+            Some(c) => {
+                if let Some(e) = self.worker.error() {
+                    return Err(e);
+                }
+                c.push(self.sid, op, hook)
+            }
+            None => self.worker.enqueue(op).map(drop),
+        }
+    }
+
+    /// The capture this stream records into, if any.
+    pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
+        self.cap.get()
+    }
+
+    /// The identity under which work enqueued now keeps its buffers: the stream's own, or while
+    /// capturing the capture's (`CaptureId::stream_id`: the graph's uses are a queue of their own).
+    pub(crate) fn use_sid(&self) -> StreamId {
+        self.capture().map_or(self.sid, |c| c.id.stream_id())
     }
 
     /// Enqueues a copy of `len` bytes between two checked, disjoint ranges, keeping `keep` alive.
@@ -127,7 +184,7 @@ impl CpuStream {
                 // holds until this closure is dropped, and checked disjoint above.
                 unsafe { std::ptr::copy_nonoverlapping(src.get(), dst.get(), len as usize) };
             }
-            drop(keep);
+            let _ = &keep; // held until the operation is dropped
             Ok(())
         }))
     }
@@ -158,8 +215,8 @@ impl Stream for CpuStream {
     ) -> Result<()> {
         crate::fault::point("copy")?;
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
-        let host = src.begin_use("src", src_offset, len)?;
-        self.enqueue_host_copy(host, d, dst.use_on(self.sid), Direction::ToDevice)
+        let host = (src, "src", src_offset, len);
+        self.enqueue_host_copy(host, d, dst.use_on(self.use_sid()), Direction::ToDevice)
     }
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
@@ -167,13 +224,13 @@ impl Stream for CpuStream {
         let len = src.len() as u64;
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
         let staged = src.to_vec();
-        let keep = dst.use_on(self.sid);
+        let keep = dst.use_on(self.use_sid());
         self.submit(Box::new(move |err| {
             if err.is_none() && !staged.is_empty() {
                 // SAFETY: the device range was checked and is held by `keep`; `staged` is ours.
                 unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), d.get(), staged.len()) };
             }
-            drop(keep);
+            let _ = &keep; // held until the operation is dropped
             Ok(())
         }))
     }
@@ -188,8 +245,8 @@ impl Stream for CpuStream {
     ) -> Result<()> {
         crate::fault::point("copy")?;
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
-        let host = dst.begin_use("dst", dst_offset, len)?;
-        self.enqueue_host_copy(host, s, src.use_on(self.sid), Direction::ToHost)
+        let host = (dst, "dst", dst_offset, len);
+        self.enqueue_host_copy(host, s, src.use_on(self.use_sid()), Direction::ToHost)
     }
 
     fn copy_d2d(
@@ -203,7 +260,12 @@ impl Stream for CpuStream {
         crate::fault::point("copy")?;
         let s = Addr(cpu_addr(src, "src", self.id(), src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", self.id(), dst_offset, len)?);
-        self.enqueue_copy(s, d, len, [src.use_on(self.sid), dst.use_on(self.sid)])
+        self.enqueue_copy(
+            s,
+            d,
+            len,
+            [src.use_on(self.use_sid()), dst.use_on(self.use_sid())],
+        )
     }
 
     fn copy_peer(
@@ -220,7 +282,12 @@ impl Stream for CpuStream {
         check_peer_copy(self.id(), peers, sd, dd)?;
         let s = Addr(cpu_addr(src, "src", sd, src_offset, len)?);
         let d = Addr(cpu_addr(dst, "dst", dd, dst_offset, len)?);
-        self.enqueue_copy(s, d, len, [src.use_on(self.sid), dst.use_on(self.sid)])
+        self.enqueue_copy(
+            s,
+            d,
+            len,
+            [src.use_on(self.use_sid()), dst.use_on(self.use_sid())],
+        )
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
@@ -228,7 +295,7 @@ impl Stream for CpuStream {
         let d = Addr(cpu_addr(dst, "dst", self.id(), offset, len)?);
         value.check_aligned(d.0 as u64, len)?;
         let w = value.width();
-        let keep = dst.use_on(self.sid);
+        let keep = dst.use_on(self.use_sid());
         self.submit(Box::new(move |err| {
             if err.is_none() {
                 let n = (len / w) as usize;
@@ -242,7 +309,7 @@ impl Stream for CpuStream {
                     }
                 }
             }
-            drop(keep);
+            let _ = &keep; // held until the operation is dropped
             Ok(())
         }))
     }
@@ -325,7 +392,7 @@ impl Stream for CpuStream {
             let keep: Vec<_> = call
                 .tensors
                 .iter()
-                .map(|t| t.buffer.use_on(self.sid))
+                .map(|t| t.buffer.use_on(self.use_sid()))
                 .collect();
             let threads = caps.mandatory.compute_units as usize;
             return self.submit(Box::new(move |err| {
@@ -344,7 +411,7 @@ impl Stream for CpuStream {
                         None => run(1),
                     }
                 }
-                drop(keep);
+                let _ = &keep; // held until the operation is dropped
                 Ok(())
             }));
         }
@@ -366,7 +433,7 @@ impl Stream for CpuStream {
         let keep: Vec<_> = call
             .tensors
             .iter()
-            .map(|t| t.buffer.use_on(self.sid))
+            .map(|t| t.buffer.use_on(self.use_sid()))
             .collect();
         // The launches' own buffer handles were for planning: the queued work holds the
         // buffers through `keep` (stream uses, so a caching allocator may reuse a block on this
@@ -389,7 +456,6 @@ impl Stream for CpuStream {
             if err.is_some() {
                 return Ok(());
             }
-            let mut scratch = scratch;
             // The plan: a host allocation that lives for these launches.
             // Written by the kernels: bound through a mutable pointer.
             plan.bind_scratch(scratch.as_mut_ptr() as u64);
@@ -404,14 +470,25 @@ impl Stream for CpuStream {
                     break;
                 }
             }
-            drop((keep, scratch));
+            let _ = &keep; // held until the operation is dropped
             r
         }))
     }
 
     fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        if let Some(c) = self.capture() {
+            // A replay would run the callback again: the HAL's callbacks run once.
+            return Err(c.refuse(
+                "host_callback",
+                HalError::unsupported(
+                    "a host callback in a stream capture on the CPU backend (`Stream::host_callback` \
+                     takes a FnOnce, which a replay cannot run again)",
+                ),
+            ));
+        }
+        let mut f = Some(f);
         self.submit(Box::new(move |err| {
-            if err.is_none() {
+            if let Some(f) = f.take().filter(|_| err.is_none()) {
                 f();
             }
             Ok(())
@@ -429,6 +506,10 @@ impl Stream for CpuStream {
                     found: ev.device_id(),
                 },
             ));
+        }
+        if let Some(c) = self.capture() {
+            ev.set_captured(c.mark(self.sid));
+            return Ok(());
         }
         let time = Arc::new(OnceLock::new());
         let slot = time.clone();
@@ -456,12 +537,47 @@ impl Stream for CpuStream {
     fn wait_event(&self, event: &Arc<dyn Event>) -> Result<()> {
         crate::fault::point("event_wait")?;
         let ev = CpuEvent::from_dyn("event", &**event)?;
-        let Some(record) = ev.record() else {
-            // Never recorded: complete by definition, nothing to wait for.
-            return match self.worker.error() {
-                Some(e) => Err(e),
-                None => Ok(()),
-            };
+        let record = match (ev.record(), self.capture()) {
+            (Ok(None), _) => {
+                // Never recorded: complete by definition, nothing to wait for.
+                return match self.worker.error() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+            }
+            (Ok(Some(_)), Some(c)) => {
+                return Err(c.refuse(
+                    "wait_event",
+                    HalError::invalid(
+                        "event",
+                        Invalid::Capture {
+                            capture: Some(c.id),
+                            call: "wait_event".into(),
+                            detail: "the event was recorded outside the capture: a graph cannot \
+                                     depend on work outside it (make the stream wait before \
+                                     begin_capture); the capture is now invalidated"
+                                .into(),
+                        },
+                    ),
+                ));
+            }
+            (Ok(Some(r)), None) => r,
+            (Err(mark), Some(c)) => {
+                if !Arc::ptr_eq(&mark.capture, &c) {
+                    return Err(c.illegal(
+                        "event",
+                        "wait_event on an event recorded in another capture",
+                    ));
+                }
+                c.depend(self.sid, &mark);
+                return Ok(());
+            }
+            (Err(mark), None) => {
+                if let Some(e) = self.worker.error() {
+                    return Err(e);
+                }
+                return mark.capture.join(self.sid, &self.cap);
+            }
         };
         let ignore = self.dev.fault().is(Fault::IgnoreEventWaits);
         self.worker
@@ -481,6 +597,21 @@ impl Stream for CpuStream {
         if let Some(e) = self.worker.error() {
             return Err(e);
         }
+        if let Some(c) = self.capture() {
+            // A graph allocation: made now, at an address fixed while the graph lives, which
+            // keeps it through a node of its own (CUDA's memory nodes).
+            let b = self.dev.alloc_unchecked(len)?;
+            let keep = b.use_on(c.id.stream_id());
+            c.push(
+                self.sid,
+                Box::new(move |_| {
+                    let _ = &keep;
+                    Ok(())
+                }),
+                None,
+            )?;
+            return Ok(b);
+        }
         self.dev.alloc(len)
     }
 
@@ -490,14 +621,17 @@ impl Stream for CpuStream {
             return Err(e);
         }
         buffer.mark_free_enqueued("buffer")?;
-        let keep = buffer.use_on(self.sid);
+        let keep = buffer.use_on(self.use_sid());
         self.submit(Box::new(move |_| {
-            drop(keep);
+            let _ = &keep; // held until the operation is dropped
             Ok(())
         }))
     }
 
     fn synchronize(&self) -> Result<()> {
+        if let Some(c) = self.capture() {
+            return Err(c.illegal("stream", "Stream::synchronize"));
+        }
         self.worker.synchronize()
     }
 
@@ -505,11 +639,92 @@ impl Stream for CpuStream {
         if let Some(e) = self.worker.error() {
             return Err(e);
         }
+        if let Some(c) = self.capture() {
+            return Err(c.illegal("stream", "Stream::query"));
+        }
         Ok(self.worker.reached(self.worker.position()))
     }
 
     fn async_error(&self) -> Option<HalError> {
         self.worker.error()
+    }
+
+    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        if let Some(c) = self.capture() {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::Capture {
+                    capture: Some(c.id),
+                    call: "begin_capture".into(),
+                    detail: "the stream is already capturing".into(),
+                },
+            ));
+        }
+        if let Some(e) = self.worker.error() {
+            return Err(e);
+        }
+        let c = Capture::begin(self.sid, self.cap.clone(), self.id(), mode);
+        tracing::debug!(stream = %self.sid, capture = %c.id, ?mode, "stream capture begun");
+        self.dev.capture_begun(c);
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Arc<dyn Graph>> {
+        let Some(c) = self.capture() else {
+            return Err(HalError::invalid(
+                "stream",
+                Invalid::Capture {
+                    capture: None,
+                    call: "end_capture".into(),
+                    detail: "the stream is not capturing".into(),
+                },
+            ));
+        };
+        let r = c.end(self.sid);
+        if !c.is_active() {
+            self.dev.capture_ended(&c);
+        }
+        let g = r?;
+        tracing::debug!(capture = %c.id, nodes = g.node_count(), "stream capture ended");
+        Ok(Arc::new(g))
+    }
+
+    fn capture_status(&self) -> CaptureStatus {
+        match self.capture() {
+            None => CaptureStatus::None,
+            Some(c) if c.is_invalidated() => CaptureStatus::Invalidated(c.id),
+            Some(c) => CaptureStatus::Active(c.id),
+        }
+    }
+
+    fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
+        let g = graph.as_any().downcast_ref::<CpuGraph>().ok_or_else(|| {
+            HalError::invalid(
+                "graph",
+                Invalid::ForeignHandle {
+                    expected: "CPU graph".into(),
+                    found: format!("graph of {}", graph.device_id()),
+                },
+            )
+        })?;
+        if g.device_id() != self.id() {
+            return Err(HalError::invalid(
+                "graph",
+                Invalid::WrongDevice {
+                    expected: self.id(),
+                    found: g.device_id(),
+                },
+            ));
+        }
+        if let Some(c) = self.capture() {
+            return Err(c.refuse(
+                "launch_graph",
+                HalError::unsupported(
+                    "launching a graph into a stream capture on the CPU backend (child graphs)",
+                ),
+            ));
+        }
+        g.launch_on(&self.worker)
     }
 
     fn native_handle(&self) -> NativeHandle {

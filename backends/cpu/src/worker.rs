@@ -30,8 +30,11 @@ sync::thread_local! {
 }
 
 /// A queued operation. It receives the stream's sticky error, if one is set when its turn comes: it
-/// must then only release what it holds (and signal events), not do its work.
-pub(crate) type Op = Box<dyn FnOnce(Option<&HalError>) -> Result<()> + Send>;
+/// must then only signal events, not do its work. `FnMut`, not `FnOnce`, so that the very
+/// operation a stream capture records can run at every replay of the graph (`crate::graph`); an
+/// eager operation runs once and is dropped (with everything it holds) before its completion is
+/// visible.
+pub(crate) type Op = Box<dyn FnMut(Option<&HalError>) -> Result<()> + Send>;
 
 struct Queue {
     ops: VecDeque<Op>,
@@ -214,7 +217,7 @@ impl WorkerShared {
         self.wake.notify_one();
     }
 
-    fn execute(&self, op: Op) {
+    fn execute(&self, mut op: Op) {
         let err = self.error();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(err.as_ref())));
         match r {

@@ -60,7 +60,8 @@ pub struct CpuComm {
     pub(crate) rank: usize,
     pub(crate) device: Arc<dyn Device>,
     pub(crate) shared: Arc<CommShared>,
-    pub(crate) seq: AtomicU64,
+    /// The next round's number (shared with the launch hooks of captured rounds).
+    pub(crate) seq: Arc<AtomicU64>,
     pub(crate) splits: AtomicU64,
     pub(crate) sent: Mutex<Vec<u64>>,
     pub(crate) received: Mutex<Vec<u64>>,
@@ -77,7 +78,7 @@ impl CpuComm {
             rank,
             device,
             shared,
-            seq: AtomicU64::new(0),
+            seq: Arc::new(AtomicU64::new(0)),
             splits: AtomicU64::new(0),
             sent: Mutex::new(vec![0; n]),
             received: Mutex::new(vec![0; n]),
@@ -120,34 +121,56 @@ impl CpuComm {
         what: String,
         (send, recv): ((&Buffer, u64), (&Buffer, u64)),
         in_place: (u64, u64),
-        body: impl FnOnce(&[(u64, u64)], &Rendezvous, u64) -> Result<()> + Send + 'static,
+        mut body: impl FnMut(&[(u64, u64)], &Rendezvous, u64) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let id = self.device.id();
         let sa = Addr(cpu_addr(send.0, "send", id, 0, send.1)? as u64);
         let ra = Addr(cpu_addr(recv.0, "recv", id, 0, recv.1)? as u64);
         check_send_recv(send.0, send.1, recv.0, recv.1, in_place)?;
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let (rank, shared, keep) = (
             self.rank,
             self.shared.clone(),
             (send.0.clone(), recv.0.clone()),
         );
         let sig = Signature { what };
-        s.submit(Box::new(move |err| {
-            if err.is_some() {
-                return Ok(());
-            }
-            let (sa, ra) = (sa, ra);
-            let r = shared.rv.run_round(seq, rank, &sig, (sa.0, ra.0), |ptrs| {
-                body(ptrs, &shared.rv, seq)
-            });
-            // Only now: run_round returns once no peer can still touch these buffers.
-            drop(keep);
-            if let Err(e) = &r {
-                shared.fail(e);
-            }
-            r
-        }))
+        // The round's number matches the ranks' calls: taken at the enqueue, or in a capture at
+        // each launch of the graph (the replay takes them in launch order).
+        let (mut fixed, mut hook) = (None, None);
+        let numbers = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        if s.capture().is_some() {
+            let (counter, numbers) = (self.seq.clone(), numbers.clone());
+            hook = Some(Box::new(move || {
+                numbers
+                    .lock()
+                    .push_back(counter.fetch_add(1, Ordering::SeqCst));
+                Ok(())
+            }) as crate::graph::Hook);
+        } else {
+            fixed = Some(self.seq.fetch_add(1, Ordering::SeqCst));
+        }
+        s.submit_with_hook(
+            Box::new(move |err| {
+                let Some(seq) = fixed.take().or_else(|| numbers.lock().pop_front()) else {
+                    return Err(HalError::Internal(
+                        "a captured round ran without its number".into(),
+                    ));
+                };
+                if err.is_some() {
+                    return Ok(());
+                }
+                let (sa, ra) = (sa, ra);
+                let r = shared.rv.run_round(seq, rank, &sig, (sa.0, ra.0), |ptrs| {
+                    body(ptrs, &shared.rv, seq)
+                });
+                // Only now: run_round returns once no peer can still touch these buffers.
+                let _ = &keep; // held until the operation is dropped
+                if let Err(e) = &r {
+                    shared.fail(e);
+                }
+                r
+            }),
+            hook,
+        )
     }
 }
 
@@ -191,6 +214,15 @@ impl CpuComm {
             keep.push(buf.clone());
         }
         let Some(s) = s else { return Ok(()) };
+        if let Some(c) = s.capture() {
+            // Message numbers are taken at the enqueue; a replay would need them per launch.
+            return Err(c.refuse(
+                "send/recv",
+                HalError::unsupported(
+                    "point-to-point sends and receives in a stream capture on the CPU backend",
+                ),
+            ));
+        }
         {
             let (mut sent, mut received) = (self.sent.lock(), self.received.lock());
             for p in &mut plan {
@@ -204,8 +236,8 @@ impl CpuComm {
             if err.is_some() {
                 return Ok(());
             }
-            let r = run_p2p(&shared.rv, me, plan);
-            drop(keep);
+            let r = run_p2p(&shared.rv, me, &plan);
+            let _ = &keep; // held until the operation is dropped
             if let Err(e) = &r {
                 shared.fail(e);
             }
@@ -215,14 +247,13 @@ impl CpuComm {
 }
 
 /// Posts the sends, then takes the receives, of one group.
-fn run_p2p(rv: &Rendezvous, me: usize, plan: Vec<P2p>) -> Result<()> {
-    let (sends, recvs): (Vec<P2p>, Vec<P2p>) = plan.into_iter().partition(|p| p.sending);
-    for p in sends {
+fn run_p2p(rv: &Rendezvous, me: usize, plan: &[P2p]) -> Result<()> {
+    for p in plan.iter().filter(|p| p.sending) {
         // SAFETY: the range was checked at enqueue and the op holds the buffer.
         let data = unsafe { std::slice::from_raw_parts(p.addr.0 as *const u8, p.bytes as usize) };
         rv.post(me, p.peer, p.k, data.to_vec())?;
     }
-    for p in recvs {
+    for p in plan.iter().filter(|p| !p.sending) {
         let data = rv.take(p.peer, me, p.k)?;
         if data.len() as u64 != p.bytes {
             return Err(HalError::invalid(
