@@ -184,7 +184,9 @@ pub struct Comm {
     clique: Arc<Clique>,
     rank: usize,
     device: Arc<Device>,
-    counters: Mutex<Counters>,
+    /// Shared with the gate factories of captured operations, which take their sequence numbers
+    /// at each replay.
+    counters: Arc<Mutex<Counters>>,
 }
 
 /// One `split` of a communicator: what each rank asked for.
@@ -270,10 +272,13 @@ impl Comm {
             }
             Kind::AllToAll => (all, all),
         };
-        let touches = [(call.send, send), (call.recv, recv)]
+        let touches: Vec<(u64, u64)> = [(call.send, send), (call.recv, recv)]
             .into_iter()
             .filter(|&(_, len)| len > 0)
             .collect();
+        if self.device.is_capturing(stream) {
+            return self.capture(stream, touches, Captured::Coll(call));
+        }
         let mut c = self.counters.lock();
         let key = Key::Coll(c.coll);
         self.enqueue(
@@ -294,6 +299,23 @@ impl Comm {
     pub fn group(&self, stream: StreamId, calls: &[P2p]) -> SimResult<()> {
         if calls.is_empty() {
             return Ok(());
+        }
+        if self.device.is_capturing(stream) {
+            let touches = calls
+                .iter()
+                .filter_map(|c| {
+                    let (P2p::Send {
+                        addr, count, dtype, ..
+                    }
+                    | P2p::Recv {
+                        addr, count, dtype, ..
+                    }) = *c;
+                    let len = count.checked_mul(dtype.size() as u64)?;
+                    (len > 0).then_some((addr, len))
+                })
+                .collect();
+            // Peers and sizes are checked at each replay, when the sequence numbers are taken.
+            return self.capture(stream, touches, Captured::Group(calls.to_vec()));
         }
         let mut c = self.counters.lock();
         let (mut sends, mut recvs) = (c.sends.clone(), c.recvs.clone());
@@ -388,6 +410,21 @@ impl Comm {
             self.clique.bump(&mut st);
             Box::new(gate)
         })
+    }
+
+    /// Records the operation into the capture of `stream`: every replay takes its sequence
+    /// numbers when it is launched (in launch order, as ranks calling the operation would), so
+    /// that ranks replaying their graphs match.
+    fn capture(&self, stream: StreamId, touches: Vec<(u64, u64)>, call: Captured) -> SimResult<()> {
+        let factory = Arc::new(Replayed {
+            clique: self.clique.clone(),
+            rank: self.rank,
+            device: Arc::downgrade(&self.device),
+            counters: self.counters.clone(),
+            call,
+        });
+        self.device
+            .enqueue_gate_repeatable(stream, touches, factory)
     }
 
     /// Splits the communicator as `ncclCommSplit` does: every rank calls (host-blocking); ranks
@@ -846,12 +883,12 @@ impl Registry {
                     clique,
                     rank,
                     device,
-                    counters: Mutex::new(Counters {
+                    counters: Arc::new(Mutex::new(Counters {
                         coll: 0,
                         splits: 0,
                         sends: vec![0; nranks],
                         recvs: vec![0; nranks],
-                    }),
+                    })),
                 });
             }
             if self.changed.wait_until(&mut map, deadline).timed_out() {
@@ -916,6 +953,10 @@ impl Queued {
     /// Records that an operation was queued on `stream` of `dev` (an event after it); forgets
     /// the completed ones.
     pub fn track(&self, dev: &Device, stream: StreamId) {
+        if dev.is_capturing(stream) {
+            // Captured, not queued: its replays are the graph launches' work.
+            return;
+        }
         let mut queued = self.events.lock();
         queued.retain(|&ev| {
             let done = dev.query(ev).is_ok();
@@ -964,4 +1005,111 @@ pub fn fresh_id() -> [u8; 16] {
     id[..8].copy_from_slice(&n.to_le_bytes());
     id[8..].copy_from_slice(&(t ^ u64::from(std::process::id()).rotate_left(40)).to_le_bytes());
     id
+}
+
+/// A captured operation of one rank.
+enum Captured {
+    Coll(Collective),
+    Group(Vec<P2p>),
+}
+
+/// Makes a captured operation's gate for each replay.
+struct Replayed {
+    clique: Arc<Clique>,
+    rank: usize,
+    device: Weak<Device>,
+    counters: Arc<Mutex<Counters>>,
+    call: Captured,
+}
+
+impl crate::graph::GateFactory for Replayed {
+    fn prepare(&self) -> SimResult<Box<dyn FnOnce(StreamId, u64) -> Box<dyn Gate> + Send>> {
+        if self.clique.state.lock().aborted[self.rank] {
+            return Err(SimError::InvalidUsage(format!(
+                "rank {} of this communicator was aborted",
+                self.rank
+            )));
+        }
+        let me = self.rank;
+        let mut c = self.counters.lock();
+        let slots: Vec<(Key, Slot, Part)> = match &self.call {
+            Captured::Coll(call) => {
+                let key = Key::Coll(c.coll);
+                c.coll += 1;
+                vec![(key, (me, Role::Member), Part::Coll(*call))]
+            }
+            Captured::Group(calls) => {
+                let mut slots = Vec::with_capacity(calls.len());
+                for call in calls {
+                    let (P2p::Send {
+                        peer,
+                        addr,
+                        count,
+                        dtype,
+                    }
+                    | P2p::Recv {
+                        peer,
+                        addr,
+                        count,
+                        dtype,
+                    }) = *call;
+                    if peer >= self.clique.nranks {
+                        return Err(SimError::InvalidValue(format!(
+                            "peer {peer} of {} ranks",
+                            self.clique.nranks
+                        )));
+                    }
+                    let part = Part::Bytes {
+                        addr,
+                        len: count * dtype.size() as u64,
+                    };
+                    slots.push(match call {
+                        P2p::Send { .. } => {
+                            let k = c.sends[peer];
+                            c.sends[peer] += 1;
+                            let key = Key::P2p {
+                                src: me,
+                                dst: peer,
+                                k,
+                            };
+                            (key, (me, Role::Sender), part)
+                        }
+                        P2p::Recv { .. } => {
+                            let k = c.recvs[peer];
+                            c.recvs[peer] += 1;
+                            let key = Key::P2p {
+                                src: peer,
+                                dst: me,
+                                k,
+                            };
+                            (key, (me, Role::Receiver), part)
+                        }
+                    });
+                }
+                slots
+            }
+        };
+        drop(c);
+        let clique = self.clique.clone();
+        let device = self.device.clone();
+        Ok(Box::new(move |stream, position| {
+            let loc = Loc {
+                device,
+                stream,
+                position,
+            };
+            {
+                let mut st = clique.state.lock();
+                for (key, slot, _) in &slots {
+                    clique.round(&mut st, *key).locs.insert(*slot, loc.clone());
+                }
+                clique.bump(&mut st);
+            }
+            Box::new(RankGate {
+                clique,
+                rank: me,
+                slots: slots.into_iter().map(|(k, s, p)| (k, s, Some(p))).collect(),
+            })
+        }))
+    }
 }

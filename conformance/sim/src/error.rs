@@ -37,8 +37,35 @@ pub enum SimError {
     /// Device work waited longer than the watchdog allows (a collective whose peers never came):
     /// sticky, as a kernel killed by a watchdog is.
     Timeout(String),
+    /// A stream-capture rule was broken (see [`CaptureFault`]); never sticky.
+    Capture(CaptureFault, String),
 }
 
+/// Which stream-capture rule a call broke, as CUDA and HIP number them (`*_STREAM_CAPTURE_*`
+/// 900-906, captured event 907, wrong thread 908; illegal state 401).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureFault {
+    /// Not permitted while the stream (or a capture it conflicts with) is capturing (900).
+    Unsupported,
+    /// The capture was invalidated by an earlier illegal call (901).
+    Invalidated,
+    /// Would merge two independent captures (902).
+    Merge,
+    /// Ended on a stream that did not begin the capture (903).
+    Unmatched,
+    /// A stream that joined the capture was not joined back into the origin (904).
+    Unjoined,
+    /// A dependency on work outside the capture (905).
+    Isolation,
+    /// An implicit dependency of the legacy default stream on a capturing stream (906).
+    Implicit,
+    /// An event last recorded in a capture used outside it (907).
+    CapturedEvent,
+    /// A non-relaxed capture ended from another thread (908).
+    WrongThread,
+    /// Begin on a capturing stream, end on a stream that is not capturing (401).
+    IllegalState,
+}
 impl SimError {
     /// True for the errors that poison the context, as a fault in device work does on hardware.
     pub fn is_sticky(&self) -> bool {
@@ -73,6 +100,7 @@ impl fmt::Display for SimError {
             SimError::Unsupported(m) => write!(f, "unsupported by the simulator: {m}"),
             SimError::Timeout(m) => write!(f, "timed out: {m}"),
             SimError::InvalidUsage(m) => write!(f, "invalid usage: {m}"),
+            SimError::Capture(k, m) => write!(f, "stream capture ({k:?}): {m}"),
         }
     }
 }

@@ -34,12 +34,13 @@ pub mod error;
 pub mod fault;
 pub mod fault_c;
 pub mod gpu;
+pub mod graph;
 pub mod memory;
 pub mod module;
 pub mod peer;
 mod workers;
 
-pub use error::{SimError, SimResult};
+pub use error::{CaptureFault, SimError, SimResult};
 
 /// The simulated library `file` (e.g. `libunihal_sim_cuda.so`) built next to the running test
 /// executable: cargo builds a dev-dependency's cdylib into `target/<profile>/deps` (`cargo test`)
@@ -158,6 +159,8 @@ enum Op {
         stream: StreamId,
         position: u64,
     },
+    /// A replay of an executable graph, run node by node at the head of its stream.
+    Graph(Box<graph::GraphRun>),
 }
 
 #[derive(Default)]
@@ -170,6 +173,8 @@ struct StreamState {
     executed: u64,
     /// Destroyed with work still queued: no new work; removed once the queue has run.
     destroyed: bool,
+    /// The capture this stream records into (as its origin or joined), if any.
+    capture: Option<u64>,
 }
 
 #[derive(Default)]
@@ -178,6 +183,8 @@ struct EventState {
     record: Option<(StreamId, u64)>,
     generation: u64,
     time: Option<Instant>,
+    /// Last recorded on a capturing stream: the capture and the nodes the record follows.
+    captured: Option<(u64, Vec<usize>)>,
 }
 
 struct State {
@@ -193,6 +200,13 @@ struct State {
     running: HashSet<StreamId>,
     /// How kernels leave the lock in [`Mode::Concurrent`] (None: they run inline).
     exec: Option<Exec>,
+    /// Captures in progress on this device's streams, by id.
+    captures: HashMap<u64, graph::Capture>,
+    /// Graph allocations that escape their graph, and whether the last launch's allocation is
+    /// still allocated (a launch is refused until it is freed).
+    graph_allocs: HashMap<u64, bool>,
+    /// Reservations of graphs that are gone, returned at the next call.
+    releases: Arc<Mutex<Vec<u64>>>,
 }
 
 /// The way back to a device's state from a kernel's thread.
@@ -240,6 +254,9 @@ impl Device {
             legacy: None,
             running: HashSet::new(),
             exec: None,
+            captures: HashMap::new(),
+            graph_allocs: HashMap::new(),
+            releases: Arc::new(Mutex::new(Vec::new())),
         }));
         if mode == Mode::Concurrent {
             state.lock().exec = Some(Exec {
@@ -375,7 +392,9 @@ impl Device {
         let f = self.kernels.get(&entry.name).ok_or_else(|| {
             SimError::Unsupported(format!("kernel {} has no host function", entry.name))
         })?;
-        // Argument copies, 16-byte aligned as parameter space is.
+        // Argument copies, 16-byte aligned as parameter space is: the values of the launch, and
+        // the copies a run hands the kernel (restored before every run, so that a replay of a
+        // captured launch sees the launch's values even if a kernel wrote its parameters).
         let owned: Vec<Vec<u128>> = args
             .iter()
             .map(|a| {
@@ -387,19 +406,27 @@ impl Device {
                 v
             })
             .collect();
+        let mut scratch = owned.clone();
+        let mut params: Vec<usize> = vec![0; owned.len()];
         let name = entry.name;
-        let run: KernelFn = Box::new(move || {
-            let mut owned = owned;
-            let params: Vec<*mut std::ffi::c_void> =
-                owned.iter_mut().map(|v| v.as_mut_ptr() as *mut _).collect();
+        let run: graph::RepeatKernel = Box::new(move || {
+            for ((s, o), p) in scratch.iter_mut().zip(&owned).zip(params.iter_mut()) {
+                s.copy_from_slice(o);
+                *p = s.as_mut_ptr() as usize;
+            }
             // SAFETY: `f` follows the host-kernel ABI (a registered library or test kernel);
             // `params` holds one pointer per parameter to a 16-byte-aligned copy of the size the
-            // entry declares (checked above), alive for the call.
-            unsafe { module::run_blocks(f, &name, grid, block, shared_bytes, &params) }
+            // entry declares (checked above), alive for the call (`usize` and `*mut c_void` have
+            // one layout).
+            unsafe {
+                let params = std::slice::from_raw_parts(
+                    params.as_ptr() as *const *mut std::ffi::c_void,
+                    params.len(),
+                );
+                module::run_blocks(f, &name, grid, block, shared_bytes, params)
+            }
         });
-        let mut s = self.live()?;
-        s.push(stream, Op::Kernel(run))?;
-        self.after_enqueue(&mut s, stream)
+        self.enqueue_kernel(stream, run)
     }
 
     /// Queues a host function on `stream`. As the vendors' runtimes do, it never runs on the
@@ -411,14 +438,13 @@ impl Device {
     ///
     /// # Errors
     /// The sticky error; [`SimError::InvalidHandle`].
-    pub fn enqueue_host_fn(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> SimResult<()> {
-        let run: KernelFn = Box::new(move || {
-            crate::gpu::run_host_fn(f);
+    pub fn enqueue_host_fn(&self, stream: StreamId, f: Box<dyn FnMut() + Send>) -> SimResult<()> {
+        let mut f = f;
+        let run: graph::RepeatKernel = Box::new(move || {
+            crate::gpu::run_host_fn(&mut f);
             Ok(())
         });
-        let mut s = self.live()?;
-        s.push(stream, Op::Kernel(run))?;
-        self.after_enqueue(&mut s, stream)
+        self.enqueue_kernel(stream, run)
     }
 
     /// The execution mode.
@@ -462,7 +488,11 @@ impl Device {
                 return Err(SimError::FreeInFlight(addr));
             }
         }
-        s.memory.free(addr)
+        s.memory.free(addr)?;
+        if let Some(allocated) = s.graph_allocs.get_mut(&addr) {
+            *allocated = false;
+        }
+        Ok(())
     }
 
     /// Writes host bytes to device memory synchronously (after all queued work, as a blocking
@@ -490,6 +520,13 @@ impl Device {
     /// # Errors
     /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::IllegalAddress`].
     pub fn read_on(&self, stream: StreamId, addr: u64, dst: &mut [u8]) -> SimResult<()> {
+        {
+            let mut s = self.live()?;
+            if let Some(id) = s.capture_of(stream) {
+                let why = "a synchronous copy to pageable host memory on a capturing stream";
+                return Err(s.broken(id, error::CaptureFault::Unsupported, why.into()));
+            }
+        }
         self.stream_synchronize(stream)?;
         self.live()?.memory.read(addr, dst)
     }
@@ -557,6 +594,9 @@ impl Device {
     pub fn destroy_stream(&self, stream: StreamId) -> SimResult<()> {
         let mut s = self.state.lock();
         s.open_stream(stream)?.destroyed = true;
+        if let Some(id) = s.capture_of(stream) {
+            s.capture_stream_destroyed(id, stream);
+        }
         s.purge(stream);
         fault::track(&fault::LIVE_STREAMS, -1);
         Ok(())
@@ -569,6 +609,8 @@ impl Device {
     /// range is outside every live allocation at enqueue time.
     pub fn enqueue(&self, stream: StreamId, work: Work) -> SimResult<()> {
         let mut s = self.live()?;
+        s.open_stream(stream)?;
+        s.check_uncaptured(stream, "one-shot device work")?;
         for &(addr, len) in &work.touches {
             s.memory
                 .check(addr, len)
@@ -592,6 +634,8 @@ impl Device {
         make: impl FnOnce(u64) -> Box<dyn Gate>,
     ) -> SimResult<()> {
         let mut s = self.live()?;
+        s.open_stream(stream)?;
+        s.check_uncaptured(stream, "a one-shot gate")?;
         for &(addr, len) in &touches {
             s.memory
                 .check(addr, len)
@@ -653,6 +697,14 @@ impl Device {
     pub fn record(&self, event: EventId, stream: StreamId) -> SimResult<()> {
         let mut s = self.live()?;
         s.event(event)?;
+        s.open_stream(stream)?;
+        if let Some(id) = s.capture_of(stream) {
+            let deps = s.capture_record(id, stream)?;
+            s.event(event)?.captured = Some((id, deps));
+            return Ok(());
+        }
+        s.check_legacy(stream)?;
+        s.event(event)?.captured = None;
         s.implicit_waits(stream)?;
         let position = s.stream(stream)?.enqueued + 1;
         let ev = s.event(event)?;
@@ -670,10 +722,20 @@ impl Device {
     /// The sticky error; [`SimError::InvalidHandle`].
     pub fn wait(&self, stream: StreamId, event: EventId) -> SimResult<()> {
         let mut s = self.live()?;
-        s.stream(stream)?;
+        s.open_stream(stream)?;
+        if let Some((of, deps)) = s.event(event)?.captured.clone() {
+            return s.capture_wait(stream, of, &deps);
+        }
         let Some((on, position)) = s.event(event)?.record else {
             return Ok(());
         };
+        if let Some(id) = s.capture_of(stream) {
+            let why = format!(
+                "capturing stream {} waits on event {} recorded outside the capture",
+                stream.0, event.0
+            );
+            return Err(s.broken(id, error::CaptureFault::Isolation, why));
+        }
         s.push(
             stream,
             Op::Wait {
@@ -692,7 +754,7 @@ impl Device {
     /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`]; errors of the work
     /// it runs.
     pub fn query(&self, event: EventId) -> SimResult<()> {
-        let Some((stream, position)) = self.live()?.event(event)?.record else {
+        let Some((stream, position)) = self.uncaptured_event(event, "a query")? else {
             return Ok(());
         };
         self.poll(stream, position)
@@ -704,7 +766,7 @@ impl Device {
     /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::NotReady`]; errors of the work
     /// it runs.
     pub fn query_stream_done(&self, stream: StreamId) -> SimResult<()> {
-        let end = self.live()?.stream(stream)?.enqueued;
+        let end = self.uncaptured_stream(stream, "a query")?;
         self.poll(stream, end)
     }
 
@@ -743,7 +805,7 @@ impl Device {
     /// The sticky error; [`SimError::InvalidHandle`]; [`SimError::Timeout`]; errors of the work
     /// it runs.
     pub fn event_synchronize(&self, event: EventId) -> SimResult<()> {
-        let record = self.live()?.event(event)?.record;
+        let record = self.uncaptured_event(event, "a synchronisation")?;
         match record {
             Some((stream, position)) => self.drive(stream, position),
             None => Ok(()),
@@ -781,7 +843,7 @@ impl Device {
     /// # Errors
     /// The sticky error; [`SimError::InvalidHandle`]; errors of the work it runs.
     pub fn stream_synchronize(&self, stream: StreamId) -> SimResult<()> {
-        let end = self.live()?.stream(stream)?.enqueued;
+        let end = self.uncaptured_stream(stream, "a synchronisation")?;
         self.drive(stream, end)
     }
 
@@ -791,7 +853,18 @@ impl Device {
     /// The sticky error; [`SimError::Timeout`]; errors of the work it runs.
     pub fn synchronize(&self) -> SimResult<()> {
         let mut ends: Vec<(StreamId, u64)> = {
-            let s = self.live()?;
+            let mut s = self.live()?;
+            let active = s.active_captures();
+            if !active.is_empty() {
+                let why = "a device synchronisation while a stream of the device captures";
+                for id in active {
+                    s.invalidate(id, why);
+                }
+                return Err(SimError::Capture(
+                    error::CaptureFault::Unsupported,
+                    why.into(),
+                ));
+            }
             s.streams
                 .iter()
                 .map(|(id, st)| (*id, st.enqueued))
@@ -831,8 +904,32 @@ impl Device {
         }
     }
 
+    /// The record of an event that a query or synchronisation may wait for.
+    fn uncaptured_event(&self, event: EventId, what: &str) -> SimResult<Option<(StreamId, u64)>> {
+        let mut s = self.live()?;
+        let ev = s.event(event)?;
+        if let Some((id, _)) = ev.captured {
+            let why = format!("{what} of event {} recorded in capture {id}", event.0);
+            return Err(s.broken(id, error::CaptureFault::CapturedEvent, why));
+        }
+        Ok(ev.record)
+    }
+
+    /// The end of a stream's queue, for a query or synchronisation (refused while it captures).
+    fn uncaptured_stream(&self, stream: StreamId, what: &str) -> SimResult<u64> {
+        let mut s = self.live()?;
+        s.stream(stream)?;
+        if let Some(id) = s.capture_of(stream) {
+            let why = format!("{what} of capturing stream {}", stream.0);
+            return Err(s.broken(id, error::CaptureFault::Unsupported, why));
+        }
+        s.check_legacy(stream)?;
+        Ok(s.stream(stream)?.enqueued)
+    }
+
     fn live(&self) -> SimResult<parking_lot::MutexGuard<'_, State>> {
-        let s = self.state.lock();
+        let mut s = self.state.lock();
+        s.release_graph_memory();
         match &s.sticky {
             Some(e) => Err(e.clone()),
             None => Ok(s),
@@ -901,6 +998,7 @@ impl State {
     }
 
     fn push(&mut self, stream: StreamId, op: Op) -> SimResult<()> {
+        self.check_legacy(stream)?;
         if !matches!(op, Op::Gate { .. } | Op::Record { .. }) {
             self.implicit_waits(stream)?;
         }
@@ -939,14 +1037,13 @@ impl State {
     fn touched_by_queued_work(&self, start: u64) -> bool {
         self.streams.values().any(|st| {
             st.queue.iter().any(|op| {
-                let touches = match op {
-                    Op::Work(w) => &w.touches,
-                    Op::Gate { touches, .. } => touches,
-                    _ => return false,
-                };
-                touches
-                    .iter()
-                    .any(|&(a, l)| self.memory.check(a, l).ok() == Some(start))
+                let hit = |&(a, l): &(u64, u64)| self.memory.check(a, l).ok() == Some(start);
+                match op {
+                    Op::Work(w) => w.touches.iter().any(hit),
+                    Op::Gate { touches, .. } => touches.iter().any(hit),
+                    Op::Graph(run) => State::graph_touches(run).any(hit),
+                    _ => false,
+                }
             })
         })
     }
@@ -988,12 +1085,17 @@ impl State {
                 .streams
                 .get_mut(&stream)
                 .ok_or_else(|| SimError::InvalidHandle(format!("stream {}", stream.0)))?;
-            if let Some(Op::Gate { gate, .. }) = st.queue.front_mut() {
-                match gate.poll(&mut self.memory) {
+            match st.queue.front_mut() {
+                Some(Op::Gate { gate, .. }) => match gate.poll(&mut self.memory) {
                     GatePoll::Blocked(b) => return Ok(Progress::Blocked(b)),
                     GatePoll::Done(Ok(())) => {}
                     GatePoll::Done(Err(e)) => self.fail(e),
-                }
+                },
+                Some(Op::Graph(_)) => match self.step_graph(stream)? {
+                    graph::Step::Blocked(b) => return Ok(Progress::Blocked(b)),
+                    graph::Step::Done => {}
+                },
+                _ => {}
             }
             let op = self
                 .stream(stream)?
@@ -1001,7 +1103,7 @@ impl State {
                 .pop_front()
                 .expect("positions count queued operations");
             match op {
-                Op::Gate { .. } => {}
+                Op::Gate { .. } | Op::Graph(_) => {}
                 Op::Kernel(run) => {
                     if let Some(exec) = &self.exec {
                         // Counted as executed when it returns (on its thread).
@@ -1115,7 +1217,11 @@ impl Exec {
             let mut s = state.lock();
             s.running.remove(&stream);
             if let Some(st) = s.streams.get_mut(&stream) {
-                st.executed += 1;
+                match st.queue.front_mut() {
+                    // A node of a replay: the replay goes on with its next node.
+                    Some(Op::Graph(run)) if run.in_kernel => run.in_kernel = false,
+                    _ => st.executed += 1,
+                }
             }
             if let Err(e) = r {
                 s.fail(e);

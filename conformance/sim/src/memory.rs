@@ -20,6 +20,12 @@ struct Alloc {
 pub struct Memory {
     live: BTreeMap<u64, Alloc>,
     freed: HashSet<u64>,
+    /// Allocations a graph made (its memory-allocation nodes): freeing one parks it instead of
+    /// returning it, so that the graph's next replay allocates it at the same address again.
+    reserved: HashSet<u64>,
+    /// Reserved allocations not allocated now (between a free and the next replay's allocation):
+    /// no access reaches them.
+    parked: BTreeMap<u64, Alloc>,
     capacity: u64,
     used: u64,
 }
@@ -30,6 +36,8 @@ impl Memory {
         Memory {
             live: BTreeMap::new(),
             freed: HashSet::new(),
+            reserved: HashSet::new(),
+            parked: BTreeMap::new(),
             capacity,
             used: 0,
         }
@@ -75,6 +83,11 @@ impl Memory {
     /// [`SimError::DoubleFree`] for an address freed before (and not reused),
     /// [`SimError::InvalidValue`] for an address that is not the start of an allocation.
     pub fn free(&mut self, addr: u64) -> SimResult<()> {
+        if self.reserved.contains(&addr) {
+            let a = self.live.remove(&addr).ok_or(SimError::DoubleFree(addr))?;
+            self.parked.insert(addr, a);
+            return Ok(());
+        }
         let Some(a) = self.live.remove(&addr) else {
             return Err(if self.freed.contains(&addr) {
                 SimError::DoubleFree(addr)
@@ -90,6 +103,59 @@ impl Memory {
         // so nothing checked against the table can reach it any more.
         unsafe { std::alloc::dealloc(addr as *mut u8, a.layout) };
         Ok(())
+    }
+
+    /// Allocates `len` bytes for a graph's memory-allocation node: reserved for the graph, and
+    /// parked (not accessible) until a replay allocates it ([`Memory::unpark`]).
+    ///
+    /// # Errors
+    /// As [`Memory::alloc`].
+    pub fn reserve(&mut self, len: u64) -> SimResult<u64> {
+        let addr = self.alloc(len)?;
+        let a = self.live.remove(&addr).expect("just allocated");
+        self.parked.insert(addr, a);
+        self.reserved.insert(addr);
+        Ok(addr)
+    }
+
+    /// A replay's allocation of reserved memory at its address.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidValue`] when it is allocated already (a previous replay's allocation
+    /// was never freed) or not reserved.
+    pub fn unpark(&mut self, addr: u64) -> SimResult<()> {
+        let a = self.parked.remove(&addr).ok_or_else(|| {
+            SimError::InvalidValue(format!(
+                "graph allocation {addr:#x} is still allocated (a previous launch's allocation was \
+                 not freed)"
+            ))
+        })?;
+        self.live.insert(addr, a);
+        Ok(())
+    }
+
+    /// Ends a graph's reservation (the graph is gone): parked memory is returned; memory allocated
+    /// now stays allocated until freed, as CUDA's graph allocations outlive their graph.
+    pub fn unreserve(&mut self, addr: u64) {
+        if !self.reserved.remove(&addr) {
+            return;
+        }
+        if let Some(a) = self.parked.remove(&addr) {
+            self.live.insert(addr, a);
+            let _ = self.free(addr);
+        }
+    }
+
+    /// True when `[addr, addr + len)` lies inside an allocation that is live or reserved for a
+    /// graph (what captured work may name).
+    pub fn check_reserved(&self, addr: u64, len: u64) -> bool {
+        if self.check(addr, len).is_ok() {
+            return true;
+        }
+        self.parked
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&start, a)| addr.checked_add(len).is_some_and(|e| e <= start + a.len))
     }
 
     /// The start of the live allocation that holds `[addr, addr + len)`.
@@ -173,7 +239,8 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        for (addr, a) in std::mem::take(&mut self.live) {
+        let parked = std::mem::take(&mut self.parked);
+        for (addr, a) in std::mem::take(&mut self.live).into_iter().chain(parked) {
             // SAFETY: every live entry came from `alloc_zeroed` with its layout.
             unsafe { std::alloc::dealloc(addr as *mut u8, a.layout) };
         }

@@ -84,7 +84,9 @@ impl Err {
 /// The `aclError` of a simulator error.
 pub fn acl_code(e: &SimError) -> i32 {
     match e {
-        SimError::InvalidValue(_) | SimError::InvalidUsage(_) => ACL_ERROR_RT_PARAM_INVALID,
+        SimError::InvalidValue(_) | SimError::InvalidUsage(_) | SimError::Capture(..) => {
+            ACL_ERROR_RT_PARAM_INVALID
+        }
         SimError::DoubleFree(_) | SimError::FreeInFlight(_) => ACL_ERROR_RT_MEMORY_FREE,
         SimError::OutOfMemory { .. } => ACL_ERROR_RT_MEMORY_ALLOCATION,
         SimError::InvalidHandle(_) => ACL_ERROR_RT_INVALID_HANDLE,

@@ -79,7 +79,9 @@ fn hccl(name: &str, f: impl FnOnce() -> Result<(), Err>) -> i32 {
 fn code_of(e: &SimError) -> i32 {
     match e {
         SimError::Timeout(_) => HCCL_E_TIMEOUT,
-        SimError::InvalidValue(_) | SimError::InvalidUsage(_) => HCCL_E_PARA,
+        SimError::InvalidValue(_) | SimError::InvalidUsage(_) | SimError::Capture(..) => {
+            HCCL_E_PARA
+        }
         SimError::OutOfMemory { .. } => HCCL_E_MEMORY,
         SimError::InvalidHandle(_) => HCCL_E_PTR,
         _ => HCCL_E_INTERNAL,

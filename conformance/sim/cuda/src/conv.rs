@@ -13,6 +13,7 @@ pub const CUDA_ERROR_INVALID_DEVICE: i32 = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: i32 = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: i32 = 201;
 pub const CUDA_ERROR_INVALID_HANDLE: i32 = 400;
+pub const CUDA_ERROR_ILLEGAL_STATE: i32 = 401;
 pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: i32 = 700;
@@ -22,7 +23,33 @@ pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: i32 = 705;
 pub const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
 pub const CUDA_ERROR_NOT_PERMITTED: i32 = 800;
 pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: i32 = 900;
+pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
+pub const CUDA_ERROR_STREAM_CAPTURE_MERGE: i32 = 902;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: i32 = 903;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: i32 = 904;
+pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: i32 = 905;
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: i32 = 906;
+pub const CUDA_ERROR_CAPTURED_EVENT: i32 = 907;
+pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: i32 = 908;
 pub const CUDA_ERROR_UNKNOWN: i32 = 999;
+
+/// The `CUresult` of a broken stream-capture rule.
+pub fn capture_code(k: unihal_sim::CaptureFault) -> i32 {
+    use unihal_sim::CaptureFault as F;
+    match k {
+        F::Unsupported => CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        F::Invalidated => CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+        F::Merge => CUDA_ERROR_STREAM_CAPTURE_MERGE,
+        F::Unmatched => CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+        F::Unjoined => CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+        F::Isolation => CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+        F::Implicit => CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+        F::CapturedEvent => CUDA_ERROR_CAPTURED_EVENT,
+        F::WrongThread => CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+        F::IllegalState => CUDA_ERROR_ILLEGAL_STATE,
+    }
+}
 
 /// The `CUresult` of a simulator error.
 pub fn code(e: &SimError) -> i32 {
@@ -41,6 +68,7 @@ pub fn code(e: &SimError) -> i32 {
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
         SimError::Timeout(_) => CUDA_ERROR_LAUNCH_TIMEOUT,
         SimError::InvalidUsage(_) => CUDA_ERROR_INVALID_VALUE,
+        SimError::Capture(k, _) => capture_code(*k),
     }
 }
 
@@ -95,6 +123,46 @@ pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
         CUDA_ERROR_LAUNCH_FAILED => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
         CUDA_ERROR_NOT_PERMITTED => (c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
         CUDA_ERROR_NOT_SUPPORTED => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+        CUDA_ERROR_ILLEGAL_STATE => (
+            c"CUDA_ERROR_ILLEGAL_STATE",
+            c"the operation cannot be performed in the present state",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+            c"operation not permitted while the stream is capturing",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+            c"the capture was invalidated by an earlier error",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_MERGE => (
+            c"CUDA_ERROR_STREAM_CAPTURE_MERGE",
+            c"the operation would merge two separate captures",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_UNMATCHED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+            c"the capture did not begin on this stream",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_UNJOINED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+            c"a stream forked from the capture was not joined back",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_ISOLATION => (
+            c"CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+            c"a dependency on work outside the capture",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => (
+            c"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+            c"the legacy stream would depend on a capturing blocking stream",
+        ),
+        CUDA_ERROR_CAPTURED_EVENT => (
+            c"CUDA_ERROR_CAPTURED_EVENT",
+            c"operation not permitted on an event last recorded in a capture",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD => (
+            c"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+            c"the capture was begun by another thread",
+        ),
         CUDA_ERROR_UNKNOWN => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
         _ => return None,
     })

@@ -573,3 +573,220 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
     // refused.
     api("cuMemFreeHost", || ops::host_free(sim()?, p).map_err(f))
 }
+
+// Stream capture and graphs (CUDA Driver API, "Stream Management" and "Graph Management"):
+// the core's `unihal_sim::graph`, with CUDA's handles and codes.
+
+/// `cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode)`.
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture_v2(stream: *mut c_void, mode: c_int) -> c_int {
+    api("cuStreamBeginCapture_v2", || {
+        ops::begin_capture(sim()?, stream, i64::from(mode)).map_err(f)
+    })
+}
+
+/// The unversioned export keeps CUDA 10.0's signature (no mode): a global-mode capture. Headers
+/// since CUDA 10.1 map `cuStreamBeginCapture` to `cuStreamBeginCapture_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture(stream: *mut c_void) -> c_int {
+    api("cuStreamBeginCapture", || {
+        ops::begin_capture(sim()?, stream, 0).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void) -> c_int {
+    api("cuStreamEndCapture", || {
+        if graph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let r = ops::end_capture(sim()?, stream).map_err(f);
+        // A failed capture returns a NULL graph.
+        // SAFETY: checked non-null; the caller's.
+        unsafe { graph.write(r.unwrap_or(0) as *mut c_void) };
+        r.map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: *mut c_void, status: *mut c_int) -> c_int {
+    api("cuStreamIsCapturing", || {
+        let (st, _) = ops::capture_status(sim()?, stream).map_err(f)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
+        unsafe { out(status, st) }
+    })
+}
+
+/// Status and id of a stream's capture (the id is written only when active or invalidated).
+///
+/// # Safety
+/// `status` valid (required); `id` null or valid.
+unsafe fn capture_info(stream: *mut c_void, status: *mut c_int, id: *mut u64) -> Result<(), i32> {
+    if status.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (st, cid) = ops::capture_status(sim()?, stream).map_err(f)?;
+    // SAFETY: checked non-null; the caller's.
+    unsafe { status.write(st) };
+    if !id.is_null() && st != 0 {
+        // SAFETY: non-null, the caller's.
+        unsafe { id.write(cid) };
+    }
+    Ok(())
+}
+
+/// Writes "no graph, no dependencies" through the optional outputs of the `_v2`/`_v3` queries
+/// (the simulator does not expose its capture graph).
+///
+/// # Safety
+/// Each pointer null or valid.
+unsafe fn no_capture_graph(graph: *mut *mut c_void, deps: *mut *const c_void, n: *mut usize) {
+    // SAFETY: each is null or the caller's.
+    unsafe {
+        if !graph.is_null() {
+            graph.write(std::ptr::null_mut());
+        }
+        if !deps.is_null() {
+            deps.write(std::ptr::null());
+        }
+        if !n.is_null() {
+            n.write(0);
+        }
+    }
+}
+
+/// The CUDA 10.x export: `(CUstream, CUstreamCaptureStatus*, cuuint64_t*)`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(
+    stream: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+) -> c_int {
+    // SAFETY: the driver's contract, passed on.
+    api("cuStreamGetCaptureInfo", || unsafe {
+        capture_info(stream, status, id)
+    })
+}
+
+/// CUDA 11.3's `_v2`: status, id, graph, dependencies, their count.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    stream: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const c_void,
+    n: *mut usize,
+) -> c_int {
+    api("cuStreamGetCaptureInfo_v2", || {
+        // SAFETY: the driver's contract.
+        unsafe {
+            capture_info(stream, status, id)?;
+            no_capture_graph(graph, deps, n);
+        }
+        Ok(())
+    })
+}
+
+/// CUDA 12.3's `_v3` (what CUDA 13's `cuStreamGetCaptureInfo` names): also edge data.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    stream: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const c_void,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> c_int {
+    api("cuStreamGetCaptureInfo_v3", || {
+        if !edges.is_null() && deps.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the driver's contract.
+        unsafe {
+            capture_info(stream, status, id)?;
+            no_capture_graph(graph, deps, n);
+            if !edges.is_null() {
+                edges.write(std::ptr::null());
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> c_int {
+    api("cuThreadExchangeStreamCaptureMode", || {
+        if mode.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; the caller's.
+        let old = ops::exchange_capture_mode(i64::from(unsafe { mode.read() })).map_err(f)?;
+        // SAFETY: as above.
+        unsafe { mode.write(old) };
+        Ok(())
+    })
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+const AUTO_FREE_ON_LAUNCH: u64 = 1;
+/// Every `CUgraphInstantiate_flags` bit (auto-free 1, upload 2, device launch 4, node priority 8).
+const INSTANTIATE_FLAGS: u64 = 0xf;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    flags: u64,
+) -> c_int {
+    api("cuGraphInstantiateWithFlags", || {
+        sim()?;
+        // Upload is for cuGraphInstantiateWithParams only; device launch is not simulated.
+        if flags & !INSTANTIATE_FLAGS != 0 || flags & 2 != 0 || flags & 4 != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if exec.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = ops::instantiate(graph, flags & AUTO_FREE_ON_LAUNCH != 0).map_err(f)?;
+        // SAFETY: checked non-null; the caller's.
+        unsafe { out(exec, h as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void) -> c_int {
+    api("cuGraphLaunch", || {
+        ops::graph_launch(sim()?, exec, stream).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphDestroy(graph: *mut c_void) -> c_int {
+    api("cuGraphDestroy", || {
+        sim()?;
+        ops::graph_destroy(graph).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphExecDestroy(exec: *mut c_void) -> c_int {
+    api("cuGraphExecDestroy", || {
+        sim()?;
+        ops::exec_destroy(exec).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetNodes(
+    graph: *mut c_void,
+    nodes: *mut *mut c_void,
+    count: *mut usize,
+) -> c_int {
+    api("cuGraphGetNodes", || {
+        sim()?;
+        // SAFETY: the driver's contract.
+        unsafe { ops::graph_nodes(graph, nodes, count) }.map_err(f)
+    })
+}

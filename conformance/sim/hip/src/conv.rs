@@ -16,6 +16,7 @@ pub const HIP_ERROR_INVALID_IMAGE: i32 = 200;
 pub const HIP_ERROR_INVALID_CONTEXT: i32 = 201;
 pub const HIP_ERROR_NO_BINARY_FOR_GPU: i32 = 209;
 pub const HIP_ERROR_INVALID_HANDLE: i32 = 400;
+pub const HIP_ERROR_ILLEGAL_STATE: i32 = 401;
 pub const HIP_ERROR_NOT_FOUND: i32 = 500;
 pub const HIP_ERROR_NOT_READY: i32 = 600;
 pub const HIP_ERROR_ILLEGAL_ADDRESS: i32 = 700;
@@ -24,7 +25,33 @@ pub const HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED: i32 = 704;
 pub const HIP_ERROR_PEER_ACCESS_NOT_ENABLED: i32 = 705;
 pub const HIP_ERROR_LAUNCH_FAILURE: i32 = 719;
 pub const HIP_ERROR_NOT_SUPPORTED: i32 = 801;
+pub const HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED: i32 = 900;
+pub const HIP_ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
+pub const HIP_ERROR_STREAM_CAPTURE_MERGE: i32 = 902;
+pub const HIP_ERROR_STREAM_CAPTURE_UNMATCHED: i32 = 903;
+pub const HIP_ERROR_STREAM_CAPTURE_UNJOINED: i32 = 904;
+pub const HIP_ERROR_STREAM_CAPTURE_ISOLATION: i32 = 905;
+pub const HIP_ERROR_STREAM_CAPTURE_IMPLICIT: i32 = 906;
+pub const HIP_ERROR_CAPTURED_EVENT: i32 = 907;
+pub const HIP_ERROR_STREAM_CAPTURE_WRONG_THREAD: i32 = 908;
 pub const HIP_ERROR_UNKNOWN: i32 = 999;
+
+/// The `hipError_t` of a broken stream-capture rule.
+pub fn capture_code(k: unihal_sim::CaptureFault) -> i32 {
+    use unihal_sim::CaptureFault as F;
+    match k {
+        F::Unsupported => HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        F::Invalidated => HIP_ERROR_STREAM_CAPTURE_INVALIDATED,
+        F::Merge => HIP_ERROR_STREAM_CAPTURE_MERGE,
+        F::Unmatched => HIP_ERROR_STREAM_CAPTURE_UNMATCHED,
+        F::Unjoined => HIP_ERROR_STREAM_CAPTURE_UNJOINED,
+        F::Isolation => HIP_ERROR_STREAM_CAPTURE_ISOLATION,
+        F::Implicit => HIP_ERROR_STREAM_CAPTURE_IMPLICIT,
+        F::CapturedEvent => HIP_ERROR_CAPTURED_EVENT,
+        F::WrongThread => HIP_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+        F::IllegalState => HIP_ERROR_ILLEGAL_STATE,
+    }
+}
 
 /// The `hipError_t` of a simulator error.
 pub fn code(e: &SimError) -> i32 {
@@ -43,6 +70,7 @@ pub fn code(e: &SimError) -> i32 {
         SimError::Unsupported(_) => HIP_ERROR_NOT_SUPPORTED,
         SimError::Timeout(_) => HIP_ERROR_LAUNCH_TIMEOUT,
         SimError::InvalidUsage(_) => HIP_ERROR_INVALID_VALUE,
+        SimError::Capture(k, _) => capture_code(*k),
     }
 }
 
@@ -98,6 +126,46 @@ pub fn names(code: i32) -> Option<(&'static CStr, &'static CStr)> {
         ),
         HIP_ERROR_LAUNCH_FAILURE => (c"hipErrorLaunchFailure", c"unspecified launch failure"),
         HIP_ERROR_NOT_SUPPORTED => (c"hipErrorNotSupported", c"operation not supported"),
+        HIP_ERROR_ILLEGAL_STATE => (
+            c"hipErrorIllegalState",
+            c"the operation cannot be performed in the present state",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED => (
+            c"hipErrorStreamCaptureUnsupported",
+            c"operation not permitted while the stream is capturing",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_INVALIDATED => (
+            c"hipErrorStreamCaptureInvalidated",
+            c"the capture was invalidated by an earlier error",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_MERGE => (
+            c"hipErrorStreamCaptureMerge",
+            c"the operation would merge two separate captures",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_UNMATCHED => (
+            c"hipErrorStreamCaptureUnmatched",
+            c"the capture did not begin on this stream",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_UNJOINED => (
+            c"hipErrorStreamCaptureUnjoined",
+            c"a stream forked from the capture was not joined back",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_ISOLATION => (
+            c"hipErrorStreamCaptureIsolation",
+            c"a dependency on work outside the capture",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_IMPLICIT => (
+            c"hipErrorStreamCaptureImplicit",
+            c"the legacy stream would depend on a capturing blocking stream",
+        ),
+        HIP_ERROR_CAPTURED_EVENT => (
+            c"hipErrorCapturedEvent",
+            c"operation not permitted on an event last recorded in a capture",
+        ),
+        HIP_ERROR_STREAM_CAPTURE_WRONG_THREAD => (
+            c"hipErrorStreamCaptureWrongThread",
+            c"the capture was begun by another thread",
+        ),
         HIP_ERROR_UNKNOWN => (c"hipErrorUnknown", c"unknown error"),
         _ => return None,
     })

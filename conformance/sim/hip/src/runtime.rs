@@ -697,3 +697,152 @@ pub extern "C" fn hipDeviceDisablePeerAccess(peer: c_int) -> c_int {
         ops::disable_peer(sim()?.face, peer).map_err(f)
     })
 }
+
+// Stream capture and graphs (HIP runtime API, "Stream Management" and "Graph Management"): the
+// core's `unihal_sim::graph`, with HIP's handles and codes (`hipStreamCaptureMode`,
+// `hipStreamCaptureStatus` and the 900-908 errors number as CUDA's).
+
+#[no_mangle]
+pub extern "C" fn hipStreamBeginCapture(stream: *mut c_void, mode: c_int) -> c_int {
+    api("hipStreamBeginCapture", || {
+        ops::begin_capture(sim()?.face, stream, i64::from(mode)).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamEndCapture(
+    stream: *mut c_void,
+    graph: *mut *mut c_void,
+) -> c_int {
+    api("hipStreamEndCapture", || {
+        if graph.is_null() {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        let r = ops::end_capture(sim()?.face, stream).map_err(f);
+        // A failed capture returns a null graph.
+        // SAFETY: checked non-null; the caller's.
+        unsafe { graph.write(r.unwrap_or(0) as *mut c_void) };
+        r.map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamIsCapturing(stream: *mut c_void, status: *mut c_int) -> c_int {
+    api("hipStreamIsCapturing", || {
+        let (st, _) = ops::capture_status(sim()?.face, stream).map_err(f)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
+        unsafe { out(status, st) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamGetCaptureInfo(
+    stream: *mut c_void,
+    status: *mut c_int,
+    id: *mut u64,
+) -> c_int {
+    api("hipStreamGetCaptureInfo", || {
+        if status.is_null() {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        let (st, cid) = ops::capture_status(sim()?.face, stream).map_err(f)?;
+        // SAFETY: checked non-null; the caller's.
+        unsafe { status.write(st) };
+        if !id.is_null() && st != 0 {
+            // SAFETY: non-null, the caller's.
+            unsafe { id.write(cid) };
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hipThreadExchangeStreamCaptureMode(mode: *mut c_int) -> c_int {
+    api("hipThreadExchangeStreamCaptureMode", || {
+        if mode.is_null() {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; the caller's.
+        let old = ops::exchange_capture_mode(i64::from(unsafe { mode.read() })).map_err(f)?;
+        // SAFETY: as above.
+        unsafe { mode.write(old) };
+        Ok(())
+    })
+}
+
+/// `hipGraphInstantiate(hipGraphExec_t*, hipGraph_t, hipGraphNode_t* pErrorNode, char*
+/// pLogBuffer, size_t bufferSize)`: the error node and log are left untouched on success.
+#[no_mangle]
+pub unsafe extern "C" fn hipGraphInstantiate(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    _error_node: *mut *mut c_void,
+    _log: *mut c_char,
+    _log_len: usize,
+) -> c_int {
+    api("hipGraphInstantiate", || {
+        sim()?;
+        if exec.is_null() {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        let h = ops::instantiate(graph, false).map_err(f)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
+        unsafe { out(exec, h as *mut c_void) }
+    })
+}
+
+/// `hipGraphInstantiateWithFlags`: `hipGraphInstantiateFlagAutoFreeOnLaunch` (1) is honoured;
+/// upload (2), device launch (4) and node priority (8) are accepted as HIP documents them
+/// (ignored); other bits are an invalid value.
+#[no_mangle]
+pub unsafe extern "C" fn hipGraphInstantiateWithFlags(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    flags: u64,
+) -> c_int {
+    api("hipGraphInstantiateWithFlags", || {
+        sim()?;
+        if exec.is_null() || flags & !0xf != 0 {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        let h = ops::instantiate(graph, flags & 1 != 0).map_err(f)?;
+        // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.
+        unsafe { out(exec, h as *mut c_void) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn hipGraphLaunch(exec: *mut c_void, stream: *mut c_void) -> c_int {
+    api("hipGraphLaunch", || {
+        ops::graph_launch(sim()?.face, exec, stream).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn hipGraphDestroy(graph: *mut c_void) -> c_int {
+    api("hipGraphDestroy", || {
+        sim()?;
+        ops::graph_destroy(graph).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn hipGraphExecDestroy(exec: *mut c_void) -> c_int {
+    api("hipGraphExecDestroy", || {
+        sim()?;
+        ops::exec_destroy(exec).map_err(f)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hipGraphGetNodes(
+    graph: *mut c_void,
+    nodes: *mut *mut c_void,
+    count: *mut usize,
+) -> c_int {
+    api("hipGraphGetNodes", || {
+        sim()?;
+        // SAFETY: the runtime's contract.
+        unsafe { ops::graph_nodes(graph, nodes, count) }.map_err(f)
+    })
+}

@@ -94,8 +94,10 @@ pub fn code(e: &SimError) -> i32 {
         SimError::InvalidUsage(_) => NCCL_INVALID_USAGE,
         SimError::Timeout(_) => timeout_code(),
         SimError::OutOfMemory { .. } => NCCL_SYSTEM_ERROR,
-        // A poisoned device: the CUDA call NCCL makes fails.
-        SimError::IllegalAddress { .. } | SimError::LaunchFailed(_) => NCCL_UNHANDLED_CUDA_ERROR,
+        // A poisoned device, or a capture rule broken: the CUDA call NCCL makes fails.
+        SimError::IllegalAddress { .. } | SimError::LaunchFailed(_) | SimError::Capture(..) => {
+            NCCL_UNHANDLED_CUDA_ERROR
+        }
         _ => NCCL_INTERNAL_ERROR,
     }
 }

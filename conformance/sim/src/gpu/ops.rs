@@ -11,10 +11,14 @@
 //! queued copy still uses is refused instead of racing.
 
 use super::GpuFace;
+use crate::graph::{CaptureMode, Exec, Graph};
 use crate::module::Entry;
 use crate::peer::Remote;
 use crate::{Device, EventId, FunctionId, ModuleId, SimError, StreamId, Work};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Why a call failed, in the terms both APIs share; the face maps it to its code.
@@ -106,10 +110,12 @@ impl GpuFace {
 /// # Errors
 /// [`Fail::Value`] for zero bytes; the core's out-of-memory.
 pub fn malloc(f: &GpuFace, bytes: usize) -> OpResult<u64> {
+    let dev = f.current_dev()?;
+    crate::graph::unsafe_call("a synchronous allocation")?;
     if bytes == 0 {
         return Err(Fail::Value);
     }
-    Ok(f.current_dev()?.alloc(bytes as u64)?)
+    Ok(dev.alloc(bytes as u64)?)
 }
 
 /// Frees device memory (of whichever device holds it).
@@ -117,7 +123,9 @@ pub fn malloc(f: &GpuFace, bytes: usize) -> OpResult<u64> {
 /// # Errors
 /// The core's (an unknown address, a double free, memory queued work still uses).
 pub fn free(f: &GpuFace, p: u64) -> OpResult<()> {
-    Ok(f.memory_owner_or_current(p)?.free(p)?)
+    let dev = f.memory_owner_or_current(p)?;
+    crate::graph::unsafe_call("a synchronous free")?;
+    Ok(dev.free(p)?)
 }
 
 /// Stream-ordered allocation: allocated at once (memory that exists now is valid for work
@@ -130,7 +138,8 @@ pub fn malloc_async(f: &GpuFace, bytes: usize, stream: *mut c_void) -> OpResult<
     if bytes == 0 || dev.query_stream(id).is_err() {
         return Err(Fail::Value);
     }
-    Ok(dev.alloc(bytes as u64)?)
+    // While the stream captures: a memory-allocation node (its address reserved now).
+    Ok(dev.alloc_on(id, bytes as u64)?)
 }
 
 /// Stream-ordered free: the memory returns when the stream reaches this point.
@@ -139,11 +148,8 @@ pub fn malloc_async(f: &GpuFace, bytes: usize, stream: *mut c_void) -> OpResult<
 /// The core's.
 pub fn free_async(f: &GpuFace, p: u64, stream: *mut c_void) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
-    let work = Work {
-        touches: vec![(p, 0)],
-        run: Box::new(move |m| m.free(p)),
-    };
-    Ok(dev.enqueue(id, work)?)
+    // While the stream captures: a memory-free node.
+    Ok(dev.free_on(id, p)?)
 }
 
 /// Fills `count` elements of `width` bytes with `value` in stream order.
@@ -160,11 +166,8 @@ pub fn fill(
 ) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     let len = width * count as u64;
-    let work = Work {
-        touches: vec![(p, len)],
-        run: Box::new(move |m| m.fill(p, value, width, count as u64)),
-    };
-    Ok(dev.enqueue(id, work)?)
+    let run = Box::new(move |m: &mut crate::Memory| m.fill(p, value, width, count as u64));
+    Ok(dev.enqueue_repeatable(id, vec![(p, len)], run)?)
 }
 
 /// Host-to-device copy in stream order.
@@ -186,28 +189,30 @@ pub unsafe fn copy_h2d(
     if src.is_null() && n > 0 {
         return Err(Fail::Value);
     }
-    let run: crate::WorkFn = if let Some(used) = f.pinned_use(src as u64, n as u64) {
-        // Pinned source: read when the stream executes the copy (DMA).
+    if let Some(used) = f.pinned_use(src as u64, n as u64) {
+        // Pinned source: read when the stream executes the copy (DMA), at every replay of a
+        // captured copy; the use lasts as long as the copy (or the graph) does.
         let from = src as usize;
-        Box::new(move |m| {
-            let _used = used;
+        let run = Box::new(move |m: &mut crate::Memory| {
+            let _ = &used;
             // SAFETY: a live pinned range: the face refuses to free it while `used` lives.
             let data = unsafe { std::slice::from_raw_parts(from as *const u8, n) };
             m.write(dst, data)
-        })
+        });
+        return Ok(dev.enqueue_repeatable(id, vec![(dst, n as u64)], run)?);
+    }
+    // Pageable source: captured now, as the runtime stages it before returning (synchronously:
+    // refused on a capturing stream).
+    dev.refuse_capture(id, "a copy from pageable host memory")?;
+    let data = if n == 0 {
+        Vec::new()
     } else {
-        // Pageable source: captured now, as the runtime stages it before returning.
-        let data = if n == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the caller provides `n` readable bytes at `src`.
-            unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec()
-        };
-        Box::new(move |m| m.write(dst, &data))
+        // SAFETY: the caller provides `n` readable bytes at `src`.
+        unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec()
     };
     let work = Work {
         touches: vec![(dst, n as u64)],
-        run,
+        run: Box::new(move |m| m.write(dst, &data)),
     };
     Ok(dev.enqueue(id, work)?)
 }
@@ -236,17 +241,14 @@ pub unsafe fn copy_d2h(
     if let Some(used) = f.pinned_use(dst as u64, n as u64) {
         // Pinned destination: written when the stream executes the copy; returns at once.
         let to = dst as usize;
-        let work = Work {
-            touches: vec![(src, n as u64)],
-            run: Box::new(move |m| {
-                let _used = used;
-                // SAFETY: a live pinned range (the face refuses to free it while `used` lives);
-                // the caller must not read it before synchronising, as with a GPU.
-                let buf = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, n) };
-                m.read(src, buf)
-            }),
-        };
-        return Ok(dev.enqueue(id, work)?);
+        let run = Box::new(move |m: &mut crate::Memory| {
+            let _ = &used;
+            // SAFETY: a live pinned range (the face refuses to free it while `used` lives);
+            // the caller must not read it before synchronising, as with a GPU.
+            let buf = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, n) };
+            m.read(src, buf)
+        });
+        return Ok(dev.enqueue_repeatable(id, vec![(src, n as u64)], run)?);
     }
     // Pageable destination: returns once the stream has produced the data.
     // SAFETY: the caller provides `n` writable bytes at `dst`.
@@ -254,12 +256,10 @@ pub unsafe fn copy_d2h(
     Ok(dev.read_on(id, src, buf)?)
 }
 
-/// A copy between two ranges of one device's memory.
-fn dtod(dst: u64, src: u64, len: u64) -> Work {
-    Work {
-        touches: vec![(dst, len), (src, len)],
-        run: Box::new(move |m| m.copy(dst, src, len)),
-    }
+/// A copy between two ranges of one device's memory, on `stream` of `dev`.
+fn dtod(dev: &Device, stream: StreamId, dst: u64, src: u64, len: u64) -> crate::SimResult<()> {
+    let run = Box::new(move |m: &mut crate::Memory| m.copy(dst, src, len));
+    dev.enqueue_repeatable(stream, vec![(dst, len), (src, len)], run)
 }
 
 /// Device-to-device copy on one device in stream order.
@@ -268,7 +268,7 @@ fn dtod(dst: u64, src: u64, len: u64) -> Work {
 /// The core's.
 pub fn copy_d2d(f: &GpuFace, dst: u64, src: u64, n: usize, stream: *mut c_void) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
-    Ok(dev.enqueue(id, dtod(dst, src, n as u64))?)
+    Ok(dtod(dev, id, dst, src, n as u64)?)
 }
 
 /// A copy between the memories of devices `dst.0` and `src.0` in the stream's order (one of
@@ -292,7 +292,7 @@ pub fn copy_peer(
     }
     let here = |x: &Arc<Device>| std::ptr::eq(x.as_ref(), dev.as_ref());
     let r = match (here(dd), here(sd)) {
-        (true, true) => dev.enqueue(id, dtod(dst.1, src.1, len)),
+        (true, true) => dtod(dev, id, dst.1, src.1, len),
         (true, false) => dev.enqueue_peer_copy(id, sd, dst.1, src.1, len, Remote::Source),
         (false, true) => dev.enqueue_peer_copy(id, dd, dst.1, src.1, len, Remote::Destination),
         // Neither side on the stream's device: not simulated.
@@ -346,7 +346,7 @@ pub fn stream_query(f: &GpuFace, stream: *mut c_void) -> OpResult<()> {
 pub fn launch_host_fn(
     f: &GpuFace,
     stream: *mut c_void,
-    g: Box<dyn FnOnce() + Send>,
+    g: Box<dyn FnMut() + Send>,
 ) -> OpResult<()> {
     let (dev, id) = f.stream_of(stream)?;
     // It must not call the runtime: such calls are refused and recorded as violations.
@@ -546,6 +546,8 @@ const GARBAGE: u8 = 0xcd;
 /// # Errors
 /// [`Fail::Value`] for zero bytes; [`Fail::OutOfMemory`].
 pub fn host_alloc(f: &GpuFace, bytes: usize) -> OpResult<*mut c_void> {
+    let _ = f;
+    crate::graph::unsafe_call("a pinned host allocation")?;
     if bytes == 0 {
         return Err(Fail::Value);
     }
@@ -567,6 +569,7 @@ pub fn host_alloc(f: &GpuFace, bytes: usize) -> OpResult<*mut c_void> {
 /// [`Fail::Value`] for an unknown address, or one a queued copy still uses (freeing now would
 /// race with the copy).
 pub fn host_free(f: &GpuFace, p: *mut c_void) -> OpResult<()> {
+    crate::graph::unsafe_call("a pinned host free")?;
     let layout = f.unpin(p as u64).map_err(|_| Fail::Value)?;
     // SAFETY: allocated by host_alloc with this layout; removed from the table (no new copy can
     // treat it as pinned) with no queued copy using it.
@@ -649,4 +652,179 @@ pub unsafe fn out<T>(p: *mut T, v: T, invalid: i32) -> Result<(), i32> {
     // SAFETY: non-null; the caller's contract.
     unsafe { p.write(v) };
     Ok(())
+}
+
+/// Begins a capture on `stream` (never the null stream) in `mode` (0 global, 1 thread-local,
+/// 2 relaxed).
+///
+/// # Errors
+/// [`Fail::Value`] for another mode or the legacy default stream; the core's capture faults.
+pub fn begin_capture(f: &GpuFace, stream: *mut c_void, mode: i64) -> OpResult<()> {
+    let mode = CaptureMode::from_raw(mode).ok_or(Fail::Value)?;
+    let (dev, id) = f.stream_of(stream)?;
+    dev.begin_capture(id, mode)?;
+    Ok(())
+}
+
+/// Ends the capture `stream` began: the handle of its graph.
+///
+/// # Errors
+/// The core's capture faults.
+pub fn end_capture(f: &GpuFace, stream: *mut c_void) -> OpResult<u64> {
+    let (dev, id) = f.stream_of(stream)?;
+    let graph = dev.end_capture(id)?;
+    Ok(handles().add_graph(graph))
+}
+
+/// Whether `stream` captures: (status 0/1/2, capture id).
+///
+/// # Errors
+/// The core's (the legacy stream while a blocking stream captures).
+pub fn capture_status(f: &GpuFace, stream: *mut c_void) -> OpResult<(i32, u64)> {
+    let (dev, id) = f.stream_of(stream)?;
+    let st = dev.capture_status(id)?;
+    Ok((st.raw(), st.id()))
+}
+
+/// Swaps the calling thread's capture interaction mode.
+///
+/// # Errors
+/// [`Fail::Value`] for another mode.
+pub fn exchange_capture_mode(mode: i64) -> OpResult<i32> {
+    let mode = CaptureMode::from_raw(mode).ok_or(Fail::Value)?;
+    Ok(crate::graph::exchange_thread_mode(mode) as i32)
+}
+
+/// An executable of graph `graph` (`auto_free`: free a previous launch's allocations first).
+///
+/// # Errors
+/// [`Fail::Handle`]; [`Fail::Value`] for a second executable of a graph with memory nodes.
+pub fn instantiate(graph: *mut c_void, auto_free: bool) -> OpResult<u64> {
+    let h = handles();
+    let g = h.graph(graph as u64).ok_or(Fail::Handle)?;
+    let exec = Exec::new(&g, auto_free)?;
+    Ok(h.add_exec(exec))
+}
+
+/// Launches executable `exec` on `stream` (a stream of its device).
+///
+/// # Errors
+/// [`Fail::Handle`]; the core's.
+pub fn graph_launch(f: &GpuFace, exec: *mut c_void, stream: *mut c_void) -> OpResult<()> {
+    let e = handles().exec(exec as u64).ok_or(Fail::Handle)?;
+    let (dev, id) = f.stream_of(stream)?;
+    if dev.ordinal() != e.device() {
+        return Err(Fail::Handle);
+    }
+    Ok(dev.launch_graph(id, &e)?)
+}
+
+/// Destroys a graph (its executables stay valid).
+///
+/// # Errors
+/// [`Fail::Handle`].
+pub fn graph_destroy(graph: *mut c_void) -> OpResult<()> {
+    handles()
+        .graphs
+        .lock()
+        .remove(&(graph as u64))
+        .map(|_| ())
+        .ok_or(Fail::Handle)
+}
+
+/// Destroys an executable graph (queued launches still run).
+///
+/// # Errors
+/// [`Fail::Handle`].
+pub fn exec_destroy(exec: *mut c_void) -> OpResult<()> {
+    handles()
+        .execs
+        .lock()
+        .remove(&(exec as u64))
+        .map(|_| ())
+        .ok_or(Fail::Handle)
+}
+
+/// The handles of a graph's nodes: `*count` on entry is the room in `nodes` (null: only the
+/// count is written), on return the number written (or the total with a null `nodes`).
+///
+/// # Safety
+/// `nodes` is null or valid for `*count` writes; `count` is null or valid.
+///
+/// # Errors
+/// [`Fail::Handle`]; [`Fail::Value`] for a null `count`.
+pub unsafe fn graph_nodes(
+    graph: *mut c_void,
+    nodes: *mut *mut c_void,
+    count: *mut usize,
+) -> OpResult<()> {
+    let g = handles().graph(graph as u64).ok_or(Fail::Handle)?;
+    if count.is_null() {
+        return Err(Fail::Value);
+    }
+    let total = g.node_count();
+    if nodes.is_null() {
+        // SAFETY: non-null, the caller's.
+        unsafe { count.write(total) };
+        return Ok(());
+    }
+    // SAFETY: non-null, the caller's.
+    let room = unsafe { count.read() };
+    for i in 0..room {
+        let v = if i < total {
+            (graph as u64 + 1 + i as u64) << 8
+        } else {
+            0
+        };
+        // SAFETY: the caller provides `room` entries.
+        unsafe { nodes.add(i).write(v as *mut c_void) };
+    }
+    // SAFETY: as above.
+    unsafe { count.write(room.min(total)) };
+    Ok(())
+}
+
+/// The graph and executable handle tables of the process.
+pub struct Handles {
+    graphs: Mutex<BTreeMap<u64, Arc<Graph>>>,
+    execs: Mutex<BTreeMap<u64, Arc<Exec>>>,
+    next: AtomicU64,
+}
+
+/// The process's handle tables.
+pub fn handles() -> &'static Handles {
+    static H: Handles = Handles {
+        graphs: Mutex::new(BTreeMap::new()),
+        execs: Mutex::new(BTreeMap::new()),
+        next: AtomicU64::new(0x6a00_0000),
+    };
+    &H
+}
+
+impl Handles {
+    fn fresh(&self) -> u64 {
+        self.next.fetch_add(0x1_0000, Ordering::Relaxed)
+    }
+
+    fn add_graph(&self, g: Graph) -> u64 {
+        let h = self.fresh();
+        self.graphs.lock().insert(h, Arc::new(g));
+        h
+    }
+
+    fn add_exec(&self, e: Exec) -> u64 {
+        let h = self.fresh();
+        self.execs.lock().insert(h, Arc::new(e));
+        h
+    }
+
+    /// The graph of handle `h`.
+    pub fn graph(&self, h: u64) -> Option<Arc<Graph>> {
+        self.graphs.lock().get(&h).cloned()
+    }
+
+    /// The executable of handle `h`.
+    pub fn exec(&self, h: u64) -> Option<Arc<Exec>> {
+        self.execs.lock().get(&h).cloned()
+    }
 }
