@@ -4,8 +4,10 @@
 use crate::ffi::{codes, error_text, DriverError};
 use cudarc::cublas::sys::{cublasOperation_t, cublasStatus_t};
 use cudarc::driver::sys::CUdevice_attribute;
+use std::ffi::c_int;
 use unihal_gpu::gemm::Op;
-use unihal_hal::{HalError, Result};
+use unihal_gpu::runtime::RawCaptureStatus;
+use unihal_hal::{CaptureId, CaptureMode, HalError, Result};
 
 /// A failed driver call as a vendor error: `CUDA driver: <call> failed with CUDA_ERROR_X (n): text`.
 /// The code is kept as the driver returned it, listed in `cuda.h` or not.
@@ -85,4 +87,44 @@ pub(crate) fn blas_op(o: Op) -> cublasOperation_t {
         Op::N => cublasOperation_t::CUBLAS_OP_N,
         Op::T => cublasOperation_t::CUBLAS_OP_T,
     }
+}
+
+/// `CUstreamCaptureMode` of a HAL capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL` = 0,
+/// `THREAD_LOCAL` = 1, `RELAXED` = 2).
+pub(crate) fn capture_mode(m: CaptureMode) -> c_int {
+    match m {
+        CaptureMode::Global => 0,
+        CaptureMode::ThreadLocal => 1,
+        CaptureMode::Relaxed => 2,
+    }
+}
+
+/// The HAL capture mode of a `CUstreamCaptureMode` (None for a value the driver does not
+/// document).
+pub(crate) fn capture_mode_of(v: c_int) -> Option<CaptureMode> {
+    CaptureMode::ALL.into_iter().find(|m| capture_mode(*m) == v)
+}
+
+/// `CUstreamCaptureStatus`: `CU_STREAM_CAPTURE_STATUS_NONE` = 0, `ACTIVE` = 1,
+/// `INVALIDATED` = 2, with the capture's id (read only when not none).
+pub(crate) fn capture_status(status: c_int, id: u64) -> Result<RawCaptureStatus> {
+    match status {
+        0 => Ok(RawCaptureStatus::None),
+        1 => Ok(RawCaptureStatus::Active(id)),
+        2 => Ok(RawCaptureStatus::Invalidated(id)),
+        other => Err(HalError::Internal(format!(
+            "the CUDA driver reports an undocumented CUstreamCaptureStatus {other}"
+        ))),
+    }
+}
+
+/// A driver error with one of the capture codes (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` 900
+/// to `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` 908) as [`unihal_hal::Invalid::Capture`] naming
+/// `capture()`; other errors unchanged.
+pub(crate) fn capture_error(
+    e: HalError,
+    arg: &'static str,
+    capture: &dyn Fn() -> Option<CaptureId>,
+) -> HalError {
+    unihal_gpu::graph::vendor_capture_error("CUDA driver", e, arg, capture)
 }

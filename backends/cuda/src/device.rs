@@ -82,7 +82,8 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                     },
                     crate::loader::cublas_available(),
                 ),
-                graphs: unihal_hal::GraphCaps::unsupported("CUDA graphs are not wired yet"),
+                // The driver's graphs when it exports every entry they need.
+                graphs: unihal_gpu::graph::caps(&CUDA, crate::loader::nvrtc().is_ok()),
             },
         };
         let info = DeviceInfo {

@@ -431,3 +431,157 @@ pub(crate) mod result {
         }
     }
 }
+
+/// `symbol` from the driver cudarc opened, or `None` when the driver does not export it.
+///
+/// # Safety
+/// `F` must be the C signature of `symbol` (with an integer result).
+unsafe fn resolve_optional<F: Copy>(symbol: &str) -> Option<F> {
+    // SAFETY: as `resolve`.
+    unsafe { cudarc::driver::sys::culib().get::<F>(symbol.as_bytes()) }
+        .ok()
+        .map(|f| *f)
+}
+
+/// `CUgraph`, `CUgraphExec`, `CUgraphNode`: opaque pointers.
+pub(crate) type GraphHandle = *mut c_void;
+
+/// `cuStreamGetCaptureInfo` in the spellings drivers export, newest first (all take the
+/// status and id first; the later arguments are optional outputs passed as NULL).
+#[derive(Clone, Copy)]
+pub(crate) enum CaptureInfoFn {
+    /// `cuStreamGetCaptureInfo_v3(hStream, *status, *id, *graph, **deps, **edgeData,
+    /// *numDeps)`: CUDA 12.3 and later (what CUDA 13's `cuStreamGetCaptureInfo` is).
+    V3(
+        unsafe extern "C" fn(
+            CUstream,
+            *mut c_int,
+            *mut u64,
+            *mut GraphHandle,
+            *mut *const GraphHandle,
+            *mut *const c_void,
+            *mut usize,
+        ) -> c_int,
+    ),
+    /// `cuStreamGetCaptureInfo_v2(hStream, *status, *id, *graph, **deps, *numDeps)`: CUDA 11.3
+    /// and later (what CUDA 12's `cuStreamGetCaptureInfo` is).
+    V2(
+        unsafe extern "C" fn(
+            CUstream,
+            *mut c_int,
+            *mut u64,
+            *mut GraphHandle,
+            *mut *const GraphHandle,
+            *mut usize,
+        ) -> c_int,
+    ),
+    /// The unversioned export `cuStreamGetCaptureInfo(hStream, *status, *id)` (CUDA 10.1's ABI,
+    /// still exported for binaries built then).
+    V1(unsafe extern "C" fn(CUstream, *mut c_int, *mut u64) -> c_int),
+}
+
+/// The driver's stream-capture and graph entries (CUDA 11.4 and later export them all),
+/// resolved once; each a C signature from NVIDIA's Driver API reference, with `CUresult`, the
+/// capture mode and status enums read as the integers they are.
+pub(crate) struct GraphApi {
+    /// `cuStreamBeginCapture_v2(hStream, CUstreamCaptureMode mode)`.
+    pub(crate) begin_capture: unsafe extern "C" fn(CUstream, c_int) -> c_int,
+    /// `cuStreamEndCapture(hStream, CUgraph* phGraph)`.
+    pub(crate) end_capture: unsafe extern "C" fn(CUstream, *mut GraphHandle) -> c_int,
+    /// `cuStreamIsCapturing(hStream, CUstreamCaptureStatus* captureStatus)`.
+    pub(crate) is_capturing: unsafe extern "C" fn(CUstream, *mut c_int) -> c_int,
+    /// `cuStreamGetCaptureInfo` (see [`CaptureInfoFn`]).
+    pub(crate) capture_info: CaptureInfoFn,
+    /// `cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode)`.
+    pub(crate) exchange_mode: unsafe extern "C" fn(*mut c_int) -> c_int,
+    /// `cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long
+    /// long flags)`.
+    pub(crate) instantiate: unsafe extern "C" fn(*mut GraphHandle, GraphHandle, u64) -> c_int,
+    /// `cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)`.
+    pub(crate) launch: unsafe extern "C" fn(GraphHandle, CUstream) -> c_int,
+    /// `cuGraphDestroy(CUgraph hGraph)`.
+    pub(crate) destroy: unsafe extern "C" fn(GraphHandle) -> c_int,
+    /// `cuGraphExecDestroy(CUgraphExec hGraphExec)`.
+    pub(crate) exec_destroy: unsafe extern "C" fn(GraphHandle) -> c_int,
+    /// `cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes)`.
+    pub(crate) get_nodes: unsafe extern "C" fn(GraphHandle, *mut GraphHandle, *mut usize) -> c_int,
+}
+
+/// The graph entries, or the names of those the driver lacks.
+pub(crate) fn graph_api() -> Result<&'static GraphApi, String> {
+    static API: OnceLock<Result<GraphApi, String>> = OnceLock::new();
+    API.get_or_init(|| {
+        let mut missing = Vec::new();
+        macro_rules! get {
+            ($name:literal) => {{
+                // SAFETY: the field's type is the symbol's C signature (see GraphApi).
+                let f = unsafe { resolve_optional($name) };
+                if f.is_none() {
+                    missing.push($name);
+                }
+                f
+            }};
+        }
+        let begin_capture = get!("cuStreamBeginCapture_v2");
+        let end_capture = get!("cuStreamEndCapture");
+        let is_capturing = get!("cuStreamIsCapturing");
+        // SAFETY: each spelling's C signature (see CaptureInfoFn).
+        let capture_info = unsafe {
+            resolve_optional("cuStreamGetCaptureInfo_v3")
+                .map(CaptureInfoFn::V3)
+                .or_else(|| resolve_optional("cuStreamGetCaptureInfo_v2").map(CaptureInfoFn::V2))
+                .or_else(|| resolve_optional("cuStreamGetCaptureInfo").map(CaptureInfoFn::V1))
+        };
+        if capture_info.is_none() {
+            missing.push("cuStreamGetCaptureInfo");
+        }
+        let exchange_mode = get!("cuThreadExchangeStreamCaptureMode");
+        let instantiate = get!("cuGraphInstantiateWithFlags");
+        let launch = get!("cuGraphLaunch");
+        let destroy = get!("cuGraphDestroy");
+        let exec_destroy = get!("cuGraphExecDestroy");
+        let get_nodes = get!("cuGraphGetNodes");
+        match (
+            begin_capture,
+            end_capture,
+            is_capturing,
+            capture_info,
+            exchange_mode,
+            instantiate,
+            launch,
+            destroy,
+            exec_destroy,
+            get_nodes,
+        ) {
+            (
+                Some(begin_capture),
+                Some(end_capture),
+                Some(is_capturing),
+                Some(capture_info),
+                Some(exchange_mode),
+                Some(instantiate),
+                Some(launch),
+                Some(destroy),
+                Some(exec_destroy),
+                Some(get_nodes),
+            ) => Ok(GraphApi {
+                begin_capture,
+                end_capture,
+                is_capturing,
+                capture_info,
+                exchange_mode,
+                instantiate,
+                launch,
+                destroy,
+                exec_destroy,
+                get_nodes,
+            }),
+            _ => Err(format!(
+                "the CUDA driver does not export {}",
+                missing.join(", ")
+            )),
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}

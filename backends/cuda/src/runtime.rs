@@ -1,7 +1,7 @@
 //! The CUDA driver as a [`Runtime`] of the shared GPU layer (`unihal_gpu`): each raw call once,
 //! its failure named with the driver's own call name and code.
 
-use crate::conv::{already_enabled, blas_op, blas_status, not_ready, out_of_memory, vendor};
+use crate::conv::{self, already_enabled, blas_op, blas_status, not_ready, out_of_memory, vendor};
 use crate::device::Context;
 use crate::ffi::{self, result, DriverError};
 use crate::loader::guard;
@@ -11,9 +11,13 @@ use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
 use unihal_gpu::gemm::BlasCall;
 use unihal_gpu::library::Library;
-use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
+use unihal_gpu::runtime::{
+    unsupported_format, HostFn, PreparedModule, Raw, RawCaptureStatus, Runtime,
+};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{DType, FillValue, HalError, Invalid, ModuleSource, NativeHandle, Result};
+use unihal_hal::{
+    CaptureMode, DType, FillValue, HalError, Invalid, ModuleSource, NativeHandle, Result,
+};
 
 /// The CUDA driver API (stateless: the driver is process-wide, opened by [`crate::loader`]).
 #[derive(Debug, Default)]
@@ -38,6 +42,19 @@ fn done(call: &str, x: std::result::Result<(), DriverError>) -> Result<bool> {
         Err(e) if not_ready(&e) => Ok(false),
         Err(e) => Err(vendor(call, e)),
     }
+}
+
+/// A raw `CUresult` of a graph entry: Ok for success, else the vendor error of `call`.
+fn code(call: &str, rc: std::ffi::c_int) -> Result<()> {
+    match rc {
+        0 => Ok(()),
+        c => Err(vendor(call, DriverError(c))),
+    }
+}
+
+/// The driver's graph entries (`Unsupported` naming the missing ones).
+fn graphs() -> Result<&'static ffi::GraphApi> {
+    ffi::graph_api().map_err(HalError::unsupported)
 }
 
 fn oom(requested: usize) -> HalError {
@@ -364,6 +381,117 @@ impl Runtime for Cuda {
 
     fn load_library(&self, device: &Arc<CudaDevice>) -> Result<Library> {
         crate::device::load_library(device)
+    }
+
+    fn graph_support(&self) -> std::result::Result<(), String> {
+        ffi::graph_api().map(drop)
+    }
+
+    fn stream_begin_capture(&self, stream: Raw, mode: CaptureMode) -> Result<()> {
+        let g = graphs()?;
+        // SAFETY: a live stream and a documented mode.
+        let rc = unsafe { (g.begin_capture)(stream.0 as sys::CUstream, conv::capture_mode(mode)) };
+        code("cuStreamBeginCapture", rc)
+    }
+
+    fn stream_end_capture(&self, stream: Raw) -> Result<Raw> {
+        let g = graphs()?;
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: a live stream and an out-pointer to a local.
+        let rc = unsafe { (g.end_capture)(stream.0 as sys::CUstream, &mut graph) };
+        code("cuStreamEndCapture", rc)?;
+        Ok(Raw(graph))
+    }
+
+    fn stream_capture_info(&self, stream: Raw) -> Result<RawCaptureStatus> {
+        let g = graphs()?;
+        let s = stream.0 as sys::CUstream;
+        let mut status = 0;
+        // SAFETY: a live stream and an out-pointer to a local.
+        code("cuStreamIsCapturing", unsafe {
+            (g.is_capturing)(s, &mut status)
+        })?;
+        if status == 0 {
+            return Ok(RawCaptureStatus::None);
+        }
+        let (mut status, mut id) = (0, 0u64);
+        use std::ptr::null_mut as null;
+        // SAFETY: a live stream, out-pointers to locals; the optional outputs are NULL, which
+        // every spelling documents as allowed.
+        let rc = unsafe {
+            match g.capture_info {
+                ffi::CaptureInfoFn::V3(f) => {
+                    f(s, &mut status, &mut id, null(), null(), null(), null())
+                }
+                ffi::CaptureInfoFn::V2(f) => f(s, &mut status, &mut id, null(), null(), null()),
+                ffi::CaptureInfoFn::V1(f) => f(s, &mut status, &mut id),
+            }
+        };
+        code("cuStreamGetCaptureInfo", rc)?;
+        conv::capture_status(status, id)
+    }
+
+    fn exchange_capture_mode(&self, mode: CaptureMode) -> Result<CaptureMode> {
+        let g = graphs()?;
+        let mut m = conv::capture_mode(mode);
+        // SAFETY: an in/out pointer to a local holding a documented mode.
+        code("cuThreadExchangeStreamCaptureMode", unsafe {
+            (g.exchange_mode)(&mut m)
+        })?;
+        conv::capture_mode_of(m).ok_or_else(|| {
+            HalError::Internal(format!(
+                "cuThreadExchangeStreamCaptureMode returned an undocumented mode {m}"
+            ))
+        })
+    }
+
+    fn graph_instantiate(&self, graph: Raw) -> Result<Raw> {
+        let g = graphs()?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: a live graph, an out-pointer to a local, no flags.
+        code("cuGraphInstantiateWithFlags", unsafe {
+            (g.instantiate)(&mut exec, graph.0, 0)
+        })?;
+        Ok(Raw(exec))
+    }
+
+    fn graph_launch(&self, exec: Raw, stream: Raw) -> Result<()> {
+        let g = graphs()?;
+        // SAFETY: a live executable graph and a live stream of its context.
+        code("cuGraphLaunch", unsafe {
+            (g.launch)(exec.0, stream.0 as sys::CUstream)
+        })
+    }
+
+    fn graph_node_count(&self, graph: Raw) -> Result<usize> {
+        let g = graphs()?;
+        let mut n = 0usize;
+        // SAFETY: a live graph; NULL nodes asks for the count alone.
+        code("cuGraphGetNodes", unsafe {
+            (g.get_nodes)(graph.0, std::ptr::null_mut(), &mut n)
+        })?;
+        Ok(n)
+    }
+
+    unsafe fn graph_destroy(&self, graph: Raw) -> Result<()> {
+        let g = graphs()?;
+        // SAFETY: the caller's contract.
+        code("cuGraphDestroy", unsafe { (g.destroy)(graph.0) })
+    }
+
+    unsafe fn graph_exec_destroy(&self, exec: Raw) -> Result<()> {
+        let g = graphs()?;
+        // SAFETY: the caller's contract.
+        code("cuGraphExecDestroy", unsafe { (g.exec_destroy)(exec.0) })
+    }
+
+    fn capture_error(
+        &self,
+        e: HalError,
+        arg: &'static str,
+        capture: &dyn Fn() -> Option<unihal_hal::CaptureId>,
+    ) -> HalError {
+        conv::capture_error(e, arg, capture)
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {

@@ -232,3 +232,51 @@ mod tests {
         assert_eq!(version_string(60325422), "6.3.25422");
     }
 }
+
+/// `hipStreamCaptureMode` of a HAL capture mode (`hipStreamCaptureModeGlobal` = 0,
+/// `ThreadLocal` = 1, `Relaxed` = 2).
+pub fn capture_mode(m: unihal_hal::CaptureMode) -> i32 {
+    match m {
+        unihal_hal::CaptureMode::Global => 0,
+        unihal_hal::CaptureMode::ThreadLocal => 1,
+        unihal_hal::CaptureMode::Relaxed => 2,
+    }
+}
+
+/// The HAL capture mode of a `hipStreamCaptureMode` (None for an undocumented value).
+pub fn capture_mode_of(v: i32) -> Option<unihal_hal::CaptureMode> {
+    unihal_hal::CaptureMode::ALL
+        .into_iter()
+        .find(|m| capture_mode(*m) == v)
+}
+
+/// `hipStreamCaptureStatus`: `hipStreamCaptureStatusNone` = 0, `Active` = 1, `Invalidated` =
+/// 2, with the capture's id (read only when not none).
+///
+/// # Errors
+/// [`HalError::Internal`] for an undocumented status.
+pub fn capture_status(status: i32, id: u64) -> Result<unihal_gpu::runtime::RawCaptureStatus> {
+    use unihal_gpu::runtime::RawCaptureStatus as S;
+    match status {
+        0 => Ok(S::None),
+        1 => Ok(S::Active(id)),
+        2 => Ok(S::Invalidated(id)),
+        other => Err(HalError::Internal(format!(
+            "the HIP runtime reports an undocumented hipStreamCaptureStatus {other}"
+        ))),
+    }
+}
+
+/// `hipErrorStreamCaptureUnsupported` (900) to `hipErrorStreamCaptureWrongThread` (908), the
+/// capture error codes.
+pub const CAPTURE_CODES: std::ops::RangeInclusive<i32> = 900..=908;
+
+/// A HIP error with one of the capture codes as [`unihal_hal::Invalid::Capture`] naming
+/// `capture()`; other errors unchanged.
+pub fn capture_error(
+    e: HalError,
+    arg: &'static str,
+    capture: &dyn Fn() -> Option<unihal_hal::CaptureId>,
+) -> HalError {
+    unihal_gpu::graph::vendor_capture_error(LIBRARY, e, arg, capture)
+}

@@ -140,6 +140,8 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 BTreeMap::new()
             }
         };
+        // Captured ops run the kernel library (never rocBLAS), so they are captured only with it.
+        let graphs = unihal_gpu::graph::caps(rt, !kernel_ops.is_empty());
         // rocBLAS runs matmul with or without the kernel library.
         let ops = unihal_gpu::gemm::ops_with_blas(kernel_ops, crate::loader::rocblas().is_ok());
         let caps = Capabilities {
@@ -169,7 +171,8 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 bitwise_rng: true,
                 negative_strides_copied: false,
                 ops,
-                graphs: unihal_hal::GraphCaps::unsupported("HIP graphs are not wired yet"),
+                // HIP's graphs when the runtime exports every entry they need.
+                graphs,
             },
         };
         let info = DeviceInfo {

@@ -10,7 +10,7 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 /// `hipError_t`.
 pub type hipError_t = c_int;
@@ -91,6 +91,32 @@ unihal_dynlib::symbol_table! {
         get_device_properties_r0600 = "hipGetDevicePropertiesR0600": unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t;
         /// `hipGetDeviceProperties` (the ROCm 5 layout, 792 bytes, whatever the header says).
         get_device_properties = "hipGetDeviceProperties": unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t;
+        // Stream capture and graphs (ROCm 4.3 to 5.0 and later; every one is needed for
+        // graphs, and their absence leaves the devices without them). Handles (`hipGraph_t`,
+        // `hipGraphExec_t`, `hipGraphNode_t`) are opaque pointers; the mode and status enums
+        // are `int`s (see `conv`).
+        /// `hipStreamBeginCapture(stream, hipStreamCaptureMode mode)`.
+        stream_begin_capture = "hipStreamBeginCapture": unsafe extern "C" fn(Handle, c_int) -> hipError_t;
+        /// `hipStreamEndCapture(stream, hipGraph_t* pGraph)`.
+        stream_end_capture = "hipStreamEndCapture": unsafe extern "C" fn(Handle, *mut Handle) -> hipError_t;
+        /// `hipStreamIsCapturing(stream, hipStreamCaptureStatus* pCaptureStatus)`.
+        stream_is_capturing = "hipStreamIsCapturing": unsafe extern "C" fn(Handle, *mut c_int) -> hipError_t;
+        /// `hipStreamGetCaptureInfo(stream, hipStreamCaptureStatus* pCaptureStatus,
+        /// unsigned long long* pId)`.
+        stream_get_capture_info = "hipStreamGetCaptureInfo": unsafe extern "C" fn(Handle, *mut c_int, *mut c_ulonglong) -> hipError_t;
+        /// `hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode* mode)`.
+        thread_exchange_stream_capture_mode = "hipThreadExchangeStreamCaptureMode": unsafe extern "C" fn(*mut c_int) -> hipError_t;
+        /// `hipGraphInstantiate(hipGraphExec_t* pGraphExec, hipGraph_t graph, hipGraphNode_t*
+        /// pErrorNode, char* pLogBuffer, size_t bufferSize)`.
+        graph_instantiate = "hipGraphInstantiate": unsafe extern "C" fn(*mut Handle, Handle, *mut Handle, *mut c_char, usize) -> hipError_t;
+        /// `hipGraphLaunch(hipGraphExec_t graphExec, hipStream_t stream)`.
+        graph_launch = "hipGraphLaunch": unsafe extern "C" fn(Handle, Handle) -> hipError_t;
+        /// `hipGraphDestroy(hipGraph_t graph)`.
+        graph_destroy = "hipGraphDestroy": unsafe extern "C" fn(Handle) -> hipError_t;
+        /// `hipGraphExecDestroy(hipGraphExec_t graphExec)`.
+        graph_exec_destroy = "hipGraphExecDestroy": unsafe extern "C" fn(Handle) -> hipError_t;
+        /// `hipGraphGetNodes(hipGraph_t graph, hipGraphNode_t* nodes, size_t* numNodes)`.
+        graph_get_nodes = "hipGraphGetNodes": unsafe extern "C" fn(Handle, *mut Handle, *mut usize) -> hipError_t;
     }
 }
 

@@ -9,9 +9,13 @@ use std::sync::Arc;
 use unihal_gpu::device::GpuDevice;
 use unihal_gpu::gemm::BlasCall;
 use unihal_gpu::library::Library;
-use unihal_gpu::runtime::{unsupported_format, HostFn, PreparedModule, Raw, Runtime};
+use unihal_gpu::runtime::{
+    unsupported_format, HostFn, PreparedModule, Raw, RawCaptureStatus, Runtime,
+};
 use unihal_gpu::stream::GpuStream;
-use unihal_hal::{DType, DeviceId, FillValue, HalError, ModuleSource, NativeHandle, Result};
+use unihal_hal::{
+    CaptureMode, DType, DeviceId, FillValue, HalError, ModuleSource, NativeHandle, Result,
+};
 
 /// A HIP device of the shared GPU layer.
 pub type HipDevice = GpuDevice<Hip>;
@@ -75,6 +79,102 @@ unsafe extern "C" fn stream_callback(_stream: Handle, _status: c_int, user: *mut
     let cb = unsafe { Box::from_raw(user as *mut Callback) };
     // SAFETY: as above.
     unsafe { (cb.f)(cb.data) };
+}
+
+/// The graph entries of the HIP runtime, all present.
+struct GraphFns {
+    begin: unsafe extern "C" fn(Handle, c_int) -> c_int,
+    end: unsafe extern "C" fn(Handle, *mut Handle) -> c_int,
+    is_capturing: unsafe extern "C" fn(Handle, *mut c_int) -> c_int,
+    info: unsafe extern "C" fn(Handle, *mut c_int, *mut std::ffi::c_ulonglong) -> c_int,
+    exchange: unsafe extern "C" fn(*mut c_int) -> c_int,
+    instantiate: unsafe extern "C" fn(
+        *mut Handle,
+        Handle,
+        *mut Handle,
+        *mut std::ffi::c_char,
+        usize,
+    ) -> c_int,
+    launch: unsafe extern "C" fn(Handle, Handle) -> c_int,
+    destroy: unsafe extern "C" fn(Handle) -> c_int,
+    exec_destroy: unsafe extern "C" fn(Handle) -> c_int,
+    nodes: unsafe extern "C" fn(Handle, *mut Handle, *mut usize) -> c_int,
+}
+
+impl Hip {
+    /// The graph entries, or `Err` naming those the runtime does not export.
+    fn graph_fns(&self) -> std::result::Result<GraphFns, String> {
+        let a = &self.api;
+        match (
+            a.stream_begin_capture,
+            a.stream_end_capture,
+            a.stream_is_capturing,
+            a.stream_get_capture_info,
+            a.thread_exchange_stream_capture_mode,
+            a.graph_instantiate,
+            a.graph_launch,
+            a.graph_destroy,
+            a.graph_exec_destroy,
+            a.graph_get_nodes,
+        ) {
+            (
+                Some(begin),
+                Some(end),
+                Some(is_capturing),
+                Some(info),
+                Some(exchange),
+                Some(instantiate),
+                Some(launch),
+                Some(destroy),
+                Some(exec_destroy),
+                Some(nodes),
+            ) => Ok(GraphFns {
+                begin,
+                end,
+                is_capturing,
+                info,
+                exchange,
+                instantiate,
+                launch,
+                destroy,
+                exec_destroy,
+                nodes,
+            }),
+            _ => {
+                let missing: Vec<&str> = [
+                    ("hipStreamBeginCapture", a.stream_begin_capture.is_some()),
+                    ("hipStreamEndCapture", a.stream_end_capture.is_some()),
+                    ("hipStreamIsCapturing", a.stream_is_capturing.is_some()),
+                    (
+                        "hipStreamGetCaptureInfo",
+                        a.stream_get_capture_info.is_some(),
+                    ),
+                    (
+                        "hipThreadExchangeStreamCaptureMode",
+                        a.thread_exchange_stream_capture_mode.is_some(),
+                    ),
+                    ("hipGraphInstantiate", a.graph_instantiate.is_some()),
+                    ("hipGraphLaunch", a.graph_launch.is_some()),
+                    ("hipGraphDestroy", a.graph_destroy.is_some()),
+                    ("hipGraphExecDestroy", a.graph_exec_destroy.is_some()),
+                    ("hipGraphGetNodes", a.graph_get_nodes.is_some()),
+                ]
+                .into_iter()
+                .filter(|(_, present)| !present)
+                .map(|(name, _)| name)
+                .collect();
+                Err(format!(
+                    "the HIP runtime does not export {}",
+                    missing.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The graph entries (`Unsupported` naming the missing ones).
+    fn graphs(&self) -> Result<GraphFns> {
+        self.graph_fns().map_err(HalError::unsupported)
+    }
 }
 
 impl Runtime for Hip {
@@ -430,6 +530,116 @@ impl Runtime for Hip {
 
     fn load_library(&self, device: &Arc<HipDevice>) -> Result<Library> {
         crate::device::load_library(device)
+    }
+
+    fn graph_support(&self) -> std::result::Result<(), String> {
+        self.graph_fns().map(drop)
+    }
+
+    fn stream_begin_capture(&self, stream: Raw, mode: CaptureMode) -> Result<()> {
+        let g = self.graphs()?;
+        // SAFETY: a live stream and a documented mode.
+        let rc = unsafe { (g.begin)(h(stream), crate::conv::capture_mode(mode)) };
+        self.check("hipStreamBeginCapture", rc)
+    }
+
+    fn stream_end_capture(&self, stream: Raw) -> Result<Raw> {
+        let g = self.graphs()?;
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: a live stream and an out-pointer to a local.
+        let rc = unsafe { (g.end)(h(stream), &mut graph) };
+        self.check("hipStreamEndCapture", rc)?;
+        Ok(Raw(graph))
+    }
+
+    fn stream_capture_info(&self, stream: Raw) -> Result<RawCaptureStatus> {
+        let g = self.graphs()?;
+        let mut status = 0;
+        // SAFETY: a live stream and an out-pointer to a local.
+        let rc = unsafe { (g.is_capturing)(h(stream), &mut status) };
+        self.check("hipStreamIsCapturing", rc)?;
+        if status == 0 {
+            return Ok(RawCaptureStatus::None);
+        }
+        let (mut status, mut id) = (0, 0);
+        // SAFETY: a live stream and out-pointers to locals.
+        let rc = unsafe { (g.info)(h(stream), &mut status, &mut id) };
+        self.check("hipStreamGetCaptureInfo", rc)?;
+        crate::conv::capture_status(status, id)
+    }
+
+    fn exchange_capture_mode(&self, mode: CaptureMode) -> Result<CaptureMode> {
+        let g = self.graphs()?;
+        let mut m = crate::conv::capture_mode(mode);
+        // SAFETY: an in/out pointer to a local holding a documented mode.
+        let rc = unsafe { (g.exchange)(&mut m) };
+        self.check("hipThreadExchangeStreamCaptureMode", rc)?;
+        crate::conv::capture_mode_of(m).ok_or_else(|| {
+            HalError::Internal(format!(
+                "hipThreadExchangeStreamCaptureMode returned an undocumented mode {m}"
+            ))
+        })
+    }
+
+    fn graph_instantiate(&self, graph: Raw) -> Result<Raw> {
+        let g = self.graphs()?;
+        let mut exec = std::ptr::null_mut();
+        let mut node = std::ptr::null_mut();
+        let mut log = [0 as std::ffi::c_char; 512];
+        // SAFETY: a live graph, out-pointers to locals and a log buffer of the length passed.
+        let rc =
+            unsafe { (g.instantiate)(&mut exec, h(graph), &mut node, log.as_mut_ptr(), log.len()) };
+        if rc != 0 {
+            let mut e = vendor(&self.api, "hipGraphInstantiate", rc);
+            // The runtime's log names what failed, where it wrote one.
+            log[log.len() - 1] = 0;
+            // SAFETY: NUL-terminated (above).
+            let text = unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy();
+            if let (HalError::Vendor { message, .. }, false) = (&mut e, text.is_empty()) {
+                message.push_str(&format!(" ({text})"));
+            }
+            return Err(e);
+        }
+        Ok(Raw(exec))
+    }
+
+    fn graph_launch(&self, exec: Raw, stream: Raw) -> Result<()> {
+        let g = self.graphs()?;
+        // SAFETY: a live executable graph and a live stream of its device.
+        let rc = unsafe { (g.launch)(h(exec), h(stream)) };
+        self.check("hipGraphLaunch", rc)
+    }
+
+    fn graph_node_count(&self, graph: Raw) -> Result<usize> {
+        let g = self.graphs()?;
+        let mut n = 0usize;
+        // SAFETY: a live graph; NULL nodes asks for the count alone.
+        let rc = unsafe { (g.nodes)(h(graph), std::ptr::null_mut(), &mut n) };
+        self.check("hipGraphGetNodes", rc)?;
+        Ok(n)
+    }
+
+    unsafe fn graph_destroy(&self, graph: Raw) -> Result<()> {
+        let g = self.graphs()?;
+        // SAFETY: the caller's contract.
+        let rc = unsafe { (g.destroy)(h(graph)) };
+        self.check("hipGraphDestroy", rc)
+    }
+
+    unsafe fn graph_exec_destroy(&self, exec: Raw) -> Result<()> {
+        let g = self.graphs()?;
+        // SAFETY: the caller's contract.
+        let rc = unsafe { (g.exec_destroy)(h(exec)) };
+        self.check("hipGraphExecDestroy", rc)
+    }
+
+    fn capture_error(
+        &self,
+        e: HalError,
+        arg: &'static str,
+        capture: &dyn Fn() -> Option<unihal_hal::CaptureId>,
+    ) -> HalError {
+        crate::conv::capture_error(e, arg, capture)
     }
 
     fn blas_dtypes(&self) -> &'static [unihal_hal::DType] {

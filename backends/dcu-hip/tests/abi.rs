@@ -27,7 +27,7 @@ mod header {
     include!(concat!(env!("OUT_DIR"), "/hip_abi.rs"));
 }
 
-use unihal_hip::conv::{codes, Numbering};
+use unihal_hip::conv::{self, codes, Numbering};
 use unihal_hip::ffi::{self, HipApi};
 
 use unihal_dynlib::abi::{declared, ours, ours_opt};
@@ -126,6 +126,37 @@ fn every_entry_matches_the_header() {
         ours_opt(&api.launch_host_func),
         declared(&theirs.hipLaunchHostFunc)
     );
+    // The graph entries: declared as the header does, and all exported by 5.2 (so graphs are
+    // native there).
+    macro_rules! graph_entries {
+        ($($field:ident => $sym:ident),* $(,)?) => {{
+            let mut checked = Vec::new();
+            $(
+                assert_eq!(ours_opt(&api.$field), declared(&theirs.$sym), "{} differs from the header", stringify!($sym));
+                assert!(api.$field.is_some(), "{} is exported by Debian's 5.2 library", stringify!($sym));
+                checked.push(stringify!($sym));
+            )*
+            checked
+        }};
+    }
+    let graphs = graph_entries!(
+        stream_begin_capture => hipStreamBeginCapture,
+        stream_end_capture => hipStreamEndCapture,
+        stream_is_capturing => hipStreamIsCapturing,
+        stream_get_capture_info => hipStreamGetCaptureInfo,
+        thread_exchange_stream_capture_mode => hipThreadExchangeStreamCaptureMode,
+        graph_instantiate => hipGraphInstantiate,
+        graph_launch => hipGraphLaunch,
+        graph_destroy => hipGraphDestroy,
+        graph_exec_destroy => hipGraphExecDestroy,
+        graph_get_nodes => hipGraphGetNodes,
+    );
+    for name in graphs {
+        assert!(
+            ffi::HipApi::OPTIONAL_SYMBOLS.contains(&name),
+            "{name} is an optional entry"
+        );
+    }
     assert!(
         api.malloc_async.is_some() && api.free_async.is_some(),
         "exported by 5.2"
@@ -200,6 +231,56 @@ fn enum_values_and_constants_match_the_header() {
     );
     assert_eq!(codes::ASSERT, header::hipErrorAssert as i32);
     assert_eq!(codes::LAUNCH_FAILURE, header::hipErrorLaunchFailure as i32);
+
+    // The capture error codes, modes and statuses (conv's numbering).
+    assert_eq!(
+        conv::CAPTURE_CODES,
+        header::hipErrorStreamCaptureUnsupported as i32
+            ..=header::hipErrorStreamCaptureWrongThread as i32
+    );
+    for (code, known) in [
+        (header::hipErrorStreamCaptureUnsupported, true),
+        (header::hipErrorStreamCaptureInvalidated, true),
+        (header::hipErrorStreamCaptureMerge, true),
+        (header::hipErrorStreamCaptureUnmatched, true),
+        (header::hipErrorStreamCaptureUnjoined, true),
+        (header::hipErrorStreamCaptureIsolation, true),
+        (header::hipErrorStreamCaptureImplicit, true),
+        (header::hipErrorCapturedEvent, true),
+        (header::hipErrorStreamCaptureWrongThread, true),
+    ] {
+        assert_eq!(
+            unihal_gpu::graph::capture_code_meaning(code as i64).is_some(),
+            known,
+            "capture code {code}"
+        );
+    }
+    use unihal_hal::CaptureMode;
+    assert_eq!(
+        conv::capture_mode(CaptureMode::Global),
+        header::hipStreamCaptureModeGlobal as i32
+    );
+    assert_eq!(
+        conv::capture_mode(CaptureMode::ThreadLocal),
+        header::hipStreamCaptureModeThreadLocal as i32
+    );
+    assert_eq!(
+        conv::capture_mode(CaptureMode::Relaxed),
+        header::hipStreamCaptureModeRelaxed as i32
+    );
+    use unihal_gpu::runtime::RawCaptureStatus;
+    assert_eq!(
+        conv::capture_status(header::hipStreamCaptureStatusNone as i32, 7).unwrap(),
+        RawCaptureStatus::None
+    );
+    assert_eq!(
+        conv::capture_status(header::hipStreamCaptureStatusActive as i32, 7).unwrap(),
+        RawCaptureStatus::Active(7)
+    );
+    assert_eq!(
+        conv::capture_status(header::hipStreamCaptureStatusInvalidated as i32, 7).unwrap(),
+        RawCaptureStatus::Invalidated(7)
+    );
 
     assert_eq!(ffi::STREAM_NON_BLOCKING, header::hipStreamNonBlocking);
     assert_eq!(ffi::EVENT_DEFAULT, header::hipEventDefault);

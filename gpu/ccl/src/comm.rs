@@ -31,7 +31,7 @@
 use crate::group::{Group, Member, Op};
 use crate::library::{Call, CollectiveLib, P2p, RawComm, Round};
 use crate::platform::{with_current, Platform};
-use crate::track::{describe, retire, start_watchdog, InFlight, Operands};
+use crate::track::{describe, retire, start_watchdog, use_key, InFlight, Operands};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
@@ -636,6 +636,14 @@ impl<L: CollectiveLib> LibComm<L> {
                 return Err(e);
             }
         }
+        if stream.capture_status().capture().is_some() {
+            // Captured, not run: the operation runs at each replay of the graph, which the
+            // engine does not see. A completion event recorded here would be a point of the
+            // graph, never completing in any stream's work (and querying it is an error that
+            // invalidates the capture), so captured operations are not tracked: no deadline
+            // and no watchdog for their replays.
+            return Ok(());
+        }
         let deadline = Instant::now() + s.timeout;
         inflight.push(InFlight::record(&s.device, stream, what, deadline)?);
         drop(inflight);
@@ -755,7 +763,7 @@ impl<L: CollectiveLib> LibComm<L> {
             }
         };
         let round = Round { call, dtype, count };
-        let sid = stream.stream_id();
+        let sid = use_key(stream);
         let keep = vec![send.use_on(sid), recv.use_on(sid)];
         let what = describe(s.lib.label(), op, count, dtype, red);
         let lib = &s.lib;
@@ -897,7 +905,7 @@ impl<L: CollectiveLib> Communicator for LibComm<L> {
             [(p, _)] => format!("{label} send of {} {} to rank {}", p.count, p.dtype, p.peer),
             _ => format!("{label} grouped send/recv of {} calls", live.len()),
         };
-        let sid = stream.stream_id();
+        let sid = use_key(stream);
         let keep: Vec<Keep> = calls.iter().map(|c| c.parts().buf.use_on(sid)).collect();
         let ops: Vec<Op> = live.iter().map(|&(p, _)| Op::P2p(p)).collect();
         let lib = &s.lib;

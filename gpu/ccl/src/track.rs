@@ -159,6 +159,16 @@ pub fn describe(
     )
 }
 
+/// The stream identity under which an operation enqueued now on `stream` keeps its buffers:
+/// the capture's ([`unihal_hal::CaptureId::stream_id`]) while the stream is capturing (the
+/// graph keeps them while it lives), else the stream's.
+pub fn use_key(stream: &Arc<dyn Stream>) -> unihal_hal::StreamId {
+    match stream.capture_status().capture() {
+        Some(c) => c.stream_id(),
+        None => stream.stream_id(),
+    }
+}
+
 /// An operation in flight: a completion event recorded on its stream right behind it, the
 /// stream, its deadline and what it is (for a timeout's message).
 pub struct InFlight {

@@ -133,8 +133,9 @@ pub fn relaxed<R: Runtime, T>(rt: &R, f: impl FnOnce() -> T) -> T {
 }
 
 /// The graph capabilities of a device of runtime `rt`: native when the runtime has every graph
-/// entry, else unsupported naming what is missing.
-pub fn caps<R: Runtime>(rt: &R) -> GraphCaps {
+/// entry, else unsupported naming what is missing. `kernel_library`: the device runs library
+/// ops through the portable kernel library (captured ops never go to the vendor BLAS).
+pub fn caps<R: Runtime>(rt: &R, kernel_library: bool) -> GraphCaps {
     match rt.graph_support() {
         Ok(()) => GraphCaps {
             support: GraphSupport::Native,
@@ -147,7 +148,7 @@ pub fn caps<R: Runtime>(rt: &R) -> GraphCaps {
             copies: true,
             fills: true,
             kernels: true,
-            ops: true,
+            ops: kernel_library,
             collectives: true,
             host_callbacks: false,
             stream_alloc: false,
@@ -311,5 +312,73 @@ impl<R: Runtime> Drop for GpuGraph<R> {
                 r
             });
         });
+    }
+}
+
+/// What each of the vendors' capture error codes (CUDA's `CUDA_ERROR_STREAM_CAPTURE_*` and
+/// `CUDA_ERROR_CAPTURED_EVENT`, HIP's `hipErrorStreamCapture*` and `hipErrorCapturedEvent`:
+/// the same numbers, 900 to 908) means, or `None` for another code.
+pub fn capture_code_meaning(code: i64) -> Option<&'static str> {
+    Some(match code {
+        900 => {
+            "not allowed while the stream capture is active (it would wait for or observe \
+             captured work that has not run); the capture is now invalidated and its \
+             end_capture fails"
+        }
+        901 => {
+            "the capture was invalidated by an earlier illegal call; only end_capture (which \
+             fails) is useful now"
+        }
+        902 => "two independent captures would be merged",
+        903 => "the capture was not begun on this stream",
+        904 => "a stream that joined the capture has not rejoined the stream that began it",
+        905 => "a dependency would cross the capture's boundary",
+        906 => "an implicit dependency on the legacy default stream is not allowed in a capture",
+        907 => {
+            "the event was last recorded in a capture: it marks a point of the graph, not of \
+             any stream's work"
+        }
+        908 => {
+            "the capture was begun by another thread (only a relaxed capture may be ended by \
+             another thread)"
+        }
+        _ => return None,
+    })
+}
+
+/// A vendor error of `library` with one of the capture codes (see [`capture_code_meaning`]) as
+/// [`HalError::InvalidArgument`] with [`Invalid::Capture`] naming `capture()` and the vendor's
+/// call, name and number; any other error unchanged. What each runtime's
+/// [`Runtime::capture_error`] calls.
+pub fn vendor_capture_error(
+    library: &str,
+    e: HalError,
+    arg: &'static str,
+    capture: &dyn Fn() -> Option<CaptureId>,
+) -> HalError {
+    match &e {
+        HalError::Vendor {
+            library: l,
+            call,
+            code,
+            name,
+            message,
+        } if l == library => match capture_code_meaning(*code) {
+            Some(meaning) => {
+                let text = if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                };
+                refused(
+                    arg,
+                    call,
+                    capture(),
+                    format!("{library} {name} ({code}){text}; {meaning}"),
+                )
+            }
+            None => e,
+        },
+        _ => e,
     }
 }
