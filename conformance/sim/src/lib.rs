@@ -999,7 +999,7 @@ impl State {
 
     fn push(&mut self, stream: StreamId, op: Op) -> SimResult<()> {
         self.check_legacy(stream)?;
-        if !matches!(op, Op::Gate { .. } | Op::Record { .. }) {
+        if !matches!(op, Op::Gate { .. } | Op::Record { .. } | Op::Graph(_)) {
             self.implicit_waits(stream)?;
         }
         let st = self.open_stream(stream)?;
