@@ -1,13 +1,14 @@
 //! [`CachingAllocator`]: one device's allocator above `Device::alloc`.
 
+use crate::graph::{GraphPool, GraphPoolId, GraphPoolInfo};
 use crate::pool::Pools;
 use crate::size::{self, PoolKind};
 use crate::stats::{MemoryStats, SegmentSnapshot, TraceEvent};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use unihal_hal::{
-    BlockOwner, Buffer, Device, DeviceId, HalError, Invalid, OomReport, PendingUses, Reclaim,
-    Result, Segment, Stream,
+    BlockOwner, Buffer, CaptureStatus, Device, DeviceId, HalError, Invalid, OomReport, PendingUses,
+    Reclaim, Result, Segment, Stream,
 };
 
 /// Settings of a [`CachingAllocator`] (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys that apply, and
@@ -116,8 +117,8 @@ fn check_fraction(f: f64) -> Result<()> {
 
 /// What blocks hold of their allocator: the pools, which learn through [`BlockOwner`] when a
 /// block's handles and queued uses are gone.
-struct Shared {
-    pools: Mutex<Pools>,
+pub(crate) struct Shared {
+    pub(crate) pools: Mutex<Pools>,
 }
 
 impl BlockOwner for Shared {
@@ -261,15 +262,33 @@ impl CachingAllocator {
             return Err(oom(&p.stats, &p, free));
         };
         let pool = PoolKind::of(size);
-        let sid = stream.stream_id();
-        let mut retried = false;
+        // A capture's request: from its graph pool, keyed on the capture's stream identity (the
+        // one its captured work keeps buffers on), never releasing the cache (see `graph`).
+        let capture = stream.capture_status().capture();
+        let sid = capture.map_or_else(|| stream.stream_id(), |c| c.stream_id());
+        let mut retried = capture.is_some();
         // While the device has memory, cached blocks much larger than the request are left for
         // requests of their size (`size::thrifty`); once it has not, any block that fits.
         let mut thrifty = self.thrifty;
+        let mut first_try = true;
         loop {
             let mut p = self.shared.pools.lock();
-            if let Some(i) = p.find(pool, size, sid, thrifty) {
+            if std::mem::take(&mut first_try) && p.idle_hint() {
+                // A graph pool may be idle: give it back first (the streams are asked outside
+                // the lock), so its segments can serve this request.
+                drop(p);
+                self.release_idle_graph_pools();
+                p = self.shared.pools.lock();
+            }
+            let graph = capture.map(|c| p.pool_for_capture(c, stream));
+            if let Some(i) = p.find(pool, size, sid, thrifty, graph) {
                 return p.take(i, size, requested, sid);
+            }
+            #[cfg(feature = "planted-defects")]
+            if graph.is_none() && crate::planted::graph_pools_shared() {
+                if let Some(i) = p.find_in_graph_pools(pool, size, sid, thrifty) {
+                    return p.take(i, size, requested, sid);
+                }
             }
             // `checked_add`: a request near `u64::MAX` is over any limit, never a wrapped sum.
             let within_limit = self.limit.lock().is_none_or(|l| {
@@ -282,7 +301,7 @@ impl CachingAllocator {
             });
             drop(p);
             let got = if within_limit {
-                self.device.alloc(seg_size as usize)
+                self.new_segment(stream, capture, seg_size)
             } else {
                 Err(HalError::OutOfMemory {
                     requested: seg_size,
@@ -294,7 +313,10 @@ impl CachingAllocator {
                     let owner: Arc<dyn BlockOwner> = self.shared.clone();
                     let segment = Segment::new(&whole, owner)?;
                     let mut p = self.shared.pools.lock();
-                    let first = p.add_segment(segment, pool);
+                    // The pool again: a capture's pool cannot have gone meanwhile (it is not
+                    // released while its capture goes on), but looking it up costs nothing.
+                    let graph = capture.map(|c| p.pool_for_capture(c, stream));
+                    let first = p.add_segment(segment, pool, graph);
                     // The new segment's block serves the request it was made for. Searching
                     // again (`find`) would apply the rules for cached blocks to it: under
                     // `max_split_size` a segment can be one no cached-block rule lets a request
@@ -335,6 +357,184 @@ impl CachingAllocator {
         }
     }
 
+    /// A new segment of `len` bytes: from `Device::alloc`, or for a capture's graph pool
+    /// (`capture`) from `alloc_async` on the capturing stream, the HAL's capture-safe
+    /// allocation, where the device may capture it (`GraphCaps::stream_alloc`). Elsewhere a
+    /// capture cannot get a segment: `Device::alloc` is capture-unsafe and would invalidate the
+    /// capture (in every mode but relaxed, which a stream does not tell), so the request is
+    /// refused, the capture intact, pointing at [`CachingAllocator::reserve_graph_pool`].
+    fn new_segment(
+        &self,
+        stream: &Arc<dyn Stream>,
+        capture: Option<unihal_hal::CaptureId>,
+        len: u64,
+    ) -> Result<Buffer> {
+        let Some(c) = capture else {
+            return self.device.alloc(len as usize);
+        };
+        if self.device.capabilities().optional.graphs.stream_alloc {
+            return stream.alloc_async(len as usize);
+        }
+        Err(HalError::invalid(
+            "stream",
+            Invalid::Capture {
+                capture: Some(c),
+                call: "CachingAllocator::alloc".into(),
+                detail: format!(
+                    "the capture's graph pool has no free block for the request and {} cannot \
+                     allocate inside a capture (GraphCaps::stream_alloc is false; \
+                     Device::alloc would invalidate the capture): reserve the pool's memory \
+                     before begin_capture (CachingAllocator::graph_pool_handle, \
+                     reserve_graph_pool, then capture_into); the capture is not invalidated",
+                    self.id
+                ),
+            },
+        ))
+    }
+
+    /// Gives the segments of every graph pool that is idle, whose captures are over and that no
+    /// handle holds, to the general cache. Cheap unless a graph pool's block was freed (or a
+    /// handle dropped) since the last call; asks the capturing streams outside the lock.
+    fn release_idle_graph_pools(&self) {
+        let candidates = self.shared.pools.lock().idle_graph_pools();
+        if candidates.is_empty() {
+            return;
+        }
+        let mut over = Vec::new();
+        let mut still_capturing = false;
+        for (id, captures) in candidates {
+            let going_on = captures.iter().any(|(c, s)| {
+                s.upgrade().is_some_and(|s| match s.capture_status() {
+                    CaptureStatus::Active(k) | CaptureStatus::Invalidated(k) => k == *c,
+                    CaptureStatus::None => false,
+                })
+            });
+            if going_on {
+                still_capturing = true;
+            } else {
+                over.push(id);
+            }
+        }
+        let mut p = self.shared.pools.lock();
+        for id in over {
+            p.release_graph_pool(id);
+        }
+        if still_capturing {
+            p.look_again();
+        }
+    }
+
+    /// A new graph pool that captures may share (PyTorch's `torch.cuda.graph_pool_handle()`):
+    /// give it to [`CachingAllocator::capture_into`] for each capture that should allocate from
+    /// it. It keeps its segments while the handle (or a clone) lives, and goes back to the
+    /// general cache like a capture's own pool once the handles are gone.
+    pub fn graph_pool_handle(&self) -> GraphPool {
+        let id = self.shared.pools.lock().new_handle_pool();
+        GraphPool {
+            id,
+            owner: self.shared.clone(),
+        }
+    }
+
+    /// Makes the requests of the capture `stream` is in allocate from `pool` (PyTorch's
+    /// `torch.cuda.graph(g, pool=...)`): call it after `begin_capture`, before the capture's
+    /// first request. Several captures may share one pool (see [`crate::graph`] for what they
+    /// share).
+    ///
+    /// # Errors
+    /// [`Invalid::Capture`] when `stream` is not capturing, or when its capture already
+    /// allocates from another pool (its own, made at its first request, or another handle's);
+    /// [`Invalid::ForeignHandle`] for a pool of another allocator; [`Invalid::WrongDevice`] for
+    /// a stream of another device.
+    pub fn capture_into(&self, stream: &Arc<dyn Stream>, pool: &GraphPool) -> Result<()> {
+        if !std::ptr::addr_eq(Arc::as_ptr(stream.device()), Arc::as_ptr(&self.device)) {
+            return Err(self.foreign_stream(stream));
+        }
+        if !Arc::ptr_eq(&pool.owner, &self.shared) {
+            return Err(self.foreign_pool(pool));
+        }
+        let refused = |capture, detail: String| {
+            HalError::invalid(
+                "stream",
+                Invalid::Capture {
+                    capture,
+                    call: "CachingAllocator::capture_into".into(),
+                    detail,
+                },
+            )
+        };
+        let CaptureStatus::Active(c) = stream.capture_status() else {
+            return Err(refused(
+                stream.capture_status().capture(),
+                "the stream is not in an active capture".into(),
+            ));
+        };
+        self.shared
+            .pools
+            .lock()
+            .assign_capture(c, stream, pool.id)
+            .map_err(|other| {
+                refused(
+                    Some(c),
+                    format!(
+                        "the capture already allocates from graph pool ({}, {})",
+                        other.0, other.1
+                    ),
+                )
+            })
+    }
+
+    /// Reserves a segment for `bytes`-byte requests in `pool` with `Device::alloc`, before a
+    /// capture, for a device whose captures cannot allocate (`GraphCaps::stream_alloc` false:
+    /// its `Device::alloc` is refused inside a capture). The capture's requests that fit use it.
+    ///
+    /// # Errors
+    /// [`Invalid::ForeignHandle`] for a pool of another allocator; the device's error
+    /// ([`Invalid::Capture`] during a capture that refuses it, [`HalError::OutOfMemory`]).
+    pub fn reserve_graph_pool(&self, pool: &GraphPool, bytes: usize) -> Result<()> {
+        if !Arc::ptr_eq(&pool.owner, &self.shared) {
+            return Err(self.foreign_pool(pool));
+        }
+        let size = size::round_size(bytes.max(1) as u64);
+        let Some(seg_size) = size.and_then(size::segment_size) else {
+            return Err(HalError::OutOfMemory {
+                requested: bytes as u64,
+                free: 0,
+            });
+        };
+        let kind = PoolKind::of(size.unwrap_or(seg_size));
+        let whole = self.device.alloc(seg_size as usize)?;
+        let owner: Arc<dyn BlockOwner> = self.shared.clone();
+        let segment = Segment::new(&whole, owner)?;
+        self.shared
+            .pools
+            .lock()
+            .add_segment(segment, kind, Some(pool.id));
+        Ok(())
+    }
+
+    /// Every graph pool: its identity, captures, segments, reserved and allocated bytes.
+    pub fn graph_pools(&self) -> Vec<GraphPoolInfo> {
+        self.release_idle_graph_pools();
+        self.shared.pools.lock().graph_pools()
+    }
+
+    /// The graph pool that serves the requests of `capture`, if it has one yet.
+    pub fn graph_pool_of(&self, capture: unihal_hal::CaptureId) -> Option<GraphPoolId> {
+        self.shared.pools.lock().capture_pool(capture)
+    }
+
+    /// The error for a graph pool of another allocator.
+    fn foreign_pool(&self, pool: &GraphPool) -> HalError {
+        HalError::invalid(
+            "pool",
+            Invalid::ForeignHandle {
+                expected: format!("graph pool of the allocator of {}", self.id),
+                found: format!("{pool:?} of another allocator"),
+            },
+        )
+    }
+
     /// The error for a stream of another device (or of another opened instance of it).
     fn foreign_stream(&self, stream: &Arc<dyn Stream>) -> HalError {
         let found = stream.device_id();
@@ -360,6 +560,7 @@ impl CachingAllocator {
     /// (`torch.cuda.empty_cache`). Segments with a block in use, or with free memory that queued
     /// work still uses, stay.
     pub fn empty_cache(&self) {
+        self.release_idle_graph_pools();
         let released = self.shared.pools.lock().release_cached();
         drop(released);
     }
@@ -382,11 +583,13 @@ impl CachingAllocator {
 
     /// A consistent copy of the statistics.
     pub fn stats(&self) -> MemoryStats {
+        self.release_idle_graph_pools();
         self.shared.pools.lock().stats
     }
 
     /// Sets every peak statistic to its current value.
     pub fn reset_peak_stats(&self) {
+        self.release_idle_graph_pools();
         self.shared.pools.lock().stats.reset_peaks();
     }
 
@@ -420,6 +623,7 @@ impl CachingAllocator {
 
     /// The segments and their blocks, in address order.
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        self.release_idle_graph_pools();
         self.shared.pools.lock().snapshot()
     }
 
@@ -428,6 +632,7 @@ impl CachingAllocator {
     /// device `device_index`'s trace, for `python -m torch.cuda._memory_viz` and the memory
     /// visualiser. Taken under the allocator's lock, so segments and trace agree.
     pub fn torch_snapshot(&self, device_index: u64) -> Vec<u8> {
+        self.release_idle_graph_pools();
         let p = self.shared.pools.lock();
         let history = p.history.as_deref().unwrap_or_default();
         let max_split = p.stats.max_split_size;

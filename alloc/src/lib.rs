@@ -28,11 +28,16 @@
 //!   once (`num_alloc_retries`), then
 //!   fail with [`unihal_hal::HalError::AllocatorOutOfMemory`], whose report gives the request,
 //!   allocated, reserved and free bytes and the largest free block (`num_ooms`).
+//! * **Graph-private pools** ([`graph`]): a request made on a capturing stream is served from a
+//!   pool private to its capture (and the graph made from it), as PyTorch's graph pools, with
+//!   segments from the capture-safe `Stream::alloc_async`; the pool's segments return to the
+//!   general cache once the graph is destroyed and every block is idle.
 //! * **One lock per device**, never held across a device call, so allocation never waits for a
 //!   stream and the release callbacks (which run on stream workers) never wait for a device.
 
 mod allocator;
 mod bins;
+pub mod graph;
 #[cfg(feature = "planted-defects")]
 pub mod planted;
 mod pool;
@@ -42,6 +47,7 @@ mod summary;
 pub mod torch;
 
 pub use allocator::{AllocatorConfig, CachingAllocator};
+pub use graph::{GraphPool, GraphPoolId, GraphPoolInfo};
 pub use size::PoolKind;
 pub use stats::{
     BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot, Stat, StatArray, TraceEvent,

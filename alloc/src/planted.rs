@@ -21,3 +21,17 @@ pub fn set_search_new_segment(on: bool) {
 pub(crate) fn search_new_segment() -> bool {
     SEARCH_NEW_SEGMENT.load(Ordering::Relaxed)
 }
+
+static GRAPH_POOLS_SHARED: AtomicBool = AtomicBool::new(false);
+
+/// Turns on (or off) the search of the graph pools' free lists by requests outside any capture:
+/// a block a graph still uses (or one the capture freed) then serves other work, and the
+/// graph's replays write memory another tensor holds.
+pub fn set_graph_pools_shared(on: bool) {
+    GRAPH_POOLS_SHARED.store(on, Ordering::Relaxed);
+}
+
+/// True while the shared graph pools are planted.
+pub(crate) fn graph_pools_shared() -> bool {
+    GRAPH_POOLS_SHARED.load(Ordering::Relaxed)
+}

@@ -7,12 +7,26 @@
 //! stream all its fences name, and coalesces with nothing, until the work completes and the
 //! fence is closed. A block handed out from fenced memory keeps the fences (its new owner's work
 //! on another stream must not be the one to make it reusable elsewhere).
+//!
+//! *Graph pools* ([`crate::graph`]) hold the segments allocated for requests of stream captures:
+//! each has free lists of its own, which only requests of its captures search, so its blocks are
+//! never handed to other work while it lives. Requests of a capture key their stream-ordered
+//! reuse on the capture's [`unihal_hal::CaptureId::stream_id`], the stream the captured work keeps
+//! its buffers on: a block the capture freed while captured work uses it is fenced to that
+//! identity and so serves the same capture's later requests, and nothing else until the graph
+//! is destroyed (its uses end, the fence closes). A pool whose segments are all idle again, with
+//! its captures over and no handle left, gives its segments to the general cache
+//! ([`Pools::release_graph_pool`]).
 
 use crate::bins::SizeBins;
+use crate::graph::GraphPoolId;
 use crate::size::{self, PoolKind};
 use crate::stats::{BlockSnapshot, BlockState, MemoryStats, SegmentSnapshot, TraceEvent};
-use std::collections::HashMap;
-use unihal_hal::{counters, Buffer, DeviceId, PendingUses, Reclaim, Result, Segment, StreamId};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+use unihal_hal::{
+    counters, Buffer, CaptureId, DeviceId, PendingUses, Reclaim, Result, Segment, Stream, StreamId,
+};
 
 /// Index of a block or segment slot.
 pub(crate) type Idx = u32;
@@ -36,6 +50,8 @@ struct Block {
     seg: Idx,
     /// The segment's pool (kept here: looked up on every state change).
     pool: PoolKind,
+    /// The segment's graph pool, if it belongs to one (kept here for the same reason).
+    graph: Option<GraphPoolId>,
     offset: u64,
     size: u64,
     requested: u64,
@@ -57,6 +73,7 @@ struct SegmentSlot {
     segment: Segment,
     size: u64,
     pool: PoolKind,
+    graph: Option<GraphPoolId>,
     first: Idx,
 }
 
@@ -76,6 +93,22 @@ impl FreeLists {
     }
 }
 
+/// One graph-private pool: its free lists, its segments, the captures it serves and the
+/// handles ([`crate::GraphPool`]) that keep it for captures to come.
+struct GraphPoolState {
+    small: FreeLists,
+    large: FreeLists,
+    /// Its segments (slots of `Pools::segments`).
+    segments: Vec<Idx>,
+    /// Captures whose requests it serves, with the streams that made them (to learn, outside
+    /// the owner callbacks, whether the capture is still going on).
+    captures: Vec<(CaptureId, Weak<dyn Stream>)>,
+    /// Live [`crate::GraphPool`] handles.
+    handles: usize,
+    /// Bytes of its blocks handed out and not yet freed.
+    allocated: u64,
+}
+
 /// Segments, blocks and statistics of one device.
 pub(crate) struct Pools {
     slots: Vec<Slot>,
@@ -86,6 +119,14 @@ pub(crate) struct Pools {
     large: FreeLists,
     /// Open fences: id to segment.
     fences: HashMap<u64, Idx>,
+    /// Graph-private pools.
+    graph: BTreeMap<GraphPoolId, GraphPoolState>,
+    /// Which pool serves each capture that has one.
+    capture_pools: HashMap<CaptureId, GraphPoolId>,
+    /// A graph pool may have become idle since the last look ([`Pools::idle_graph_pools`]).
+    graph_idle_hint: bool,
+    /// The next number of a pool made by `graph_pool_handle` (`(0, n)`).
+    next_handle_pool: u64,
     pub stats: MemoryStats,
     pub max_split: u64,
     /// The allocation history, while recorded.
@@ -108,6 +149,10 @@ impl Pools {
             small: FreeLists::new(),
             large: FreeLists::new(),
             fences: HashMap::new(),
+            graph: BTreeMap::new(),
+            capture_pools: HashMap::new(),
+            graph_idle_hint: false,
+            next_handle_pool: 1,
             stats: MemoryStats {
                 max_split_size: (max_split != u64::MAX).then_some(max_split),
                 ..MemoryStats::default()
@@ -134,11 +179,32 @@ impl Pools {
         self.b(i).pool
     }
 
-    fn lists(&mut self, pool: PoolKind) -> &mut FreeLists {
+    fn lists(&mut self, pool: PoolKind, graph: Option<GraphPoolId>) -> &mut FreeLists {
+        let (small, large) = match graph {
+            None => (&mut self.small, &mut self.large),
+            Some(g) => {
+                let g = self.graph.get_mut(&g).expect("live graph pool");
+                (&mut g.small, &mut g.large)
+            }
+        };
         match pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
+            PoolKind::Small => small,
+            PoolKind::Large => large,
         }
+    }
+
+    fn lists_ref(&self, pool: PoolKind, graph: Option<GraphPoolId>) -> Option<&FreeLists> {
+        let (small, large) = match graph {
+            None => (&self.small, &self.large),
+            Some(g) => {
+                let g = self.graph.get(&g)?;
+                (&g.small, &g.large)
+            }
+        };
+        Some(match pool {
+            PoolKind::Small => small,
+            PoolKind::Large => large,
+        })
     }
 
     fn new_slot(&mut self, block: Block) -> Idx {
@@ -205,16 +271,26 @@ impl Pools {
         b.prev.is_some() || b.next.is_some()
     }
 
-    /// What places a free block: size, fenced, pool, part of a split segment.
-    fn free_key(&self, i: Idx) -> (u64, bool, PoolKind, bool) {
+    /// What places a free block: size, fenced, pool, part of a split segment, graph pool.
+    fn free_key(&self, i: Idx) -> (u64, bool, PoolKind, bool, Option<GraphPoolId>) {
         let b = self.b(i);
-        (b.size, !b.fences.is_empty(), b.pool, self.is_split(i))
+        (
+            b.size,
+            !b.fences.is_empty(),
+            b.pool,
+            self.is_split(i),
+            b.graph,
+        )
     }
 
     /// Puts a free block on its pool's free list (and counts it as inactive split memory).
     fn insert_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split) = self.free_key(i);
-        let l = self.lists(pool);
+        let (size, fenced, pool, split, graph) = self.free_key(i);
+        if graph.is_some() {
+            // Its pool may be idle now: the next look at the graph pools checks.
+            self.graph_idle_hint = true;
+        }
+        let l = self.lists(pool, graph);
         if fenced {
             l.fenced.push(i);
         } else {
@@ -228,8 +304,8 @@ impl Pools {
 
     /// Takes a free block off its free list (undoing [`Pools::insert_free`]).
     fn remove_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split) = self.free_key(i);
-        let l = self.lists(pool);
+        let (size, fenced, pool, split, graph) = self.free_key(i);
+        let l = self.lists(pool, graph);
         if fenced {
             l.fenced.retain(|&j| j != i);
         } else {
@@ -291,7 +367,15 @@ impl Pools {
     /// the request the segment was allocated for takes ([`Pools::take`]) whatever [`Pools::find`]
     /// would say of it (PyTorch's rule: `max_split_size` decides which *cached* blocks may serve
     /// a request, never the segment made for it).
-    pub fn add_segment(&mut self, segment: Segment, pool: PoolKind) -> Idx {
+    ///
+    /// `graph`: the graph pool the segment belongs to (which must exist), or `None` for the
+    /// general cache.
+    pub fn add_segment(
+        &mut self,
+        segment: Segment,
+        pool: PoolKind,
+        graph: Option<GraphPoolId>,
+    ) -> Idx {
         let size = segment.len();
         let seg = match self.free_segments.pop() {
             Some(s) => s,
@@ -303,6 +387,7 @@ impl Pools {
         let first = self.new_slot(Block {
             seg,
             pool,
+            graph,
             offset: 0,
             size,
             requested: 0,
@@ -316,8 +401,18 @@ impl Pools {
             segment,
             size,
             pool,
+            graph,
             first,
         });
+        if let Some(g) = graph {
+            self.graph
+                .get_mut(&g)
+                .expect("live graph pool")
+                .segments
+                .push(seg);
+            self.stats.graph_pool_segment.add(1);
+            self.stats.graph_pool_reserved_bytes.add(size);
+        }
         self.stats.segment.add(pool, 1);
         self.stats.reserved_bytes.add(pool, size);
         self.stats.num_device_alloc += 1;
@@ -333,14 +428,20 @@ impl Pools {
     /// The best-fitting free block of `pool` for `size` bytes of new work on `stream`: the
     /// smallest clean block that fits, or a smaller fenced block whose fences all name `stream`.
     /// `thrifty`: only blocks [`size::thrifty`] allows (the rule while the device has memory).
-    pub fn find(&self, pool: PoolKind, size: u64, stream: StreamId, thrifty: bool) -> Option<Idx> {
+    /// `graph`: search that graph pool's free lists (a capture's request, `stream` then being the
+    /// capture's stream identity), or the general cache's.
+    pub fn find(
+        &self,
+        pool: PoolKind,
+        size: u64,
+        stream: StreamId,
+        thrifty: bool,
+        graph: Option<GraphPoolId>,
+    ) -> Option<Idx> {
         let fits = |bsize: u64| {
             size::fits(bsize, size, self.max_split) && (!thrifty || size::thrifty(bsize, size))
         };
-        let l = match pool {
-            PoolKind::Small => &self.small,
-            PoolKind::Large => &self.large,
-        };
+        let l = self.lists_ref(pool, graph)?;
         let clean = l.clean.best_fit(size).filter(|&(bsize, _)| fits(bsize));
         let fenced = l
             .fenced
@@ -368,10 +469,11 @@ impl Pools {
             (b.size, b.offset, b.seg, b.next, b.fences.clone())
         };
         if size::should_split(block_size, size, self.max_split) {
-            let pool = self.b(i).pool;
+            let (pool, graph) = (self.b(i).pool, self.b(i).graph);
             let rest = self.new_slot(Block {
                 seg,
                 pool,
+                graph,
                 offset: offset + size,
                 size: block_size - size,
                 requested: 0,
@@ -390,13 +492,17 @@ impl Pools {
             self.insert_free(rest);
         }
         let pool = self.pool_of(i);
-        let size = {
+        let (size, graph) = {
             let b = self.bm(i);
             b.state = State::Allocated;
             b.requested = requested;
             b.stream = stream.get();
-            b.size
+            (b.size, b.graph)
         };
+        if let Some(g) = graph {
+            self.graph.get_mut(&g).expect("live graph pool").allocated += size;
+            self.stats.graph_pool_allocated_bytes.add(size);
+        }
         let s = &mut self.slots[i as usize];
         s.gen = s.gen.wrapping_add(1);
         let token = token(i, s.gen);
@@ -433,10 +539,14 @@ impl Pools {
         if self.b(i).state != State::Allocated {
             return Reclaim::Later;
         }
-        let (pool, size, requested) = {
+        let (pool, size, requested, graph) = {
             let b = self.b(i);
-            (self.pool_of(i), b.size, b.requested)
+            (self.pool_of(i), b.size, b.requested, b.graph)
         };
+        if let Some(g) = graph {
+            self.graph.get_mut(&g).expect("live graph pool").allocated -= size;
+            self.stats.graph_pool_allocated_bytes.sub(size);
+        }
         let st = &mut self.stats;
         st.allocation.sub(pool, 1);
         st.allocated_bytes.sub(pool, size);
@@ -537,6 +647,10 @@ impl Pools {
             let Some(s) = &self.segments[seg as usize] else {
                 continue;
             };
+            if s.graph.is_some() {
+                // A graph pool's segments stay in it while it lives.
+                continue;
+            }
             let first = s.first;
             let b = self.b(first);
             if b.next.is_some() || b.state != State::Free || !b.fences.is_empty() {
@@ -574,13 +688,206 @@ impl Pools {
         self.small = FreeLists::new();
         self.large = FreeLists::new();
         self.fences.clear();
+        self.graph.clear();
+        self.capture_pools.clear();
         out
+    }
+
+    /// A new pool for `graph_pool_handle`, `(0, n)`, held by one handle.
+    pub fn new_handle_pool(&mut self) -> GraphPoolId {
+        let id = GraphPoolId(0, self.next_handle_pool);
+        self.next_handle_pool += 1;
+        self.new_graph_pool(id, 1);
+        id
+    }
+
+    fn new_graph_pool(&mut self, id: GraphPoolId, handles: usize) {
+        self.graph.insert(
+            id,
+            GraphPoolState {
+                small: FreeLists::new(),
+                large: FreeLists::new(),
+                segments: Vec::new(),
+                captures: Vec::new(),
+                handles,
+                allocated: 0,
+            },
+        );
+        self.stats.graph_pools.add(1);
+    }
+
+    /// A handle of pool `id` was cloned (`more`) or dropped.
+    pub fn graph_pool_handle(&mut self, id: GraphPoolId, more: bool) {
+        if let Some(g) = self.graph.get_mut(&id) {
+            if more {
+                g.handles += 1;
+            } else {
+                g.handles -= 1;
+                self.graph_idle_hint = true;
+            }
+        }
+    }
+
+    /// Records that `stream` makes requests for capture `c`, whose pool is `id`.
+    fn note_capture(&mut self, id: GraphPoolId, c: CaptureId, stream: &Arc<dyn Stream>) {
+        let g = self.graph.get_mut(&id).expect("live graph pool");
+        let known = g
+            .captures
+            .iter()
+            .any(|(k, s)| *k == c && std::ptr::addr_eq(s.as_ptr(), Arc::as_ptr(stream)));
+        if !known {
+            g.captures.push((c, Arc::downgrade(stream)));
+        }
+    }
+
+    /// The pool that serves requests of capture `c` made on `stream`: the one assigned to it
+    /// ([`Pools::assign_capture`]), or a private one, `(c, 0)`, made at its first request.
+    pub fn pool_for_capture(&mut self, c: CaptureId, stream: &Arc<dyn Stream>) -> GraphPoolId {
+        let id = match self.capture_pools.get(&c) {
+            Some(&id) => id,
+            None => {
+                let id = GraphPoolId(c.get(), 0);
+                self.new_graph_pool(id, 0);
+                self.capture_pools.insert(c, id);
+                id
+            }
+        };
+        self.note_capture(id, c, stream);
+        id
+    }
+
+    /// The pool serving capture `c`, if any.
+    pub fn capture_pool(&self, c: CaptureId) -> Option<GraphPoolId> {
+        self.capture_pools.get(&c).copied()
+    }
+
+    /// The planted defect of `planted::set_graph_pools_shared`: a request outside any capture
+    /// searches the graph pools too.
+    #[cfg(feature = "planted-defects")]
+    pub fn find_in_graph_pools(
+        &self,
+        pool: PoolKind,
+        size: u64,
+        stream: StreamId,
+        thrifty: bool,
+    ) -> Option<Idx> {
+        self.graph
+            .keys()
+            .find_map(|&g| self.find(pool, size, stream, thrifty, Some(g)))
+    }
+
+    /// Makes pool `id` (alive: a handle holds it) serve the requests of capture `c`.
+    ///
+    /// # Errors
+    /// The pool already serving `c`, when it is another one.
+    pub fn assign_capture(
+        &mut self,
+        c: CaptureId,
+        stream: &Arc<dyn Stream>,
+        id: GraphPoolId,
+    ) -> std::result::Result<(), GraphPoolId> {
+        match self.capture_pools.get(&c) {
+            Some(&other) if other != id => return Err(other),
+            Some(_) => {}
+            None => {
+                self.capture_pools.insert(c, id);
+            }
+        }
+        self.note_capture(id, c, stream);
+        Ok(())
+    }
+
+    /// True when every segment of pool `g` is one free block no queued work uses.
+    fn graph_pool_idle(&self, g: &GraphPoolState) -> bool {
+        g.segments.iter().all(|&seg| {
+            let b = self.b(self.seg(seg).first);
+            b.next.is_none() && b.state == State::Free && b.fences.is_empty()
+        })
+    }
+
+    /// The pools that may go back to the general cache, each with its captures: idle, and no
+    /// handle left. Whether their captures are over the caller learns from the streams, outside
+    /// the lock (then [`Pools::release_graph_pool`]). Empty unless a pool block was freed or a
+    /// handle dropped since the last call, or [`Pools::look_again`] asked.
+    #[allow(clippy::type_complexity)]
+    pub fn idle_graph_pools(&mut self) -> Vec<(GraphPoolId, Vec<(CaptureId, Weak<dyn Stream>)>)> {
+        if !std::mem::take(&mut self.graph_idle_hint) {
+            return Vec::new();
+        }
+        self.graph
+            .iter()
+            .filter(|(_, g)| g.handles == 0 && self.graph_pool_idle(g))
+            .map(|(&id, g)| (id, g.captures.clone()))
+            .collect()
+    }
+
+    /// True when [`Pools::idle_graph_pools`] has something to look at.
+    pub fn idle_hint(&self) -> bool {
+        self.graph_idle_hint
+    }
+
+    /// Asks the next [`Pools::idle_graph_pools`] to look again (an idle pool's capture was
+    /// still going on).
+    pub fn look_again(&mut self) {
+        self.graph_idle_hint = true;
+    }
+
+    /// Gives pool `id`'s segments to the general cache and forgets the pool, if it is still
+    /// idle with no handle (its captures are over: the caller checked). Returns whether it did.
+    pub fn release_graph_pool(&mut self, id: GraphPoolId) -> bool {
+        let Some(g) = self.graph.get(&id) else {
+            return false;
+        };
+        if g.handles != 0 || !self.graph_pool_idle(g) {
+            return false;
+        }
+        let segments = g.segments.clone();
+        for seg in segments {
+            // Off the pool's lists (which still exist), onto the general cache's.
+            let first = self.seg(seg).first;
+            self.remove_free(first);
+            self.bm(first).graph = None;
+            let size = {
+                let s = self.segments[seg as usize].as_mut().expect("live segment");
+                s.graph = None;
+                s.size
+            };
+            self.stats.graph_pool_segment.sub(1);
+            self.stats.graph_pool_reserved_bytes.sub(size);
+            self.insert_free(first);
+        }
+        self.graph.remove(&id);
+        self.capture_pools.retain(|_, p| *p != id);
+        self.stats.graph_pools.sub(1);
+        true
+    }
+
+    /// Every graph pool: identity, captures, handles, segments, reserved and allocated bytes.
+    pub fn graph_pools(&self) -> Vec<crate::graph::GraphPoolInfo> {
+        self.graph
+            .iter()
+            .map(|(&id, g)| {
+                let mut captures: Vec<CaptureId> = g.captures.iter().map(|c| c.0).collect();
+                captures.sort_unstable();
+                captures.dedup();
+                crate::graph::GraphPoolInfo {
+                    id,
+                    captures,
+                    handles: g.handles,
+                    segments: g.segments.len(),
+                    reserved_bytes: g.segments.iter().map(|&s| self.seg(s).size).sum(),
+                    allocated_bytes: g.allocated,
+                    idle: self.graph_pool_idle(g),
+                }
+            })
+            .collect()
     }
 
     /// The largest free block (clean or fenced).
     pub fn largest_free(&self) -> u64 {
         [&self.small, &self.large]
-            .iter()
+            .into_iter()
+            .chain(self.graph.values().flat_map(|g| [&g.small, &g.large]))
             .flat_map(|l| {
                 l.clean
                     .largest()
@@ -629,6 +936,7 @@ impl Pools {
                     active_size: sum(&|b| b.state != BlockState::Inactive),
                     requested_size: blocks.iter().map(|b| b.requested_size).sum(),
                     pool: s.pool,
+                    graph_pool: s.graph,
                     blocks,
                 }
             })

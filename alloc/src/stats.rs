@@ -10,6 +10,11 @@
 //! | oversize allocations | `oversize_allocations` | allocated blocks of at least `max_split_size` (one total, no pools) |
 //! | oversize segments | `oversize_segments` | segments of at least `max_split_size` |
 //!
+//! | graph pools | `graph_pools` (unihal's) | graph-private pools alive ([`crate::graph`]) |
+//! | graph pool segments | `graph_pool_segment` (unihal's) | segments of graph pools (counted in `segment` too) |
+//! | graph pool reserved | `graph_pool_reserved_bytes` (unihal's) | bytes of those segments (in `reserved_bytes` too) |
+//! | graph pool allocated | `graph_pool_allocated_bytes` (unihal's) | bytes of graph-pool blocks handed out (in `allocated_bytes` too) |
+//!
 //! And the counts `num_alloc_retries`, `num_ooms`, `num_device_alloc`, `num_device_free`,
 //! `num_oom_rejections` (requests that failed because the memory-fraction limit refused their
 //! segment before the device was asked), `num_sync_all_streams` (always 0: this allocator never synchronises every stream to
@@ -115,6 +120,15 @@ pub struct MemoryStats {
     pub num_sync_all_streams: u64,
     /// The configured `max_split_size` in bytes (`None`: unset, no limit).
     pub max_split_size: Option<u64>,
+    /// Graph-private pools alive (`graph_pools`, unihal's key; [`crate::graph`]).
+    pub graph_pools: Stat,
+    /// Segments of graph pools (`graph_pool_segment`; counted in `segment` too).
+    pub graph_pool_segment: Stat,
+    /// Bytes of graph pools' segments (`graph_pool_reserved_bytes`; in `reserved_bytes` too).
+    pub graph_pool_reserved_bytes: Stat,
+    /// Bytes of graph pools' blocks handed out (`graph_pool_allocated_bytes`; in
+    /// `allocated_bytes` too).
+    pub graph_pool_allocated_bytes: Stat,
 }
 
 impl MemoryStats {
@@ -134,7 +148,8 @@ impl MemoryStats {
 
     /// The statistics under PyTorch's flat keys, every key `torch.cuda.memory_stats()` gives
     /// (`allocated_bytes.all.current`, `oversize_segments.peak`, `num_alloc_retries`,
-    /// `max_split_size`, ...), with its signed values.
+    /// `max_split_size`, ...), with its signed values, and unihal's graph-pool statistics
+    /// (`graph_pools.current`, `graph_pool_reserved_bytes.peak`, ...).
     pub fn to_map(&self) -> BTreeMap<String, i64> {
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut m = BTreeMap::new();
@@ -159,6 +174,9 @@ impl MemoryStats {
         }
         stat(&mut m, "oversize_allocations", &self.oversize_allocations);
         stat(&mut m, "oversize_segments", &self.oversize_segments);
+        for (k, s) in self.graph_stats() {
+            stat(&mut m, k, s);
+        }
         for (k, v) in [
             ("num_alloc_retries", self.num_alloc_retries),
             ("num_ooms", self.num_ooms),
@@ -173,6 +191,31 @@ impl MemoryStats {
         m
     }
 
+    /// The graph-pool statistics with their keys.
+    pub(crate) fn graph_stats(&self) -> [(&'static str, &Stat); 4] {
+        [
+            ("graph_pools", &self.graph_pools),
+            ("graph_pool_segment", &self.graph_pool_segment),
+            ("graph_pool_reserved_bytes", &self.graph_pool_reserved_bytes),
+            (
+                "graph_pool_allocated_bytes",
+                &self.graph_pool_allocated_bytes,
+            ),
+        ]
+    }
+
+    /// The statistics that are one [`Stat`], not a [`StatArray`].
+    fn single_stats_mut(&mut self) -> [&mut Stat; 6] {
+        [
+            &mut self.oversize_allocations,
+            &mut self.oversize_segments,
+            &mut self.graph_pools,
+            &mut self.graph_pool_segment,
+            &mut self.graph_pool_reserved_bytes,
+            &mut self.graph_pool_allocated_bytes,
+        ]
+    }
+
     /// Sets every peak to its current value (`torch.cuda.reset_peak_memory_stats`).
     pub(crate) fn reset_peaks(&mut self) {
         for a in self.arrays_mut() {
@@ -180,7 +223,7 @@ impl MemoryStats {
                 s.peak = s.current;
             }
         }
-        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+        for s in self.single_stats_mut() {
             s.peak = s.current;
         }
     }
@@ -194,7 +237,7 @@ impl MemoryStats {
                 s.freed = 0;
             }
         }
-        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+        for s in self.single_stats_mut() {
             s.allocated = s.current;
             s.freed = 0;
         }
@@ -258,6 +301,9 @@ pub struct SegmentSnapshot {
     pub active_size: u64,
     pub requested_size: u64,
     pub pool: PoolKind,
+    /// The graph pool the segment belongs to ([`crate::graph`]; torch's `segment_pool_id`),
+    /// `None` in the general cache.
+    pub graph_pool: Option<crate::graph::GraphPoolId>,
     pub blocks: Vec<BlockSnapshot>,
 }
 

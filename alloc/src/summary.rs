@@ -1,7 +1,9 @@
 //! The statistics as a text table, in the shape of PyTorch's `torch.cuda.memory_summary()`: the
 //! same rows, columns, units and rounding (so a reader of one reads the other, and a test holds
 //! every cell against torch's own table over the same statistics), with unihal's device name and
-//! vendor-neutral row names ("Reserved memory" where torch says "GPU reserved memory").
+//! vendor-neutral row names ("Reserved memory" where torch says "GPU reserved memory"). Rows of
+//! unihal's own follow torch's only once graph pools have been used ([`crate::graph`]), so the
+//! table of a run without them is torch's, line for line.
 
 use crate::stats::MemoryStats;
 use std::fmt::Display;
@@ -104,6 +106,20 @@ impl MemoryStats {
             lines.push(rule('-'));
             let own = ["current", "peak", "allocated", "freed"].map(|w| get(&format!("{key}.{w}")));
             lines.push(format!(" {name:<21} | {}", cells(key, own, count)));
+        }
+        if self.graph_pools.allocated > 0 {
+            let rows: [(&str, &str, Cell); 4] = [
+                ("graph_pools", "Graph pools", count),
+                ("graph_pool_segment", "Graph pool segments", count),
+                ("graph_pool_reserved_bytes", "Graph pool reserved", size),
+                ("graph_pool_allocated_bytes", "Graph pool allocated", size),
+            ];
+            for (key, name, cell) in rows {
+                lines.push(rule('-'));
+                let own =
+                    ["current", "peak", "allocated", "freed"].map(|w| get(&format!("{key}.{w}")));
+                lines.push(format!(" {name:<21} | {}", cells(key, own, cell)));
+            }
         }
         lines.push(rule('='));
         format!("|{}|\n", lines.join("|\n|"))

@@ -5,7 +5,8 @@
 //!
 //! The dict: `segments` (each: `device`, `address`, `total_size`, `allocated_size`,
 //! `active_size`, `requested_size`, `stream`, `segment_type` "small"/"large", `segment_pool_id`
-//! `(0, 0)`, `is_expandable` false, `frames` [], and `blocks` in address order with `address`,
+//! (`(0, 0)` in the general cache, a graph pool's [`crate::GraphPoolId`] otherwise, as torch
+//! writes its private pools' `MempoolId_t`), `is_expandable` false, `frames` [], and `blocks` in address order with `address`,
 //! `size`, `requested_size`, `state` and `frames`), `device_traces` (one list per device index up
 //! to this device's, the recorded history as `action`, `addr`, `size`, `stream`, `frames`, and
 //! `device_free` for `oom`) and `allocator_settings`. unihal records no stack frames: `frames` are
@@ -151,7 +152,13 @@ fn segment(device: u64, seg: &SegmentSnapshot) -> Value {
         ("requested_size", int(seg.requested_size)),
         ("stream", int(0)),
         ("segment_type", s(kind)),
-        ("segment_pool_id", Value::Pair(Box::new((int(0), int(0))))),
+        (
+            "segment_pool_id",
+            Value::Pair(Box::new(
+                seg.graph_pool
+                    .map_or((int(0), int(0)), |g| (int(g.0), int(g.1))),
+            )),
+        ),
         ("is_expandable", Value::Bool(false)),
         ("frames", no_frames()),
         ("blocks", Value::List(blocks)),
