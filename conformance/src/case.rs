@@ -105,6 +105,39 @@ pub enum Need {
     /// DLPack has a device type for the backend's device memory (a plugin backend unknown to
     /// DLPack has none).
     DlpackDevice,
+    /// Stream capture, and capturing this kind of operation (`OptionalCaps::graphs`).
+    Capture(CaptureKind),
+}
+
+/// What a graph case captures (a field of [`unihal_hal::GraphCaps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureKind {
+    /// Capture at all (the rules about captures themselves).
+    Any,
+    Copies,
+    Fills,
+    Kernels,
+    Ops,
+    Collectives,
+    HostCallbacks,
+    StreamAlloc,
+}
+
+impl CaptureKind {
+    /// Whether `g` captures this kind.
+    pub fn supported(self, g: &unihal_hal::GraphCaps) -> bool {
+        g.available()
+            && match self {
+                CaptureKind::Any => true,
+                CaptureKind::Copies => g.copies,
+                CaptureKind::Fills => g.fills,
+                CaptureKind::Kernels => g.kernels,
+                CaptureKind::Ops => g.ops,
+                CaptureKind::Collectives => g.collectives,
+                CaptureKind::HostCallbacks => g.host_callbacks,
+                CaptureKind::StreamAlloc => g.stream_alloc,
+            }
+    }
 }
 
 impl Need {
@@ -137,6 +170,7 @@ impl Need {
             Need::Op(op, d) => caps.supports(*op, *d),
             Need::Collective(op, d) => ccl.is_some_and(|c| c.supports(*op, *d, None)),
             Need::DlpackDevice => unihal_dlpack::conv::device_type_of(device.id()).is_ok(),
+            Need::Capture(k) => k.supported(&caps.optional.graphs),
         };
         if ok {
             return Ok(());
@@ -160,6 +194,14 @@ impl Need {
             Need::Collective(op, d) => format!("backend has no collective {} in {d}", op.name()),
             Need::DlpackDevice => {
                 format!("DLPack has no device type for backend {}", backend.name())
+            }
+            Need::Capture(k) => {
+                let g = &caps.optional.graphs;
+                if g.available() {
+                    format!("device cannot capture {k:?} ({})", g.note)
+                } else {
+                    format!("device has no stream capture: {}", g.note)
+                }
             }
             Need::ConcurrentKernels => "needs a kernel running concurrently with the host; the \
                  simulated runtime runs device work only at synchronisation points (hardware and \

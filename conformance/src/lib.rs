@@ -36,7 +36,7 @@ pub mod report;
 pub mod runner;
 pub mod stress;
 
-pub use case::{expect_invalid, Case, CaseResult, Ctx, Failure, Need};
+pub use case::{expect_invalid, CaptureKind, Case, CaseResult, Ctx, Failure, Need};
 pub use manifest::Manifest;
 pub use report::{CaseReport, Outcome, Report};
 pub use runner::{discover, run, run_case, run_child_if_requested, RunOptions, Target};

@@ -5,6 +5,7 @@ use crate::case::Case;
 pub mod alloc;
 pub mod ccl;
 pub mod events;
+pub mod graphs;
 pub mod kernels;
 pub mod memory;
 pub mod misuse;
@@ -19,6 +20,7 @@ pub fn all() -> Vec<Case> {
         memory::cases(),
         streams::cases(),
         events::cases(),
+        graphs::cases(),
         kernels::cases(),
         misuse::cases(),
         ops::cases(),
