@@ -1023,7 +1023,7 @@ struct Replayed {
 }
 
 impl crate::graph::GateFactory for Replayed {
-    fn prepare(&self) -> SimResult<Box<dyn FnOnce(StreamId, u64) -> Box<dyn Gate> + Send>> {
+    fn prepare(&self) -> SimResult<crate::graph::MakeGate> {
         if self.clique.state.lock().aborted[self.rank] {
             return Err(SimError::InvalidUsage(format!(
                 "rank {} of this communicator was aborted",

@@ -152,6 +152,9 @@ pub type RepeatWork = Box<dyn FnMut(&mut Memory) -> SimResult<()> + Send>;
 /// A repeatable kernel or host function of a node (runs outside the device lock).
 pub type RepeatKernel = Box<dyn FnMut() -> SimResult<()> + Send>;
 
+/// Builds a replay's gate at its stream and position.
+pub type MakeGate = Box<dyn FnOnce(StreamId, u64) -> Box<dyn Gate> + Send>;
+
 /// Makes the gate of a captured gate node anew for every replay: `prepare` runs at each launch,
 /// in launch order, without the device lock (a collective takes its sequence numbers there, so
 /// ranks replaying their graphs match as ranks calling the collectives do); the closure it returns
@@ -160,7 +163,7 @@ pub type RepeatKernel = Box<dyn FnMut() -> SimResult<()> + Send>;
 pub trait GateFactory: Send + Sync {
     /// # Errors
     /// Whatever keeps this replay from running the node (an aborted communicator).
-    fn prepare(&self) -> SimResult<Box<dyn FnOnce(StreamId, u64) -> Box<dyn Gate> + Send>>;
+    fn prepare(&self) -> SimResult<MakeGate>;
 }
 
 pub(crate) enum NodeKind {
@@ -823,8 +826,7 @@ impl Device {
         if let Some(id) = s.capture_of(stream) {
             return s.add_node(id, stream, NodeKind::Kernel(Arc::new(Mutex::new(k))));
         }
-        let mut k = k;
-        s.push(stream, Op::Kernel(Box::new(move || k())))?;
+        s.push(stream, Op::Kernel(k))?;
         self.after_enqueue(&mut s, stream)
     }
 
@@ -947,8 +949,7 @@ impl Device {
         }
         // Per-replay state (collective sequence numbers), in launch order, without the lock.
         let body = &exec.body;
-        let mut makes: Vec<Option<Box<dyn FnOnce(StreamId, u64) -> Box<dyn Gate> + Send>>> =
-            Vec::with_capacity(body.gates);
+        let mut makes: Vec<Option<MakeGate>> = Vec::with_capacity(body.gates);
         makes.resize_with(body.gates, || None);
         for &i in &body.order {
             if let NodeKind::Gate { factory, slot, .. } = &body.nodes[i].kind {

@@ -224,10 +224,8 @@ fn capture_modes_decide_which_unsafe_calls_are_refused() {
     assert_eq!(status(s), 1);
     let mut p = 0;
     // SAFETY: an out-pointer to a local.
-    assert_eq!(
-        unsafe { cuMemAlloc_v2(&mut p, 16) },
-        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-    );
+    let r = unsafe { cuMemAlloc_v2(&mut p, 16) };
+    assert_eq!(r, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     assert_eq!(end(s), Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
     // Relaxed: nobody is refused.
     begin(s, 2);

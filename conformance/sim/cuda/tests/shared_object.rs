@@ -59,6 +59,20 @@ const SYMBOLS: &[&str] = &[
     "cuCtxEnablePeerAccess",
     "cuCtxDisablePeerAccess",
     "cuMemcpyPeerAsync",
+    // Stream capture and graphs.
+    "cuStreamBeginCapture",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuStreamIsCapturing",
+    "cuStreamGetCaptureInfo",
+    "cuStreamGetCaptureInfo_v2",
+    "cuStreamGetCaptureInfo_v3",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
+    "cuGraphGetNodes",
 ];
 
 /// The NCCL subset (same object: its collectives run on the simulated driver's streams).

@@ -94,7 +94,7 @@ pub fn begin(s: S, mode: i32) {
 
 /// Ends the capture: the graph, or the error (with the graph then null).
 pub fn end(s: S) -> Result<S, i32> {
-    let mut g = 1 as S;
+    let mut g = std::ptr::dangling_mut::<c_void>();
     // SAFETY: an out-pointer to a local.
     let r = unsafe { cuStreamEndCapture(s, &mut g) };
     if r == 0 {
