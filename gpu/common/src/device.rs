@@ -304,7 +304,9 @@ impl<R: Runtime> Device for GpuDevice<R> {
                 // shared with anything.
                 unsafe { std::ptr::write_bytes(p, 0, len) };
                 Ok(p)
-            })?
+            })
+            // Capture-unsafe as `alloc` is.
+            .map_err(|e| self.capture_error(e))?
         };
         Ok(HostBuffer::from_allocation(Box::new(PinnedHost {
             core: self.core.clone(),

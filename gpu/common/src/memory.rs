@@ -46,10 +46,14 @@ impl<R: Runtime> Drop for GpuAllocation<R> {
         crate::deferred::release(move || {
             let rt = core.rt;
             core.release("free", move || {
-                // SAFETY: allocated by this runtime on this device and freed exactly once, here
-                // (a retried release runs only when the earlier attempt did not), after every
-                // queued use (see the type's doc).
-                unsafe { rt.free(ptr, pooled) }
+                // A free is capture-unsafe: made for the backend's own bookkeeping, it must not
+                // invalidate (or fail in) a capture active meanwhile.
+                crate::graph::relaxed(rt, || {
+                    // SAFETY: allocated by this runtime on this device and freed exactly once,
+                    // here (a retried release runs only when the earlier attempt did not),
+                    // after every queued use (see the type's doc).
+                    unsafe { rt.free(ptr, pooled) }
+                })
             });
         });
     }
@@ -93,10 +97,13 @@ impl<R: Runtime> Drop for PinnedHost<R> {
         crate::deferred::release(move || {
             let rt = core.rt;
             core.release("free host", move || {
-                // SAFETY: allocated by host_alloc and freed exactly once, here (a retried
-                // release runs only when the earlier attempt did not); the HAL keeps a handle in
-                // every queued copy that uses it.
-                unsafe { rt.host_free(ptr as *mut u8) }
+                // As for device memory: never refused by an active capture.
+                crate::graph::relaxed(rt, || {
+                    // SAFETY: allocated by host_alloc and freed exactly once, here (a retried
+                    // release runs only when the earlier attempt did not); the HAL keeps a
+                    // handle in every queued copy that uses it.
+                    unsafe { rt.host_free(ptr as *mut u8) }
+                })
             });
         });
     }

@@ -1027,6 +1027,16 @@ impl<R: Runtime> Stream for GpuStream<R> {
         )
     }
 
+    fn read(&self, src: &Buffer, src_offset: u64, out: &mut [u8]) -> Result<()> {
+        // The staging memory is the backend's own (never refused by a capture): what a capture
+        // refuses here is the synchronisation.
+        let staging = self.dev.alloc_host_internal(out.len())?;
+        self.copy_d2h(src, src_offset, &staging, 0, out.len() as u64)?;
+        self.synchronize()?;
+        out.copy_from_slice(&staging.map()?);
+        Ok(())
+    }
+
     fn async_error(&self) -> Option<HalError> {
         self.sticky(&mut self.inner.lock())
     }
