@@ -286,7 +286,7 @@ impl CachingAllocator {
             }
             #[cfg(feature = "planted-defects")]
             if graph.is_none() && crate::planted::graph_pools_shared() {
-                if let Some(i) = p.find_in_graph_pools(pool, size, sid, thrifty) {
+                if let Some(i) = p.find_in_graph_pools(pool, size) {
                     return p.take(i, size, requested, sid);
                 }
             }

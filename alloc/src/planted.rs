@@ -24,9 +24,9 @@ pub(crate) fn search_new_segment() -> bool {
 
 static GRAPH_POOLS_SHARED: AtomicBool = AtomicBool::new(false);
 
-/// Turns on (or off) the search of the graph pools' free lists by requests outside any capture:
-/// a block a graph still uses (or one the capture freed) then serves other work, and the
-/// graph's replays write memory another tensor holds.
+/// Turns on (or off) the search of the graph pools' free lists, fences ignored, by requests
+/// outside any capture: a block a graph still uses then serves other work, and the graph's
+/// replays write memory another tensor holds.
 pub fn set_graph_pools_shared(on: bool) {
     GRAPH_POOLS_SHARED.store(on, Ordering::Relaxed);
 }

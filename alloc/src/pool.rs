@@ -714,6 +714,8 @@ impl Pools {
             },
         );
         self.stats.graph_pools.add(1);
+        // A pool whose first segment never comes (the request failed) is idle from the start.
+        self.graph_idle_hint = true;
     }
 
     /// A handle of pool `id` was cloned (`more`) or dropped.
@@ -762,18 +764,20 @@ impl Pools {
     }
 
     /// The planted defect of `planted::set_graph_pools_shared`: a request outside any capture
-    /// searches the graph pools too.
+    /// takes any free block of a graph pool that fits, fenced by the graph's uses or not (as if
+    /// the pool's blocks were in the general cache without their graph's uses).
     #[cfg(feature = "planted-defects")]
-    pub fn find_in_graph_pools(
-        &self,
-        pool: PoolKind,
-        size: u64,
-        stream: StreamId,
-        thrifty: bool,
-    ) -> Option<Idx> {
-        self.graph
-            .keys()
-            .find_map(|&g| self.find(pool, size, stream, thrifty, Some(g)))
+    pub fn find_in_graph_pools(&self, pool: PoolKind, size: u64) -> Option<Idx> {
+        self.graph.values().find_map(|g| {
+            let l = match pool {
+                PoolKind::Small => &g.small,
+                PoolKind::Large => &g.large,
+            };
+            l.clean
+                .best_fit(size)
+                .map(|(_, i)| i)
+                .or_else(|| l.fenced.iter().copied().find(|&i| self.b(i).size >= size))
+        })
     }
 
     /// Makes pool `id` (alive: a handle holds it) serve the requests of capture `c`.

@@ -13,12 +13,20 @@
 //!   while another stream's queued work could still write it shows up here);
 //! * at the end, with every handle gone, `empty_cache` gives everything back to the device.
 //!
+//! And stream captures (relaxed, so that the other streams' requests may still reach the
+//! device): a capture's requests are served from its graph pool, its fills are recorded, graphs
+//! are replayed on any stream and destroyed. A capture's blocks are not checked byte for byte
+//! (their bytes are what the last replay wrote), but every other live block is, after replays:
+//! a block a live graph uses handed to other work shows up as bytes the replay wrote. At the
+//! end, with every graph gone, the pools' segments are back in the general cache and released.
+//!
 //! With feature `planted-defects` the test also proves the model catches the uncounted view and
-//! the search of a new segment through the cached-block rules (RELIABILITY.md, defects 25, 27).
+//! the search of a new segment through the cached-block rules (RELIABILITY.md, defects 25, 27),
+//! and graph pools searched by other work with the graph's uses ignored.
 
 use std::sync::{mpsc, Arc, Mutex};
 use unihal_alloc::{size, AllocatorConfig, BlockState, CachingAllocator};
-use unihal_hal::{Backend, Buffer, Device, FillValue, HalError, Stream};
+use unihal_hal::{Backend, Buffer, CaptureMode, Device, FillValue, Graph, HalError, Stream};
 
 const MIB: u64 = 1 << 20;
 /// The CPU device's memory: small enough that long sequences reach out-of-memory.
@@ -41,6 +49,8 @@ struct Block {
     /// Fills through its handles, in order: (offset in the block, length, byte).
     fills: Vec<(u64, u64, u8)>,
     freed: bool,
+    /// Allocated by a capture: its bytes are the graph's, not checked.
+    captured: bool,
 }
 
 /// A live handle: a block and the range of it the handle views.
@@ -60,6 +70,10 @@ struct World {
     handles: Vec<Handle>,
     next_byte: u8,
     log: Vec<String>,
+    /// The stream capturing, if one is.
+    capturing: Option<usize>,
+    /// Graphs alive.
+    graphs: Vec<Arc<dyn Graph>>,
 }
 
 type Check = Result<(), String>;
@@ -82,6 +96,8 @@ impl World {
             handles: Vec::new(),
             next_byte: 1,
             log: Vec::new(),
+            capturing: None,
+            graphs: Vec::new(),
         }
     }
 
@@ -134,19 +150,31 @@ impl World {
                     addr: buf.device_addr(),
                     fills: vec![(0, len, byte)],
                     freed: false,
+                    captured: self.capturing == Some(s),
                 });
                 self.handles.push(Handle { block: id, buf });
                 Ok(())
             }
-            Err(e @ HalError::AllocatorOutOfMemory(_)) => self.true_oom(len, &e),
+            Err(e @ HalError::AllocatorOutOfMemory(_)) => {
+                self.true_oom(len, &e, self.capturing == Some(s))
+            }
             Err(e) => self.fail(format!("alloc of {len} bytes: {e}")),
         }
     }
 
     /// An out-of-memory must be true, and must leave reserved only what blocks in use need.
-    fn true_oom(&self, len: u64, e: &HalError) -> Check {
+    /// `capture`: a capture's request, which never releases the general cache (only the
+    /// out-of-memory itself must be true).
+    fn true_oom(&self, len: u64, e: &HalError, capture: bool) -> Check {
         let st = self.alloc.stats();
-        for seg in self.alloc.snapshot() {
+        // A graph pool's segments stay while the pool lives (its capture goes on, or a graph
+        // uses them), idle or not.
+        for seg in self
+            .alloc
+            .snapshot()
+            .into_iter()
+            .filter(|g| !capture && g.graph_pool.is_none())
+        {
             let idle = seg
                 .blocks
                 .iter()
@@ -234,6 +262,11 @@ impl World {
         let bi = self.handles[i].block;
         let byte = self.byte();
         let (s, freed) = (self.blocks[bi].stream, self.blocks[bi].freed);
+        let captured = self.blocks[bi].captured;
+        if self.capturing == Some(s) && !captured {
+            // It would be recorded, not run: the model's bytes would be wrong.
+            return Ok(());
+        }
         let h = &self.handles[i];
         let off = h.buf.device_addr() - self.blocks[bi].addr;
         let len = h.buf.len();
@@ -243,7 +276,9 @@ impl World {
         let r = self.streams[s].fill(&h.buf, 0, len, FillValue::U8(byte));
         match (r, freed) {
             (Ok(()), false) => {
-                self.blocks[bi].fills.push((off, len, byte));
+                if !captured {
+                    self.blocks[bi].fills.push((off, len, byte));
+                }
                 Ok(())
             }
             (Err(HalError::InvalidArgument { .. }), true) => Ok(()),
@@ -255,7 +290,7 @@ impl World {
 
     fn hold(&mut self, rng: &mut Rng) -> Check {
         let s = rng.below(STREAMS as u64) as usize;
-        if self.holds[s].is_some() {
+        if self.holds[s].is_some() || self.capturing == Some(s) {
             return Ok(());
         }
         self.log.push(format!("hold stream {s}"));
@@ -275,7 +310,7 @@ impl World {
         }
         let i = rng.below(self.handles.len() as u64) as usize;
         let bi = self.handles[i].block;
-        if self.blocks[bi].freed {
+        if self.blocks[bi].freed || self.capturing == Some(self.blocks[bi].stream) {
             return Ok(());
         }
         let s = self.blocks[bi].stream;
@@ -294,14 +329,16 @@ impl World {
         for h in &mut self.holds {
             drop(h.take());
         }
-        for s in &self.streams {
-            s.synchronize().map_err(|e| format!("synchronize: {e}"))?;
+        for (i, s) in self.streams.iter().enumerate() {
+            if self.capturing != Some(i) {
+                s.synchronize().map_err(|e| format!("synchronize: {e}"))?;
+            }
         }
         let live: std::collections::BTreeSet<usize> =
             self.handles.iter().map(|h| h.block).collect();
         for &bi in &live {
             let b = &self.blocks[bi];
-            if b.freed {
+            if b.freed || b.captured || self.capturing == Some(b.stream) {
                 continue;
             }
             let h = self.handles.iter().find(|h| h.block == bi).unwrap();
@@ -384,7 +421,51 @@ impl World {
         Ok(())
     }
 
+    /// Begins a capture on a stream, ends the one going on, replays a graph or destroys one.
+    fn graph_step(&mut self, rng: &mut Rng) -> Check {
+        match (self.capturing, rng.below(4)) {
+            (None, 0) => {
+                let s = rng.below(STREAMS as u64) as usize;
+                self.log.push(format!("begin capture on stream {s}"));
+                self.streams[s]
+                    .begin_capture(CaptureMode::Relaxed)
+                    .map_err(|e| format!("begin_capture: {e}"))?;
+                self.capturing = Some(s);
+            }
+            (Some(s), 0) => {
+                self.log.push(format!("end capture on stream {s}"));
+                let g = self.streams[s]
+                    .end_capture()
+                    .map_err(|e| format!("end_capture: {e}"))?;
+                self.capturing = None;
+                self.graphs.push(g);
+            }
+            (_, 1 | 2) if !self.graphs.is_empty() => {
+                let g = rng.below(self.graphs.len() as u64) as usize;
+                let s = rng.below(STREAMS as u64) as usize;
+                if self.capturing == Some(s) {
+                    return Ok(());
+                }
+                self.log.push(format!("replay graph {g} on stream {s}"));
+                self.streams[s]
+                    .launch_graph(&self.graphs[g])
+                    .map_err(|e| format!("launch_graph: {e}"))?;
+            }
+            (_, 3) if !self.graphs.is_empty() => {
+                let g = rng.below(self.graphs.len() as u64) as usize;
+                self.log.push(format!("destroy graph {g}"));
+                drop(self.graphs.swap_remove(g));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn step(&mut self, rng: &mut Rng) -> Check {
+        if rng.below(100) < 4 {
+            self.graph_step(rng)?;
+            return self.invariants();
+        }
         match rng.below(100) {
             0..=29 => self.alloc(rng)?,
             30..=49 => self.drop_handle(rng)?,
@@ -411,7 +492,15 @@ impl World {
 
     /// Everything goes: every handle, every hold, the cache; the device has all its memory back.
     fn finish(mut self) -> Check {
+        if let Some(s) = self.capturing.take() {
+            self.log.push(format!("end capture on stream {s}"));
+            let g = self.streams[s]
+                .end_capture()
+                .map_err(|e| format!("end_capture: {e}"))?;
+            self.graphs.push(g);
+        }
         self.complete()?;
+        self.graphs.clear();
         self.handles.clear();
         for s in &self.streams {
             s.synchronize().map_err(|e| format!("synchronize: {e}"))?;
@@ -422,10 +511,12 @@ impl World {
             st.allocation.all.current,
             st.active_bytes.all.current,
             st.reserved_bytes.all.current,
+            st.graph_pools.current,
         ];
-        if left != [0, 0, 0] {
+        if left != [0, 0, 0, 0] {
             return self.fail(format!(
-                "after every handle went and empty_cache: (allocations, active, reserved) {left:?}"
+                "after every handle and graph went and empty_cache: (allocations, active, \
+                 reserved, graph pools) {left:?}"
             ));
         }
         let m = self.device.memory_info().unwrap();
@@ -510,5 +601,26 @@ fn the_model_catches_a_planted_search_of_the_new_segment() {
     assert!(
         e.contains("segments") || e.contains("out of memory"),
         "the model failed, but not on the planted search: {e}"
+    );
+}
+
+/// The planted search of graph pools by other work, the graph's uses ignored
+/// (`unihal_alloc::planted::set_graph_pools_shared`): the model must report a block a replay
+/// wrote although another user held it.
+#[cfg(feature = "planted-defects")]
+#[test]
+fn the_model_catches_graph_pools_shared_with_other_work() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    unihal_alloc::planted::set_graph_pools_shared(true);
+    let found = (1..=24).find_map(|seed| run(seed, config(seed), 400).err());
+    unihal_alloc::planted::set_graph_pools_shared(false);
+    let e = found.expect("the model passed with graph pools shared with other work");
+    eprintln!(
+        "planted shared graph pools caught: {}",
+        e.lines().next().unwrap_or("")
+    );
+    assert!(
+        e.contains("another user") || e.contains("overlap"),
+        "the model failed, but not on the planted sharing: {e}"
     );
 }

@@ -292,8 +292,10 @@ fn peaks_reset_to_current() {
     assert_eq!(m["reserved_bytes.small_pool.peak"], 2 * MIB as i64);
     assert_eq!(m["num_alloc_retries"], 0);
     // Every key of torch 2.15's `memory_stats()`: 9 statistics x 3 pools x 4 values, the two
-    // oversize statistics x 4, six counts and `max_split_size` (-1: unset, as torch reports it).
-    assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 6 + 1);
+    // oversize statistics x 4, six counts and `max_split_size` (-1: unset, as torch reports it);
+    // and unihal's four graph-pool statistics x 4.
+    assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 6 + 1 + 4 * 4);
+    assert_eq!(m["graph_pools.current"], 0);
     assert_eq!(m["max_split_size"], -1);
     for k in [
         "oversize_allocations.peak",
