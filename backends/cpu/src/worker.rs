@@ -219,7 +219,12 @@ impl WorkerShared {
 
     fn execute(&self, mut op: Op) {
         let err = self.error();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(err.as_ref())));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let r = op(err.as_ref());
+            // Dropped here, with everything it holds, before completion becomes visible below.
+            drop(op);
+            r
+        }));
         match r {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.set_error(e),
