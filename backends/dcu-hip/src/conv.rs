@@ -194,45 +194,6 @@ pub(crate) fn blas_op(o: Op) -> i32 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_numbering_is_chosen_by_a_valid_warp_size() {
-        assert_eq!(Numbering::choose(Ok(64), Err(1)), Ok(Numbering::Rocm5));
-        assert_eq!(Numbering::choose(Ok(32), Ok(7)), Ok(Numbering::Rocm5));
-        // DTK: 87 refused, 9 answers 64.
-        assert_eq!(Numbering::choose(Err(1), Ok(64)), Ok(Numbering::Legacy));
-        // An answer that no warp size has is not trusted.
-        assert_eq!(Numbering::choose(Ok(1), Ok(64)), Ok(Numbering::Legacy));
-        assert!(Numbering::choose(Ok(48), Ok(0)).unwrap_err().contains("87"));
-    }
-
-    #[test]
-    fn architecture_names_lose_their_features() {
-        assert_eq!(arch_of("gfx90a:sramecc+:xnack-").unwrap(), "gfx90a");
-        assert_eq!(arch_of("gfx936").unwrap(), "gfx936");
-        assert!(arch_of("").is_err());
-        assert!(arch_of("sm_80").is_err());
-        assert!(arch_of("gfx9/0").is_err());
-    }
-
-    #[test]
-    fn dcu_architectures_are_hygon() {
-        assert_eq!(vendor_of("gfx928", false), "Hygon");
-        assert_eq!(vendor_of("gfx906", true), "Hygon");
-        assert_eq!(vendor_of("gfx906", false), "AMD");
-        assert_eq!(vendor_of("gfx1100", false), "AMD");
-    }
-
-    #[test]
-    fn versions_decode() {
-        assert_eq!(version_string(50221153), "5.2.21153");
-        assert_eq!(version_string(60325422), "6.3.25422");
-    }
-}
-
 /// `hipStreamCaptureMode` of a HAL capture mode (`hipStreamCaptureModeGlobal` = 0,
 /// `ThreadLocal` = 1, `Relaxed` = 2).
 pub fn capture_mode(m: unihal_hal::CaptureMode) -> i32 {
@@ -279,4 +240,43 @@ pub fn capture_error(
     capture: &dyn Fn() -> Option<unihal_hal::CaptureId>,
 ) -> HalError {
     unihal_gpu::graph::vendor_capture_error(LIBRARY, e, arg, capture)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_numbering_is_chosen_by_a_valid_warp_size() {
+        assert_eq!(Numbering::choose(Ok(64), Err(1)), Ok(Numbering::Rocm5));
+        assert_eq!(Numbering::choose(Ok(32), Ok(7)), Ok(Numbering::Rocm5));
+        // DTK: 87 refused, 9 answers 64.
+        assert_eq!(Numbering::choose(Err(1), Ok(64)), Ok(Numbering::Legacy));
+        // An answer that no warp size has is not trusted.
+        assert_eq!(Numbering::choose(Ok(1), Ok(64)), Ok(Numbering::Legacy));
+        assert!(Numbering::choose(Ok(48), Ok(0)).unwrap_err().contains("87"));
+    }
+
+    #[test]
+    fn architecture_names_lose_their_features() {
+        assert_eq!(arch_of("gfx90a:sramecc+:xnack-").unwrap(), "gfx90a");
+        assert_eq!(arch_of("gfx936").unwrap(), "gfx936");
+        assert!(arch_of("").is_err());
+        assert!(arch_of("sm_80").is_err());
+        assert!(arch_of("gfx9/0").is_err());
+    }
+
+    #[test]
+    fn dcu_architectures_are_hygon() {
+        assert_eq!(vendor_of("gfx928", false), "Hygon");
+        assert_eq!(vendor_of("gfx906", true), "Hygon");
+        assert_eq!(vendor_of("gfx906", false), "AMD");
+        assert_eq!(vendor_of("gfx1100", false), "AMD");
+    }
+
+    #[test]
+    fn versions_decode() {
+        assert_eq!(version_string(50221153), "5.2.21153");
+        assert_eq!(version_string(60325422), "6.3.25422");
+    }
 }

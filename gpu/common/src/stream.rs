@@ -1072,24 +1072,21 @@ impl<R: Runtime> Drop for GpuStream<R> {
                         }
                         drop(c.end());
                         dev.capture_ended(&c);
-                    } else {
-                        // Joined to a capture it cannot end: a host function would be captured
-                        // (and run at each replay). What the stream's real work used goes to
-                        // the capture (then its graph), which outlives that work.
+                    }
+                    // Still in a capture (joined to one it cannot end, or the end was refused):
+                    // a host function would be captured (and run at each replay), and a query
+                    // would invalidate the capture. What the stream's real work used is leaked
+                    // on purpose (never freed under that work); the runtime releases the
+                    // stream itself once its work ran.
+                    if !matches!(rt.stream_capture_info(raw), Ok(RawCaptureStatus::None)) {
                         tracing::warn!(target: "unihal::device",
-                            "a stream joined to {} was dropped during the capture", c.id);
-                        c.keep(keep);
+                            "a stream in {} was dropped during the capture; what its work used \
+                             is leaked", c.id);
+                        std::mem::forget(keep);
                         if let Some(h) = blas {
-                            // Its workspace may be used by queued work: never reused.
                             std::mem::forget(h);
                         }
-                        crate::deferred::release(move || {
-                            for ev in events {
-                                // SAFETY: events of this stream, destroyed once (the runtime
-                                // defers the release until pending records complete).
-                                let _ = unsafe { rt.event_destroy(ev) };
-                            }
-                        });
+                        std::mem::forget(events);
                         // SAFETY: a live stream, destroyed once.
                         return unsafe { rt.stream_destroy(raw) };
                     }
