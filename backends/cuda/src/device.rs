@@ -43,7 +43,7 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
             Ok([a(xs[0])? as u32, a(xs[1])? as u32, a(xs[2])? as u32])
         };
         let (major, minor) = (a(attr::CC_MAJOR)?, a(attr::CC_MINOR)?);
-        let caps = Capabilities {
+        let mut caps = Capabilities {
             mandatory: MandatoryCaps {
                 memory_bytes: total,
                 alloc_alignment: 256,
@@ -86,6 +86,8 @@ pub(crate) fn open(id: DeviceId) -> Result<Arc<CudaDevice>> {
                 graphs: unihal_gpu::graph::caps(&CUDA, crate::loader::nvrtc().is_ok()),
             },
         };
+        // Memory nodes come from the device's default pool: captured only where it has one.
+        caps.optional.graphs.stream_alloc &= caps.optional.stream_ordered_alloc;
         let info = DeviceInfo {
             id,
             name,

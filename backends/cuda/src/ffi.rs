@@ -507,6 +507,16 @@ pub(crate) struct GraphApi {
     pub(crate) get_nodes: unsafe extern "C" fn(GraphHandle, *mut GraphHandle, *mut usize) -> c_int,
 }
 
+/// `cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)` (CUDA 11.2 and later), resolved once;
+/// `None` when the driver lacks it.
+pub(crate) fn mem_free_async() -> Option<unsafe extern "C" fn(CUdeviceptr, CUstream) -> c_int> {
+    static F: OnceLock<Option<unsafe extern "C" fn(CUdeviceptr, CUstream) -> c_int>> =
+        OnceLock::new();
+    // SAFETY: the field's type is the symbol's C signature (NVIDIA's Driver API reference,
+    // "Stream Ordered Memory Allocator"), `CUresult` read as the integer it is.
+    *F.get_or_init(|| unsafe { resolve_optional("cuMemFreeAsync") })
+}
+
 /// The graph entries, or the names of those the driver lacks.
 pub(crate) fn graph_api() -> Result<&'static GraphApi, String> {
     static API: OnceLock<Result<GraphApi, String>> = OnceLock::new();

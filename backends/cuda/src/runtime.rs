@@ -387,6 +387,25 @@ impl Runtime for Cuda {
         ffi::graph_api().map(drop)
     }
 
+    fn graph_mem_nodes(&self) -> bool {
+        // `cuMemAllocAsync` (required) and `cuMemFreeAsync` on a capturing stream record memory
+        // nodes ("Graph Memory Nodes" in the CUDA Programming Guide).
+        ffi::mem_free_async().is_some()
+    }
+
+    unsafe fn free_async(&self, ptr: u64, stream: Raw) -> Result<()> {
+        let Some(free_async) = ffi::mem_free_async() else {
+            return Err(HalError::unsupported(
+                "cuMemFreeAsync (stream-ordered free): not exported by this driver",
+            ));
+        };
+        // SAFETY: the caller's contract: memory of `cuMemAllocAsync` on the current context,
+        // freed once, unused after this point of the stream's order.
+        code("cuMemFreeAsync", unsafe {
+            free_async(ptr, stream.0 as sys::CUstream)
+        })
+    }
+
     fn stream_begin_capture(&self, stream: Raw, mode: CaptureMode) -> Result<()> {
         let g = graphs()?;
         // SAFETY: a live stream and a documented mode.

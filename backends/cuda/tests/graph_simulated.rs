@@ -1,6 +1,8 @@
 //! The CUDA backend's graph choices on the simulated driver (deferred mode), beyond the
-//! conformance cases (`graph.*`): native caps naming what is not captured; a host callback and
-//! stream-ordered allocation refused inside a capture without invalidating it; the backend's own
+//! conformance cases (`graph.*`): native caps naming what is not captured; a host callback
+//! refused inside a capture without invalidating it; stream-ordered allocation captured as memory
+//! nodes the graph owns (used only in its capture, freed in every replay, one executable at a
+//! time); the backend's own
 //! frees (a buffer dropped while a global capture is active) never invalidate it; capture errors
 //! of device- and event-wide calls name the capture; a stream dropped while capturing ends its
 //! capture; a graph keeps what its work uses after its stream is gone; a captured all-reduce is
@@ -45,23 +47,65 @@ fn graphs_on_the_simulated_driver() {
     let caps = &d0.capabilities().optional.graphs;
     assert_eq!(caps.support, GraphSupport::Native, "{}", caps.note);
     assert!(caps.copies && caps.fills && caps.kernels && caps.collectives);
-    assert!(!caps.host_callbacks && !caps.stream_alloc, "{caps:?}");
+    assert!(!caps.host_callbacks && caps.stream_alloc, "{caps:?}");
 
-    host_callback_and_stream_alloc_refused(&d0);
+    host_callback_refused(&d0);
+    memory_nodes(&d0);
     own_frees_never_invalidate(&d0);
     device_and_event_errors_name_the_capture(&d0);
     dropped_capturing_stream(&d0);
     captured_all_reduce(&[d0, d1], &comms);
 }
 
-fn host_callback_and_stream_alloc_refused(d: &Arc<dyn Device>) {
+/// Stream-ordered allocation in a capture: memory nodes owned by the graph.
+fn memory_nodes(d: &Arc<dyn Device>) {
+    let s = d.create_stream().unwrap();
+    let other = d.create_stream().unwrap();
+    let out = d.alloc(64).unwrap();
+    let gone = d.alloc(64).unwrap();
+    s.begin_capture(CaptureMode::Global).unwrap();
+    let c = active(&s);
+    // Freed in the capture: an allocation and a free node.
+    let t = s.alloc_async(64).unwrap();
+    s.fill(&t, 0, 64, FillValue::U8(3)).unwrap();
+    // Not freed in the capture: the end adds its free node.
+    let u = s.alloc_async(64).unwrap();
+    s.copy_d2d(&t, 0, &u, 0, 64).unwrap();
+    s.copy_d2d(&u, 0, &out, 0, 64).unwrap();
+    s.free_async(&t).unwrap();
+    // Outside the capture, a graph allocation is refused (its memory exists only in replays).
+    assert_eq!(capture_of(other.fill(&u, 0, 64, FillValue::U8(1))), Some(c));
+    // An ordinary buffer freed in the capture: kept by the graph, unusable now.
+    s.free_async(&gone).unwrap();
+    assert!(other.fill(&gone, 0, 64, FillValue::U8(1)).is_err());
+    assert_eq!(s.capture_status(), CaptureStatus::Active(c));
+    let g = s.end_capture().unwrap();
+    drop(gone);
+    // Every handle of a graph allocation is unusable once its capture ended.
+    assert!(s.fill(&u, 0, 64, FillValue::U8(1)).is_err());
+    // One executable at a time for a graph with memory nodes, said as such.
+    match g.instantiate() {
+        Err(HalError::Unsupported { what }) => assert!(what.contains("memory nodes"), "{what}"),
+        other => panic!("a second executable: {other:?}"),
+    }
+    // Every launch succeeds: no allocation escapes a replay.
+    for _ in 0..3 {
+        s.write(&out, 0, &[0u8; 64]).unwrap();
+        s.launch_graph(&g).unwrap();
+        other.launch_graph(&g).unwrap();
+        other.synchronize().unwrap();
+        assert_eq!(byte(&s, &out), 3);
+    }
+    drop((t, u, g));
+    s.synchronize().unwrap();
+}
+
+fn host_callback_refused(d: &Arc<dyn Device>) {
     let s = d.create_stream().unwrap();
     let b = d.alloc(64).unwrap();
     s.begin_capture(CaptureMode::Global).unwrap();
     let c = active(&s);
     assert_eq!(capture_of(s.host_callback(Box::new(|| {}))), Some(c));
-    assert_eq!(capture_of(s.alloc_async(64)), Some(c));
-    assert_eq!(capture_of(s.free_async(&b)), Some(c));
     // Refused by the backend, not by the driver: the capture stays valid and ends.
     assert_eq!(s.capture_status(), CaptureStatus::Active(c));
     s.fill(&b, 0, 64, FillValue::U8(9)).unwrap();

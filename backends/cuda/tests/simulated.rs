@@ -47,12 +47,12 @@ fn non_op_cases_pass_on_the_simulated_driver() {
     };
     // The only need deferred mode lacks. Stream-ordered allocation, peer devices and host
     // callbacks exist on the simulated driver: a skip for them is a regression.
-    // Also not claimed: capturing stream-ordered allocation (GraphCaps::stream_alloc), library
-    // ops (captured through the kernel library, which needs NVRTC: the ops run in `.ci/run`),
-    // and collectives, whose library (NCCL) this test does not load.
+    // Also not claimed: capturing library ops (captured through the kernel library, which
+    // needs NVRTC: the ops run in `.ci/run`), and collectives, whose library (NCCL) this test
+    // does not load. Stream-ordered allocation is captured (memory nodes): its skip is a
+    // regression.
     let ran = run_non_op_cases(&t, |reason| {
         reason.contains("concurrently with the host")
-            || reason.contains("cannot capture StreamAlloc")
             || reason.contains("cannot capture Ops")
             || reason.contains("has no collective")
     })

@@ -144,7 +144,7 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
         let graphs = unihal_gpu::graph::caps(rt, !kernel_ops.is_empty());
         // rocBLAS runs matmul with or without the kernel library.
         let ops = unihal_gpu::gemm::ops_with_blas(kernel_ops, crate::loader::rocblas().is_ok());
-        let caps = Capabilities {
+        let mut caps = Capabilities {
             mandatory: MandatoryCaps {
                 memory_bytes: total as u64,
                 alloc_alignment: 256,
@@ -175,6 +175,8 @@ pub(crate) fn open(rt: &'static Hip, id: DeviceId) -> Result<Arc<HipDevice>> {
                 graphs,
             },
         };
+        // Memory nodes come from the device's default pool: captured only where it has one.
+        caps.optional.graphs.stream_alloc &= caps.optional.stream_ordered_alloc;
         let info = DeviceInfo {
             id,
             name,

@@ -536,6 +536,25 @@ impl Runtime for Hip {
         self.graph_fns().map(drop)
     }
 
+    fn graph_mem_nodes(&self) -> bool {
+        // `hipMallocAsync`/`hipFreeAsync` on a capturing stream record memory nodes (HIP's
+        // "Stream Ordered Memory Allocator" and graph APIs).
+        self.api.malloc_async.is_some() && self.api.free_async.is_some()
+    }
+
+    unsafe fn free_async(&self, ptr: u64, stream: Raw) -> Result<()> {
+        let Some(free_async) = self.api.free_async else {
+            return Err(HalError::unsupported(
+                "hipFreeAsync (stream-ordered free): not exported by this HIP runtime",
+            ));
+        };
+        // SAFETY: the caller's contract: memory of `hipMallocAsync` on this device, freed once,
+        // unused after this point of the stream's order.
+        self.check("hipFreeAsync", unsafe {
+            free_async(ptr as *mut c_void, h(stream))
+        })
+    }
+
     fn stream_begin_capture(&self, stream: Raw, mode: CaptureMode) -> Result<()> {
         let g = self.graphs()?;
         // SAFETY: a live stream and a documented mode.

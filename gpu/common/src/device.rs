@@ -230,6 +230,7 @@ impl<R: Runtime> GpuDevice<R> {
             len: len as u64,
             pooled,
             foreign: None,
+            graph: None,
         }))
     }
 
@@ -289,6 +290,7 @@ impl<R: Runtime> Device for GpuDevice<R> {
             len,
             pooled: false,
             foreign: Some(owner),
+            graph: None,
         }))
     }
 

@@ -55,6 +55,18 @@ pub struct CaptureRec {
     pub thread: ThreadId,
     ended: AtomicBool,
     kept: Mutex<Vec<Keep>>,
+    /// The graph allocations made in it (memory nodes), and whether the capture freed each.
+    allocs: Mutex<Vec<GraphAlloc>>,
+}
+
+/// A graph allocation of a capture: `alloc_async` on a capturing stream.
+pub(crate) struct GraphAlloc {
+    /// Its address, fixed at capture.
+    pub(crate) ptr: u64,
+    /// A handle of it (marked free-enqueued when the capture ends: only the graph uses it).
+    pub(crate) buffer: unihal_hal::Buffer,
+    /// A free node of the capture frees it.
+    pub(crate) freed: bool,
 }
 
 impl CaptureRec {
@@ -73,7 +85,29 @@ impl CaptureRec {
             thread: std::thread::current().id(),
             ended: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
+            allocs: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Records a graph allocation (an allocation node) made in this capture.
+    pub(crate) fn graph_alloc(&self, ptr: u64, buffer: unihal_hal::Buffer) {
+        self.allocs.lock().push(GraphAlloc {
+            ptr,
+            buffer,
+            freed: false,
+        });
+    }
+
+    /// Records the free node of this capture's graph allocation at `ptr`.
+    pub(crate) fn graph_free(&self, ptr: u64) {
+        if let Some(a) = self.allocs.lock().iter_mut().find(|a| a.ptr == ptr) {
+            a.freed = true;
+        }
+    }
+
+    /// The graph allocations made in this capture, taken once (by its end).
+    pub(crate) fn take_allocs(&self) -> Vec<GraphAlloc> {
+        std::mem::take(&mut *self.allocs.lock())
     }
 
     /// True until `end_capture` ended it (whether or not that succeeded).
@@ -135,15 +169,35 @@ pub fn relaxed<R: Runtime, T>(rt: &R, f: impl FnOnce() -> T) -> T {
 /// The graph capabilities of a device of runtime `rt`: native when the runtime has every graph
 /// entry, else unsupported naming what is missing. `kernel_library`: the device runs library
 /// ops through the portable kernel library (captured ops never go to the vendor BLAS).
+///
+/// Stream-ordered allocation is captured where the runtime records memory nodes
+/// ([`Runtime::graph_mem_nodes`]), as the vendors document it: `alloc_async` on a capturing
+/// stream is an allocation node whose address is fixed at capture, `free_async` of it in the
+/// same capture a free node. The graph owns that memory: it exists only while a replay runs
+/// between the two nodes, so only work captured in the same capture may use the buffer (other
+/// uses are refused with [`Invalid::Capture`]), and an allocation the capture did not free is
+/// freed by a free node the end of the capture adds on the origin stream (after every captured
+/// node: every joined stream has rejoined it), its handles then unusable
+/// ([`Invalid::FreeEnqueued`]). So no allocation escapes a replay, every launch of the
+/// executable succeeds, and no auto-free flag is needed. A graph with memory nodes has one
+/// executable at a time (NVIDIA's and AMD's rule): see [`GpuGraph`]'s `instantiate`.
 pub fn caps<R: Runtime>(rt: &R, kernel_library: bool) -> GraphCaps {
     match rt.graph_support() {
         Ok(()) => GraphCaps {
             support: GraphSupport::Native,
             note: format!(
                 "{} graphs; not captured: host callbacks (a callback runs once: the HAL's is \
-                 FnOnce), stream-ordered allocation (alloc_async/free_async); library ops \
-                 captured run the portable kernels, never the vendor BLAS",
-                R::VENDOR
+                 FnOnce){}; memory allocated in a capture belongs to its graph (only that \
+                 capture's work uses it; what the capture does not free is freed at the end of \
+                 each replay; one executable at a time); library ops captured run the portable \
+                 kernels, never the vendor BLAS",
+                R::VENDOR,
+                if rt.graph_mem_nodes() {
+                    ""
+                } else {
+                    ", stream-ordered allocation (alloc_async/free_async: the runtime lacks \
+                     the stream-ordered entries)"
+                }
             ),
             copies: true,
             fills: true,
@@ -151,7 +205,7 @@ pub fn caps<R: Runtime>(rt: &R, kernel_library: bool) -> GraphCaps {
             ops: kernel_library,
             collectives: true,
             host_callbacks: false,
-            stream_alloc: false,
+            stream_alloc: rt.graph_mem_nodes(),
         },
         Err(why) => GraphCaps::unsupported(why),
     }
@@ -182,6 +236,10 @@ struct Captured<R: Runtime> {
     id: CaptureId,
     nodes: usize,
     kept: Vec<Keep>,
+    /// It has memory (allocation or free) nodes: one executable at a time.
+    mem_nodes: bool,
+    /// Its executables alive (not yet destroyed).
+    execs: AtomicUsize,
 }
 
 impl<R: Runtime> Drop for Captured<R> {
@@ -219,6 +277,7 @@ impl<R: Runtime> GpuGraph<R> {
         graph: Raw,
         nodes: usize,
         kept: Vec<Keep>,
+        mem_nodes: bool,
     ) -> Result<Arc<GpuGraph<R>>> {
         let captured = Arc::new(Captured {
             dev,
@@ -226,11 +285,35 @@ impl<R: Runtime> GpuGraph<R> {
             id,
             nodes,
             kept,
+            mem_nodes,
+            execs: AtomicUsize::new(0),
         });
         GpuGraph::instantiate_from(captured)
     }
 
     fn instantiate_from(captured: Arc<Captured<R>>) -> Result<Arc<GpuGraph<R>>> {
+        // Counted before the call, so two threads never both pass the check.
+        let before = captured.execs.fetch_add(1, Ordering::AcqRel);
+        if captured.mem_nodes && before > 0 {
+            captured.execs.fetch_sub(1, Ordering::AcqRel);
+            return Err(HalError::unsupported(format!(
+                "a second executable of the graph of {}: it allocates memory (alloc_async in \
+                 the capture: memory nodes), and {} allows one executable of such a graph at a \
+                 time (each owns the graph's allocations at their fixed addresses); drop the \
+                 existing one first, or launch it on several streams (its replays are ordered)",
+                captured.id,
+                R::VENDOR
+            )));
+        }
+        let r = GpuGraph::instantiate_raw(&captured);
+        if r.is_err() {
+            captured.execs.fetch_sub(1, Ordering::AcqRel);
+        }
+        r
+    }
+
+    fn instantiate_raw(captured: &Arc<Captured<R>>) -> Result<Arc<GpuGraph<R>>> {
+        let captured = captured.clone();
         let rt = captured.dev.rt();
         let exec = crate::graph::relaxed(rt, || {
             captured
@@ -282,6 +365,11 @@ impl<R: Runtime> Graph for GpuGraph<R> {
         self.captured().nodes
     }
 
+    /// A second executable (`cuGraphInstantiate` again). A graph with memory nodes
+    /// (`alloc_async` in its capture) has one executable at a time, as NVIDIA and AMD document:
+    /// while this one lives, [`HalError::Unsupported`] saying so (checked here rather than left
+    /// to the vendor's bare "invalid value"); the auto-free flag would not lift the rule, and is
+    /// not needed since no allocation escapes a replay (see [`caps`]).
     fn instantiate(&self) -> Result<Arc<dyn Graph>> {
         Ok(GpuGraph::instantiate_from(self.captured().clone())?)
     }
@@ -307,6 +395,7 @@ impl<R: Runtime> Drop for GpuGraph<R> {
                 // SAFETY: made by graph_instantiate, destroyed once; its launches ran (each
                 // kept this graph until then).
                 let r = unsafe { rt.graph_exec_destroy(exec) };
+                captured.execs.fetch_sub(1, Ordering::AcqRel);
                 // The captured graph goes after its executable.
                 drop(captured);
                 r

@@ -19,6 +19,11 @@ pub struct GpuAllocation<R: Runtime> {
     /// Another library's memory (`Device::import_memory`): never freed here; its owner is
     /// dropped with the allocation.
     pub(crate) foreign: Option<unihal_hal::Keep>,
+    /// A graph allocation (a memory node of this capture, [`crate::stream::GpuStream`]'s
+    /// `alloc_async` while capturing): the address is mapped only while a replay runs between
+    /// its allocation and free nodes, so the graph owns the memory and only work of the same
+    /// capture may use it; never freed here.
+    pub(crate) graph: Option<unihal_hal::CaptureId>,
 }
 
 // SAFETY: `ptr..ptr+len` is device memory this object owns until drop; fields never change.
@@ -39,7 +44,7 @@ unsafe impl<R: Runtime> DeviceAllocation for GpuAllocation<R> {
 
 impl<R: Runtime> Drop for GpuAllocation<R> {
     fn drop(&mut self) {
-        if self.ptr == 0 || self.foreign.is_some() {
+        if self.ptr == 0 || self.foreign.is_some() || self.graph.is_some() {
             return;
         }
         let (core, ptr, pooled) = (self.core.clone(), self.ptr, self.pooled);

@@ -245,6 +245,22 @@ pub trait Runtime: Send + Sync + Sized + 'static {
             Self::VENDOR
         ))
     }
+    /// Whether stream-ordered allocation and free may be captured: [`Runtime::malloc_async`]
+    /// and [`Runtime::free_async`] on a capturing stream record memory nodes
+    /// (`cuMemAllocAsync`/`cuMemFreeAsync`, `hipMallocAsync`/`hipFreeAsync`). Asked only where
+    /// [`Runtime::graph_support`] is `Ok`. The default: not.
+    fn graph_mem_nodes(&self) -> bool {
+        false
+    }
+    /// Frees `ptr` in `stream`'s order (`cuMemFreeAsync`, `hipFreeAsync`); on a capturing stream,
+    /// a free node of the graph.
+    ///
+    /// # Safety
+    /// `ptr` came from [`Runtime::malloc_async`] on the current device (in the capture `stream`
+    /// is in, when it captures) and no work ordered after this point uses it.
+    unsafe fn free_async(&self, _ptr: u64, _stream: Raw) -> Result<()> {
+        Err(no_graphs::<Self>())
+    }
     /// Begins capturing `stream` in `mode` (`cuStreamBeginCapture`).
     fn stream_begin_capture(&self, _stream: Raw, _mode: CaptureMode) -> Result<()> {
         Err(no_graphs::<Self>())

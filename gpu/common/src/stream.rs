@@ -72,8 +72,47 @@ pub fn device_addr<R: Runtime>(
     offset: u64,
     len: u64,
 ) -> Result<u64> {
-    buf.downcast_allocation::<GpuAllocation<R>>(arg)?;
+    device_addr_in::<R>(buf, arg, device, offset, len, None)
+}
+
+/// As [`device_addr`], for work enqueued on a stream in capture `scope` (none: not capturing).
+///
+/// # Errors
+/// As [`device_addr`]; [`Invalid::Capture`] for a graph allocation (made by `alloc_async` in
+/// a capture) used outside the capture that made it.
+pub fn device_addr_in<R: Runtime>(
+    buf: &Buffer,
+    arg: &'static str,
+    device: DeviceId,
+    offset: u64,
+    len: u64,
+    scope: Option<CaptureId>,
+) -> Result<u64> {
+    graph_scope::<R>(buf, arg, scope)?;
     buf.check_use(arg, device, offset, len)
+}
+
+/// Refuses a graph allocation (a memory node of a capture) used by work outside the capture
+/// that made it: its address is mapped only while a replay of that capture's graph runs.
+fn graph_scope<R: Runtime>(
+    buf: &Buffer,
+    arg: &'static str,
+    scope: Option<CaptureId>,
+) -> Result<()> {
+    let a = buf.downcast_allocation::<GpuAllocation<R>>(arg)?;
+    match a.graph {
+        Some(c) if Some(c) != scope => Err(refused(
+            arg,
+            "buffer use",
+            Some(c),
+            format!(
+                "the buffer was allocated by alloc_async in {c}: a graph allocation, whose \
+                 memory exists only while a replay of that capture's graph runs (between its \
+                 allocation and free nodes); only work captured in the same capture may use it"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl<R: Runtime> GpuStream<R> {
@@ -142,6 +181,74 @@ impl<R: Runtime> GpuStream<R> {
             Some(c) => c.id.stream_id(),
             None => self.sid,
         }
+    }
+
+    /// `alloc_async` while capturing: an allocation node of `c` (`cuMemAllocAsync`,
+    /// `hipMallocAsync` on the capturing stream), its address fixed now; the graph owns the
+    /// memory (see [`crate::graph::caps`]).
+    fn graph_alloc(&self, c: &Arc<CaptureRec>, len: usize) -> Result<Buffer> {
+        let graphs = &self.dev.capabilities().optional.graphs;
+        if !graphs.stream_alloc || !self.dev.capabilities().optional.stream_ordered_alloc {
+            return Err(refused(
+                "len",
+                "alloc_async",
+                Some(c.id),
+                format!(
+                    "stream-ordered allocation is not captured on this device \
+                     (GraphCaps::stream_alloc is false: {}); allocate before the capture; \
+                     nothing was enqueued and the capture stays valid",
+                    graphs.note
+                ),
+            ));
+        }
+        if len == 0 {
+            return self.dev.alloc_with("alloc async", 0, true, || Ok(0));
+        }
+        let rt = self.rt();
+        let mut ptr = 0;
+        self.submit_locked("alloc async", Vec::new(), |_, raw, _| {
+            ptr = rt.malloc_async(len, raw)?;
+            Ok(())
+        })?;
+        let buffer = Buffer::from_allocation(GpuAllocation {
+            core: self.dev.core.clone(),
+            ptr,
+            len: len as u64,
+            pooled: true,
+            foreign: None,
+            graph: Some(c.id),
+        });
+        c.graph_alloc(ptr, buffer.clone());
+        Ok(buffer)
+    }
+
+    /// `free_async` of a graph allocation in its capture: a free node.
+    fn graph_free(&self, buffer: &Buffer) -> Result<()> {
+        let ptr = buffer
+            .downcast_allocation::<GpuAllocation<R>>("buffer")?
+            .ptr;
+        buffer.mark_free_enqueued("buffer")?;
+        let rt = self.rt();
+        self.submit_locked("free async", Vec::new(), |inner, raw, _| {
+            // SAFETY: a graph allocation of the capture this stream is in (checked by the
+            // caller), freed once (just marked); captured work after this point cannot use it
+            // (every handle is marked).
+            unsafe { rt.free_async(ptr, raw) }?;
+            if let Some(c) = inner.capture() {
+                c.graph_free(ptr);
+            }
+            Ok(())
+        })
+    }
+
+    /// The capture this stream is in, while it is active.
+    fn scope(&self) -> Option<CaptureId> {
+        self.inner.lock().capture().map(|c| c.id)
+    }
+
+    /// [`device_addr_in`] for work enqueued on this stream now.
+    fn addr(&self, buf: &Buffer, arg: &'static str, offset: u64, len: u64) -> Result<u64> {
+        device_addr_in::<R>(buf, arg, self.id(), offset, len, self.scope())
     }
 
     /// The capture the runtime says this stream is in, among those begun on this device (a
@@ -435,7 +542,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let d = device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
+        let d = self.addr(dst, "dst", dst_offset, len)?;
         self.host_copy(
             true,
             (src, "src", src_offset),
@@ -446,7 +553,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
 
     fn copy_h2d_staged(&self, src: &[u8], dst: &Buffer, dst_offset: u64) -> Result<()> {
         let len = src.len() as u64;
-        device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
+        self.addr(dst, "dst", dst_offset, len)?;
         let staging = self.dev.alloc_host_internal(src.len())?;
         staging.map()?.copy_from_slice(src);
         self.copy_h2d(&staging, 0, dst, dst_offset, len)
@@ -460,7 +567,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let s = device_addr::<R>(src, "src", self.id(), src_offset, len)?;
+        let s = self.addr(src, "src", src_offset, len)?;
         self.host_copy(
             false,
             (dst, "dst", dst_offset),
@@ -477,8 +584,8 @@ impl<R: Runtime> Stream for GpuStream<R> {
         dst_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let s = device_addr::<R>(src, "src", self.id(), src_offset, len)?;
-        let d = device_addr::<R>(dst, "dst", self.id(), dst_offset, len)?;
+        let s = self.addr(src, "src", src_offset, len)?;
+        let d = self.addr(dst, "dst", dst_offset, len)?;
         if len > 0 && s < d + len && d < s + len {
             return Err(HalError::invalid(
                 "dst",
@@ -515,6 +622,9 @@ impl<R: Runtime> Stream for GpuStream<R> {
         check_peer_copy(me, peers, src.device(), dst.device())?;
         let sa = src.downcast_allocation::<GpuAllocation<R>>("src")?;
         let da = dst.downcast_allocation::<GpuAllocation<R>>("dst")?;
+        let scope = self.scope();
+        graph_scope::<R>(src, "src", scope)?;
+        graph_scope::<R>(dst, "dst", scope)?;
         let s = src.check_use("src", src.device(), src_offset, len)?;
         let d = dst.check_use("dst", dst.device(), dst_offset, len)?;
         if src.device() == dst.device() {
@@ -542,7 +652,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
     }
 
     fn fill(&self, dst: &Buffer, offset: u64, len: u64, value: FillValue) -> Result<()> {
-        let d = device_addr::<R>(dst, "dst", self.id(), offset, len)?;
+        let d = self.addr(dst, "dst", offset, len)?;
         value.check_aligned(d, len)?;
         let w = value.width();
         if len == 0 {
@@ -591,6 +701,10 @@ impl<R: Runtime> Stream for GpuStream<R> {
         if let Some(sizes) = f.param_sizes() {
             args.check_against(sizes)?;
         }
+        let scope = self.scope();
+        for b in args.buffers() {
+            graph_scope::<R>(b, "args", scope)?;
+        }
         if let Some(b) = args.buffers().iter().find(|b| b.is_free_enqueued()) {
             return Err(HalError::invalid(
                 "args",
@@ -625,7 +739,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
 
     fn run_op(&self, call: &OpCall) -> Result<()> {
         for t in &call.tensors {
-            device_addr::<R>(&t.buffer, "tensors", self.id(), 0, 0)?;
+            self.addr(&t.buffer, "tensors", 0, 0)?;
         }
         let caps = self.dev.capabilities();
         if let Some(d) = call.key_dtype() {
@@ -787,13 +901,11 @@ impl<R: Runtime> Stream for GpuStream<R> {
     }
 
     fn alloc_async(&self, len: usize) -> Result<Buffer> {
-        self.refuse_in_capture(
-            &self.inner.lock(),
-            "len",
-            "alloc_async",
-            "stream-ordered allocation is not captured (GraphCaps::stream_alloc is false); \
-             allocate before the capture",
-        )?;
+        // (The lock is released before the allocation node is enqueued.)
+        let capture = self.inner.lock().capture().cloned();
+        if let Some(c) = capture {
+            return self.graph_alloc(&c, len);
+        }
         if !self.dev.capabilities().optional.stream_ordered_alloc {
             // Memory that exists now is valid for work enqueued after this call.
             return self.dev.alloc(len);
@@ -813,17 +925,19 @@ impl<R: Runtime> Stream for GpuStream<R> {
     }
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {
-        device_addr::<R>(buffer, "buffer", self.id(), 0, 0)?;
-        self.refuse_in_capture(
-            &self.inner.lock(),
-            "buffer",
-            "free_async",
-            "stream-ordered free is not captured (GraphCaps::stream_alloc is false); drop the \
-             buffer instead (a graph that uses it keeps it)",
-        )?;
+        self.addr(buffer, "buffer", 0, 0)?;
+        let graph = buffer
+            .downcast_allocation::<GpuAllocation<R>>("buffer")?
+            .graph;
+        if graph.is_some() {
+            // A graph allocation of the capture this stream is in (the scope check above):
+            // a free node.
+            return self.graph_free(buffer);
+        }
         buffer.mark_free_enqueued("buffer")?;
-        // The memory returns when the last handle (queued work holds its own) is dropped.
-        self.keep(vec![buffer.use_on(self.sid)])
+        // The memory returns when the last handle (queued work holds its own) is dropped; in a
+        // capture, the capture and then its graph hold one while they live.
+        self.keep(vec![buffer.use_on(self.use_key())])
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -932,9 +1046,42 @@ impl<R: Runtime> Stream for GpuStream<R> {
         };
         let rt = self.rt();
         let raw = self.raw;
+        // The graph owns its allocations: what the capture did not free gets a free node here,
+        // after every captured node (the joined streams rejoined this one), so no allocation
+        // escapes a replay; every handle is unusable from now on.
+        let allocs = rec.take_allocs();
+        let mem_nodes = !allocs.is_empty();
+        let mut freed = Ok(());
+        for a in &allocs {
+            if !a.freed && freed.is_ok() {
+                freed = self.dev.call("free async", || {
+                    // SAFETY: a graph allocation of this capture (allocated on a stream in it),
+                    // not freed in it, freed once; nothing is captured after this point.
+                    unsafe { rt.free_async(a.ptr, raw) }
+                });
+            }
+            let _ = a.buffer.mark_free_enqueued("buffer");
+        }
+        drop(allocs);
         let ended = self
             .dev
             .call("stream end capture", || rt.stream_end_capture(raw));
+        let ended = match (freed, ended) {
+            (Ok(()), ended) => ended,
+            (Err(e), Ok(graph)) => {
+                // A graph whose allocation would escape its replays is not made.
+                let r = self.dev.call("graph destroy", || {
+                    // SAFETY: the graph just returned by end_capture, destroyed once, never
+                    // instantiated.
+                    unsafe { rt.graph_destroy(graph) }
+                });
+                if let Err(d) = r {
+                    tracing::warn!(target: "unihal::device", "{d}; the graph is leaked");
+                }
+                Err(e)
+            }
+            (Err(e), Err(_)) => Err(e),
+        };
         // Ended whatever the outcome: every stream of the capture has left it.
         let kept = rec.end();
         self.dev.capture_ended(&rec);
@@ -963,7 +1110,14 @@ impl<R: Runtime> Stream for GpuStream<R> {
                 return Err(e);
             }
         };
-        Ok(GpuGraph::new(self.dev.clone(), rec.id, graph, nodes, kept)?)
+        Ok(GpuGraph::new(
+            self.dev.clone(),
+            rec.id,
+            graph,
+            nodes,
+            kept,
+            mem_nodes,
+        )?)
     }
 
     fn capture_status(&self) -> CaptureStatus {

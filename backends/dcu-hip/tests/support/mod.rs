@@ -36,8 +36,6 @@ pub fn non_op_cases(backend: Arc<HipBackend>, device: Arc<dyn Device>) -> usize 
     run_non_op_cases(&t, |reason| {
         reason.contains("concurrently with the host")
             || (!has_hiprtc && reason.contains("test kernels"))
-            // Not claimed: capturing stream-ordered allocation (GraphCaps::stream_alloc).
-            || reason.contains("cannot capture StreamAlloc")
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }
