@@ -5,8 +5,9 @@
 //! time); the backend's own
 //! frees (a buffer dropped while a global capture is active) never invalidate it; capture errors
 //! of device- and event-wide calls name the capture; a stream dropped while capturing ends its
-//! capture; a graph keeps what its work uses after its stream is gone; a captured all-reduce is
-//! not tracked by the engine (no watchdog timeout) and replays.
+//! capture; a graph keeps what its work uses after its stream is gone; a captured all-reduce
+//! replays, each replay tracked by the engine as an eager call is (`graph_replay_watchdog.rs`:
+//! a replay whose peer never replays times out).
 
 mod support;
 
@@ -250,8 +251,7 @@ fn captured_all_reduce(devs: &[Arc<dyn Device>; 2], comms: &[Arc<dyn unihal_hal:
     for h in handles {
         h.join().unwrap();
     }
-    // No operation was tracked for the captured call: the communicator is healthy after its
-    // timeout would have passed for an untracked completion event.
+    // Each replay was tracked and completed: the communicator is healthy.
     for c in comms {
         assert!(c.async_error().is_none(), "{:?}", c.async_error());
     }

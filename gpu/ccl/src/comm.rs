@@ -283,6 +283,36 @@ impl<L: CollectiveLib> Shared<L> {
         }
     }
 
+    /// Tracks the work enqueued on `stream` so far as an operation in flight (`what`), with
+    /// the communicator's deadline, and starts the watchdog. A stopped communicator fails the
+    /// stream instead (its operation cannot complete); an event that cannot be recorded leaves
+    /// the stream's own error.
+    fn track(shared: &Arc<Self>, stream: &Arc<dyn Stream>, what: String) {
+        let s = &**shared;
+        let mut inflight = s.inflight.lock();
+        if s.stopped() {
+            drop(inflight);
+            s.platform.fail_stream(stream, s.stopped_error());
+            return;
+        }
+        let deadline = Instant::now() + s.timeout;
+        match InFlight::record(&s.device, stream, what, deadline) {
+            Ok(op) => inflight.push(op),
+            Err(e) => {
+                tracing::warn!(target: "unihal::ccl", "{e}; the operation is not watched");
+                return;
+            }
+        }
+        drop(inflight);
+        start_watchdog(
+            shared,
+            |s| &s.watching,
+            format!("unihal-{}-watch-r{}", s.lib.label().to_lowercase(), s.rank),
+            Shared::watch,
+            |s| !s.inflight.lock().is_empty() && !s.stopped(),
+        );
+    }
+
     /// [`Shared::fail_with`], the peers told that this rank failed with `e`.
     fn fail(&self, e: HalError) {
         let peers = HalError::Aborted {
@@ -623,7 +653,7 @@ impl<L: CollectiveLib> LibComm<L> {
         f: impl FnOnce(RawComm, *mut c_void) -> Result<()>,
     ) -> Result<()> {
         let s = &self.shared;
-        let mut inflight = s.inflight.lock();
+        let inflight = s.inflight.lock();
         if s.stopped() {
             return Err(s.stopped_error());
         }
@@ -637,23 +667,29 @@ impl<L: CollectiveLib> LibComm<L> {
             }
         }
         if stream.capture_status().capture().is_some() {
-            // Captured, not run: the operation runs at each replay of the graph, which the
-            // engine does not see. A completion event recorded here would be a point of the
-            // graph, never completing in any stream's work (and querying it is an error that
-            // invalidates the capture), so captured operations are not tracked: no deadline
-            // and no watchdog for their replays.
+            // Captured, not run: the operation runs at each replay of the graph. A completion
+            // event recorded here would be a point of the graph, never completing in any
+            // stream's work (and querying it is an error that invalidates the capture), so
+            // each launch of the graph is tracked instead: a completion event recorded on the
+            // launch's stream after it, with the communicator's deadline, watched as an eager
+            // operation is (the hook holds the communicator weakly: a graph does not keep it).
+            let weak = Arc::downgrade(&self.shared);
+            let replay = format!("{what} (a replay of a captured graph)");
+            let hook: crate::platform::ReplayHook = Arc::new(move |on: &Arc<dyn Stream>| {
+                if let Some(s) = weak.upgrade() {
+                    Shared::track(&s, on, replay.clone());
+                }
+            });
+            if !s.platform.on_replay(stream, hook) {
+                tracing::debug!(
+                    target: "unihal::ccl",
+                    "{what}: captured; its replays are not tracked on this platform"
+                );
+            }
             return Ok(());
         }
-        let deadline = Instant::now() + s.timeout;
-        inflight.push(InFlight::record(&s.device, stream, what, deadline)?);
         drop(inflight);
-        start_watchdog(
-            &self.shared,
-            |s| &s.watching,
-            format!("unihal-{}-watch-r{}", s.lib.label().to_lowercase(), s.rank),
-            Shared::watch,
-            |s| !s.inflight.lock().is_empty() && !s.stopped(),
-        );
+        Shared::track(&self.shared, stream, what);
         Ok(())
     }
 

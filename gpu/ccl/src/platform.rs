@@ -4,6 +4,10 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use unihal_hal::{Buffer, Device, DeviceId, HalError, Keep, Result, Stream};
 
+/// Called after each launch of a graph with the stream it was launched on: what a captured
+/// collective registers so that its replays are tracked in flight.
+pub type ReplayHook = Arc<dyn Fn(&Arc<dyn Stream>) + Send + Sync>;
+
 /// The backend side of the engine: a GPU backend whose streams are vendor queues (CUDA, HIP)
 /// implements it once, and the engine runs NCCL or RCCL on it.
 ///
@@ -62,6 +66,14 @@ pub trait Platform: Send + Sync + 'static {
         keep: Vec<Keep>,
         f: &mut dyn FnMut(*mut c_void) -> Result<()>,
     ) -> Result<()>;
+
+    /// Has `hook` called after each launch of the graph that `stream`'s active capture makes
+    /// (with the launch's stream, after the launch was enqueued), for as long as the graph
+    /// lives. Returns false where the platform cannot (the default): the captured work's
+    /// replays are then not tracked.
+    fn on_replay(&self, _stream: &Arc<dyn Stream>, _hook: ReplayHook) -> bool {
+        false
+    }
 
     /// Fails `stream` with `e`: its later enqueues, synchronisations and queries return it.
     fn fail_stream(&self, stream: &Arc<dyn Stream>, e: HalError);

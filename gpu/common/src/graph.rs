@@ -30,6 +30,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
+use unihal_ccl::platform::ReplayHook;
 use unihal_hal::{
     CaptureId, CaptureMode, DeviceId, Graph, GraphCaps, GraphSupport, HalError, Invalid, Keep,
     NativeHandle, Result, StreamId,
@@ -57,6 +58,8 @@ pub struct CaptureRec {
     kept: Mutex<Vec<Keep>>,
     /// The graph allocations made in it (memory nodes), and whether the capture freed each.
     allocs: Mutex<Vec<GraphAlloc>>,
+    /// Called after each launch of its graph (captured collectives' tracking).
+    hooks: Mutex<Vec<ReplayHook>>,
 }
 
 /// A graph allocation of a capture: `alloc_async` on a capturing stream.
@@ -86,6 +89,7 @@ impl CaptureRec {
             ended: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
             allocs: Mutex::new(Vec::new()),
+            hooks: Mutex::new(Vec::new()),
         })
     }
 
@@ -103,6 +107,16 @@ impl CaptureRec {
         if let Some(a) = self.allocs.lock().iter_mut().find(|a| a.ptr == ptr) {
             a.freed = true;
         }
+    }
+
+    /// Has `hook` called after each launch of this capture's graph.
+    pub(crate) fn on_replay(&self, hook: ReplayHook) {
+        self.hooks.lock().push(hook);
+    }
+
+    /// The replay hooks, taken once (by its end).
+    pub(crate) fn take_hooks(&self) -> Vec<ReplayHook> {
+        std::mem::take(&mut *self.hooks.lock())
     }
 
     /// The graph allocations made in this capture, taken once (by its end).
@@ -240,6 +254,8 @@ struct Captured<R: Runtime> {
     mem_nodes: bool,
     /// Its executables alive (not yet destroyed).
     execs: AtomicUsize,
+    /// Called after each launch (captured collectives' tracking in flight).
+    hooks: Vec<ReplayHook>,
 }
 
 impl<R: Runtime> Drop for Captured<R> {
@@ -278,6 +294,7 @@ impl<R: Runtime> GpuGraph<R> {
         nodes: usize,
         kept: Vec<Keep>,
         mem_nodes: bool,
+        hooks: Vec<ReplayHook>,
     ) -> Result<Arc<GpuGraph<R>>> {
         let captured = Arc::new(Captured {
             dev,
@@ -287,6 +304,7 @@ impl<R: Runtime> GpuGraph<R> {
             kept,
             mem_nodes,
             execs: AtomicUsize::new(0),
+            hooks,
         });
         GpuGraph::instantiate_from(captured)
     }
@@ -349,6 +367,14 @@ impl<R: Runtime> GpuGraph<R> {
     /// The runtime's executable graph.
     pub fn exec(&self) -> Raw {
         self.exec
+    }
+
+    /// Runs what follows each launch (captured collectives register their replay in flight),
+    /// `stream` the launch's.
+    pub(crate) fn launched(&self, stream: &Arc<dyn unihal_hal::Stream>) {
+        for hook in &self.captured().hooks {
+            hook(stream);
+        }
     }
 }
 

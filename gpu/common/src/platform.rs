@@ -74,6 +74,10 @@ impl<R: Runtime> Platform for GpuPlatform<R> {
         device_addr::<R>(buf, arg, device, 0, len)
     }
 
+    fn on_replay(&self, stream: &Arc<dyn Stream>, hook: unihal_ccl::platform::ReplayHook) -> bool {
+        GpuStream::<R>::of(stream).is_ok_and(|s| s.on_replay(hook))
+    }
+
     fn check_stream(&self, stream: &Arc<dyn Stream>) -> Result<()> {
         GpuStream::<R>::of(stream).map(drop)
     }

@@ -241,6 +241,18 @@ impl<R: Runtime> GpuStream<R> {
         })
     }
 
+    /// Has `hook` called after each launch of the graph of the capture this stream is in;
+    /// false when it is not capturing.
+    pub fn on_replay(&self, hook: unihal_ccl::platform::ReplayHook) -> bool {
+        match self.inner.lock().capture() {
+            Some(c) => {
+                c.on_replay(hook);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The capture this stream is in, while it is active.
     fn scope(&self) -> Option<CaptureId> {
         self.inner.lock().capture().map(|c| c.id)
@@ -1082,6 +1094,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
             }
             (Err(e), Err(_)) => Err(e),
         };
+        let hooks = rec.take_hooks();
         // Ended whatever the outcome: every stream of the capture has left it.
         let kept = rec.end();
         self.dev.capture_ended(&rec);
@@ -1117,6 +1130,7 @@ impl<R: Runtime> Stream for GpuStream<R> {
             nodes,
             kept,
             mem_nodes,
+            hooks,
         )?)
     }
 
@@ -1178,7 +1192,12 @@ impl<R: Runtime> Stream for GpuStream<R> {
                 )?;
                 rt.graph_launch(exec, s)
             },
-        )
+        )?;
+        // After the launch, outside the stream's lock (a hook records an event on it).
+        if let Some(me) = self.handle() {
+            g.launched(&me);
+        }
+        Ok(())
     }
 
     fn read(&self, src: &Buffer, src_offset: u64, out: &mut [u8]) -> Result<()> {
