@@ -281,7 +281,7 @@ impl CachingAllocator {
                 p = self.shared.pools.lock();
             }
             let graph = capture.map(|c| p.pool_for_capture(c, stream));
-            if let Some(i) = p.find(pool, size, sid, thrifty, graph) {
+            if let Some(i) = p.find(pool, size, sid, thrifty, graph, capture) {
                 return p.take(i, size, requested, sid);
             }
             #[cfg(feature = "planted-defects")]
@@ -316,7 +316,9 @@ impl CachingAllocator {
                     // The pool again: a capture's pool cannot have gone meanwhile (it is not
                     // released while its capture goes on), but looking it up costs nothing.
                     let graph = capture.map(|c| p.pool_for_capture(c, stream));
-                    let first = p.add_segment(segment, pool, graph);
+                    // A capture's segment came from `alloc_async`: graph memory, its capture's
+                    // alone.
+                    let first = p.add_segment(segment, pool, graph, capture);
                     // The new segment's block serves the request it was made for. Searching
                     // again (`find`) would apply the rules for cached blocks to it: under
                     // `max_split_size` a segment can be one no cached-block rule lets a request
@@ -392,42 +394,58 @@ impl CachingAllocator {
         ))
     }
 
-    /// Gives the segments of every graph pool that is idle, whose captures are over and that no
-    /// handle holds, to the general cache. Cheap unless a graph pool's block was freed (or a
-    /// handle dropped) since the last call; asks the capturing streams outside the lock.
+    /// Drops the idle `alloc_async` segments of graph pools whose capture is over (graph
+    /// memory, unusable after its capture), and gives the segments of every graph pool that is
+    /// idle, whose captures are over and that no handle holds, to the general cache. Cheap unless
+    /// a graph pool's block was freed (or a handle dropped) since the last call; asks the
+    /// capturing streams outside the lock, and drops the segments outside it.
     fn release_idle_graph_pools(&self) {
         let candidates = self.shared.pools.lock().idle_graph_pools();
         if candidates.is_empty() {
             return;
         }
-        let mut over = Vec::new();
+        let mut verdicts = Vec::new();
         let mut still_capturing = false;
         for (id, captures) in candidates {
-            let going_on = captures.iter().any(|(c, s)| {
-                s.upgrade().is_some_and(|s| match s.capture_status() {
-                    CaptureStatus::Active(k) | CaptureStatus::Invalidated(k) => k == *c,
-                    CaptureStatus::None => false,
+            // A capture is going on while any stream that made its requests is still in it.
+            let going_on: Vec<unihal_hal::CaptureId> = captures
+                .iter()
+                .filter(|(c, s)| {
+                    s.upgrade().is_some_and(|s| match s.capture_status() {
+                        CaptureStatus::Active(k) | CaptureStatus::Invalidated(k) => k == *c,
+                        CaptureStatus::None => false,
+                    })
                 })
-            });
-            if going_on {
-                still_capturing = true;
-            } else {
-                over.push(id);
-            }
+                .map(|(c, _)| *c)
+                .collect();
+            let mut over: Vec<unihal_hal::CaptureId> = captures
+                .iter()
+                .map(|(c, _)| *c)
+                .filter(|c| !going_on.contains(c))
+                .collect();
+            over.sort_unstable();
+            over.dedup();
+            let all_over = going_on.is_empty();
+            still_capturing |= !all_over;
+            verdicts.push((id, over, all_over));
         }
+        let mut dropped = Vec::new();
         let mut p = self.shared.pools.lock();
-        for id in over {
-            p.release_graph_pool(id);
+        for (id, over, all_over) in verdicts {
+            dropped.extend(p.release_graph_pool(id, &over, all_over));
         }
         if still_capturing {
             p.look_again();
         }
+        drop(p);
+        drop(dropped);
     }
 
     /// A new graph pool that captures may share (PyTorch's `torch.cuda.graph_pool_handle()`):
     /// give it to [`CachingAllocator::capture_into`] for each capture that should allocate from
-    /// it. It keeps its segments while the handle (or a clone) lives, and goes back to the
-    /// general cache like a capture's own pool once the handles are gone.
+    /// it. It keeps its reserved segments while the handle (or a clone) lives, and goes back to
+    /// the general cache like a capture's own pool once the handles are gone (its captures'
+    /// `alloc_async` segments, their graph memory, are released once idle, never cached).
     pub fn graph_pool_handle(&self) -> GraphPool {
         let id = self.shared.pools.lock().new_handle_pool();
         GraphPool {
@@ -486,7 +504,8 @@ impl CachingAllocator {
 
     /// Reserves a segment for `bytes`-byte requests in `pool` with `Device::alloc`, before a
     /// capture, for a device whose captures cannot allocate (`GraphCaps::stream_alloc` false:
-    /// its `Device::alloc` is refused inside a capture). The capture's requests that fit use it.
+    /// its `Device::alloc` is refused inside a capture). The capture's requests that fit use it;
+    /// every capture of the pool may, and it joins the general cache when the pool goes.
     ///
     /// # Errors
     /// [`Invalid::ForeignHandle`] for a pool of another allocator; the device's error
@@ -509,7 +528,7 @@ impl CachingAllocator {
         self.shared
             .pools
             .lock()
-            .add_segment(segment, kind, Some(pool.id));
+            .add_segment(segment, kind, Some(pool.id), None);
         Ok(())
     }
 

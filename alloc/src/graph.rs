@@ -13,11 +13,20 @@
 //!   of the same pool searches the pool's free lists, and the graph's uses fence every block it
 //!   touches until the graph is destroyed ([`unihal_hal::BlockOwner::retired`]): a replay never
 //!   writes memory another tensor holds.
-//! * **Back to the cache.** Once every block of the pool is idle again (handles dropped, the
-//!   graph's uses ended), its captures are over and no [`GraphPool`] handle holds it, the pool's
-//!   segments join the general cache. This happens at the allocator's next call (an allocation,
-//!   `empty_cache`, `stats`, a snapshot): the owner callbacks that learn of the idle blocks may
-//!   not call into a stream, and whether a capture is over is the stream's to say.
+//! * **Graph memory is dropped, reserved memory goes back to the cache.** A segment a capture
+//!   got from `alloc_async` is graph memory (CUDA's memory nodes): only work of that capture
+//!   may use it, and once the capture ends its handle is unusable
+//!   ([`unihal_hal::Invalid::FreeEnqueued`]; the memory exists only inside replays). So it
+//!   serves requests of that capture only, never another capture sharing the pool, and once it
+//!   is idle (handles dropped, the graph's uses ended) with its capture over it is dropped:
+//!   released reserved memory (`reserved_bytes` and `segment` fall, `num_device_free` counts
+//!   it), never joined to the general cache, even while a [`GraphPool`] handle keeps the pool.
+//!   Segments reserved before the capture ([`crate::CachingAllocator::reserve_graph_pool`],
+//!   from `Device::alloc`) serve every capture of the pool, and once every block of the pool is
+//!   idle again, its captures are over and no [`GraphPool`] handle holds it, join the general
+//!   cache. Both happen at the allocator's next call (an allocation, `empty_cache`, `stats`, a
+//!   snapshot): the owner callbacks that learn of the idle blocks may not call into a stream,
+//!   and whether a capture is over is the stream's to say.
 //!
 //! ## Segments during a capture
 //!
@@ -27,9 +36,9 @@
 //! `cudaMalloc`; the HAL has no such switch, and its rule is to allocate with
 //! `Stream::alloc_async` inside a capture. So a graph pool's segments come from
 //! `alloc_async(segment size)` on the capturing stream, where the device's
-//! `GraphCaps::stream_alloc` says stream-ordered allocation may be captured (the CPU backend:
-//! the allocation is made at once, at an address fixed while the graph lives, and the graph
-//! keeps it, as CUDA's memory nodes do). Where it may not (the GPU backends today), a capture's
+//! `GraphCaps::stream_alloc` says stream-ordered allocation may be captured (a memory node of
+//! the graph, at an address fixed while the graph lives; see above for what becomes of it).
+//! Where it may not, a capture's
 //! request that its pool cannot serve is refused with [`unihal_hal::Invalid::Capture`] without
 //! calling `Device::alloc`, whose refusal would invalidate the capture (a stream does not say
 //! whether its capture is relaxed); reserve the pool's segments before the capture with
@@ -48,10 +57,12 @@
 //!
 //! [`crate::CachingAllocator::graph_pool_handle`] makes a pool no capture owns, and
 //! [`crate::CachingAllocator::capture_into`] makes a capture's requests use it (PyTorch's
-//! `torch.cuda.graph(g, pool=handle)`). The captures then share its segments and its free,
-//! idle blocks. Unlike PyTorch, a block one graph still uses does not serve another capture of
-//! the pool before that graph is destroyed: PyTorch trusts its user to replay the graphs in the
-//! order they were captured, which nothing here could check.
+//! `torch.cuda.graph(g, pool=handle)`). The captures then share its reserved segments
+//! ([`crate::CachingAllocator::reserve_graph_pool`]) and their free, idle blocks; a segment one
+//! capture got from `alloc_async` is that capture's graph memory and never serves another.
+//! Unlike PyTorch, a block one graph still uses does not serve another capture of the pool
+//! before that graph is destroyed: PyTorch trusts its user to replay the graphs in the order
+//! they were captured, which nothing here could check.
 
 use serde::Serialize;
 use unihal_hal::CaptureId;
@@ -64,9 +75,10 @@ use unihal_hal::CaptureId;
 pub struct GraphPoolId(pub u64, pub u64);
 
 /// A pool that captures may share ([`crate::CachingAllocator::graph_pool_handle`]). While a
-/// handle (or a clone) lives, the pool keeps its segments even when idle, for the captures to
-/// come; once the handles are gone the pool goes back to the general cache as a capture's own
-/// does.
+/// handle (or a clone) lives, the pool keeps its reserved segments even when idle, for the
+/// captures to come (its captures' own `alloc_async` segments are dropped once idle and their
+/// capture over: no other capture may use them); once the handles are gone the pool goes back
+/// to the general cache as a capture's own does.
 ///
 /// Ownership: clones share the pool; the handle keeps the allocator's bookkeeping (not the
 /// allocator's segments' device) alive. Thread safety: `Send + Sync`.

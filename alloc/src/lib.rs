@@ -30,8 +30,10 @@
 //!   allocated, reserved and free bytes and the largest free block (`num_ooms`).
 //! * **Graph-private pools** ([`graph`]): a request made on a capturing stream is served from a
 //!   pool private to its capture (and the graph made from it), as PyTorch's graph pools, with
-//!   segments from the capture-safe `Stream::alloc_async`; the pool's segments return to the
-//!   general cache once the graph is destroyed and every block is idle.
+//!   segments from the capture-safe `Stream::alloc_async`. Those are graph memory, the
+//!   capture's alone: once the graph is destroyed and they are idle they are released, never
+//!   cached; segments reserved before the capture (`reserve_graph_pool`) return to the general
+//!   cache instead.
 //! * **One lock per device**, never held across a device call, so allocation never waits for a
 //!   stream and the release callbacks (which run on stream workers) never wait for a device.
 

@@ -14,9 +14,11 @@
 //! reuse on the capture's [`unihal_hal::CaptureId::stream_id`], the stream the captured work keeps
 //! its buffers on: a block the capture freed while captured work uses it is fenced to that
 //! identity and so serves the same capture's later requests, and nothing else until the graph
-//! is destroyed (its uses end, the fence closes). A pool whose segments are all idle again, with
-//! its captures over and no handle left, gives its segments to the general cache
-//! ([`Pools::release_graph_pool`]).
+//! is destroyed (its uses end, the fence closes). A segment a capture made with `alloc_async`
+//! is graph memory: it has free lists of its own in the pool, which only that capture searches,
+//! and once idle with its capture over it is removed (never cached). A pool whose segments are
+//! all idle again, with its captures over and no handle left, gives its remaining (reserved)
+//! segments to the general cache ([`Pools::release_graph_pool`]).
 
 use crate::bins::SizeBins;
 use crate::graph::GraphPoolId;
@@ -52,6 +54,9 @@ struct Block {
     pool: PoolKind,
     /// The segment's graph pool, if it belongs to one (kept here for the same reason).
     graph: Option<GraphPoolId>,
+    /// The capture whose `alloc_async` made the segment, which alone may use it (kept here for
+    /// the same reason); `None` for a segment of `Device::alloc`.
+    captured: Option<CaptureId>,
     offset: u64,
     size: u64,
     requested: u64,
@@ -74,6 +79,8 @@ struct SegmentSlot {
     size: u64,
     pool: PoolKind,
     graph: Option<GraphPoolId>,
+    /// The capture whose `alloc_async` made it (see [`Block::captured`]).
+    captured: Option<CaptureId>,
     first: Idx,
 }
 
@@ -93,11 +100,28 @@ impl FreeLists {
     }
 }
 
+impl GraphPoolState {
+    /// Every free list of the pool for `pool`-kind blocks (reserved and captured segments).
+    fn all_lists(&self, pool: PoolKind) -> impl Iterator<Item = &FreeLists> {
+        std::iter::once((&self.small, &self.large))
+            .chain(self.captured.values().map(|(s, l)| (s, l)))
+            .map(move |(s, l)| match pool {
+                PoolKind::Small => s,
+                PoolKind::Large => l,
+            })
+    }
+}
+
 /// One graph-private pool: its free lists, its segments, the captures it serves and the
 /// handles ([`crate::GraphPool`]) that keep it for captures to come.
 struct GraphPoolState {
+    /// Free lists of the segments reserved with `Device::alloc` (`reserve_graph_pool`), which
+    /// every capture of the pool may use.
     small: FreeLists,
     large: FreeLists,
+    /// Free lists of the segments a capture made with `alloc_async`, which only that capture may
+    /// use (graph memory: its handles are unusable once the capture ends).
+    captured: BTreeMap<CaptureId, (FreeLists, FreeLists)>,
     /// Its segments (slots of `Pools::segments`).
     segments: Vec<Idx>,
     /// Captures whose requests it serves, with the streams that made them (to learn, outside
@@ -179,12 +203,28 @@ impl Pools {
         self.b(i).pool
     }
 
-    fn lists(&mut self, pool: PoolKind, graph: Option<GraphPoolId>) -> &mut FreeLists {
+    /// The free lists of `pool`-kind blocks of the general cache or of graph pool `graph`, those
+    /// of the segments of capture `captured` there (made on first use), or of its reserved ones.
+    fn lists(
+        &mut self,
+        pool: PoolKind,
+        graph: Option<GraphPoolId>,
+        captured: Option<CaptureId>,
+    ) -> &mut FreeLists {
         let (small, large) = match graph {
             None => (&mut self.small, &mut self.large),
             Some(g) => {
                 let g = self.graph.get_mut(&g).expect("live graph pool");
-                (&mut g.small, &mut g.large)
+                match captured {
+                    None => (&mut g.small, &mut g.large),
+                    Some(c) => {
+                        let (s, l) = g
+                            .captured
+                            .entry(c)
+                            .or_insert_with(|| (FreeLists::new(), FreeLists::new()));
+                        (s, l)
+                    }
+                }
             }
         };
         match pool {
@@ -193,12 +233,23 @@ impl Pools {
         }
     }
 
-    fn lists_ref(&self, pool: PoolKind, graph: Option<GraphPoolId>) -> Option<&FreeLists> {
+    fn lists_ref(
+        &self,
+        pool: PoolKind,
+        graph: Option<GraphPoolId>,
+        captured: Option<CaptureId>,
+    ) -> Option<&FreeLists> {
         let (small, large) = match graph {
             None => (&self.small, &self.large),
             Some(g) => {
                 let g = self.graph.get(&g)?;
-                (&g.small, &g.large)
+                match captured {
+                    None => (&g.small, &g.large),
+                    Some(c) => {
+                        let (s, l) = g.captured.get(&c)?;
+                        (s, l)
+                    }
+                }
             }
         };
         Some(match pool {
@@ -271,8 +322,20 @@ impl Pools {
         b.prev.is_some() || b.next.is_some()
     }
 
-    /// What places a free block: size, fenced, pool, part of a split segment, graph pool.
-    fn free_key(&self, i: Idx) -> (u64, bool, PoolKind, bool, Option<GraphPoolId>) {
+    /// What places a free block: size, fenced, pool, part of a split segment, graph pool and
+    /// the capture that made its segment.
+    #[allow(clippy::type_complexity)]
+    fn free_key(
+        &self,
+        i: Idx,
+    ) -> (
+        u64,
+        bool,
+        PoolKind,
+        bool,
+        Option<GraphPoolId>,
+        Option<CaptureId>,
+    ) {
         let b = self.b(i);
         (
             b.size,
@@ -280,17 +343,18 @@ impl Pools {
             b.pool,
             self.is_split(i),
             b.graph,
+            b.captured,
         )
     }
 
     /// Puts a free block on its pool's free list (and counts it as inactive split memory).
     fn insert_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split, graph) = self.free_key(i);
+        let (size, fenced, pool, split, graph, captured) = self.free_key(i);
         if graph.is_some() {
             // Its pool may be idle now: the next look at the graph pools checks.
             self.graph_idle_hint = true;
         }
-        let l = self.lists(pool, graph);
+        let l = self.lists(pool, graph, captured);
         if fenced {
             l.fenced.push(i);
         } else {
@@ -304,8 +368,8 @@ impl Pools {
 
     /// Takes a free block off its free list (undoing [`Pools::insert_free`]).
     fn remove_free(&mut self, i: Idx) {
-        let (size, fenced, pool, split, graph) = self.free_key(i);
-        let l = self.lists(pool, graph);
+        let (size, fenced, pool, split, graph, captured) = self.free_key(i);
+        let l = self.lists(pool, graph, captured);
         if fenced {
             l.fenced.retain(|&j| j != i);
         } else {
@@ -369,13 +433,16 @@ impl Pools {
     /// a request, never the segment made for it).
     ///
     /// `graph`: the graph pool the segment belongs to (which must exist), or `None` for the
-    /// general cache.
+    /// general cache. `captured`: the capture whose `alloc_async` made it (in `graph`), which
+    /// alone may use it; `None` for a segment of `Device::alloc`.
     pub fn add_segment(
         &mut self,
         segment: Segment,
         pool: PoolKind,
         graph: Option<GraphPoolId>,
+        captured: Option<CaptureId>,
     ) -> Idx {
+        debug_assert!(captured.is_none() || graph.is_some());
         let size = segment.len();
         let seg = match self.free_segments.pop() {
             Some(s) => s,
@@ -388,6 +455,7 @@ impl Pools {
             seg,
             pool,
             graph,
+            captured,
             offset: 0,
             size,
             requested: 0,
@@ -402,6 +470,7 @@ impl Pools {
             size,
             pool,
             graph,
+            captured,
             first,
         });
         if let Some(g) = graph {
@@ -429,7 +498,9 @@ impl Pools {
     /// smallest clean block that fits, or a smaller fenced block whose fences all name `stream`.
     /// `thrifty`: only blocks [`size::thrifty`] allows (the rule while the device has memory).
     /// `graph`: search that graph pool's free lists (a capture's request, `stream` then being the
-    /// capture's stream identity), or the general cache's.
+    /// capture's stream identity), or the general cache's. `capture`: the requesting capture,
+    /// whose own `alloc_async` segments of `graph` are searched besides the pool's reserved ones
+    /// (another capture's never are).
     pub fn find(
         &self,
         pool: PoolKind,
@@ -437,24 +508,36 @@ impl Pools {
         stream: StreamId,
         thrifty: bool,
         graph: Option<GraphPoolId>,
+        capture: Option<CaptureId>,
     ) -> Option<Idx> {
         let fits = |bsize: u64| {
             size::fits(bsize, size, self.max_split) && (!thrifty || size::thrifty(bsize, size))
         };
-        let l = self.lists_ref(pool, graph)?;
-        let clean = l.clean.best_fit(size).filter(|&(bsize, _)| fits(bsize));
-        let fenced = l
-            .fenced
-            .iter()
-            .map(|&i| (self.b(i).size, i))
-            .filter(|&(bsize, i)| {
-                fits(bsize) && self.b(i).fences.iter().all(|f| f.stream == stream)
+        let own = capture.filter(|_| graph.is_some());
+        [self.lists_ref(pool, graph, None)]
+            .into_iter()
+            .chain(own.map(|c| self.lists_ref(pool, graph, Some(c))))
+            .flatten()
+            .flat_map(|l| {
+                let clean = l
+                    .clean
+                    .best_fit(size)
+                    .filter(|&(bsize, _)| fits(bsize))
+                    .map(|(bsize, i)| (bsize, false, i));
+                let fenced = l
+                    .fenced
+                    .iter()
+                    .map(|&i| (self.b(i).size, i))
+                    .filter(|&(bsize, i)| {
+                        fits(bsize) && self.b(i).fences.iter().all(|f| f.stream == stream)
+                    })
+                    .min()
+                    .map(|(bsize, i)| (bsize, true, i));
+                clean.into_iter().chain(fenced)
             })
-            .min();
-        match (clean, fenced) {
-            (Some(c), Some(f)) => Some(if f.0 < c.0 { f.1 } else { c.1 }),
-            (c, f) => c.or(f).map(|x| x.1),
-        }
+            // The smallest; a clean block before a fenced one of its size.
+            .min_by_key(|&(bsize, fenced, _)| (bsize, fenced))
+            .map(|x| x.2)
     }
 
     /// Hands out `size` bytes of free block `i` for a request of `requested` bytes on `stream`,
@@ -469,11 +552,12 @@ impl Pools {
             (b.size, b.offset, b.seg, b.next, b.fences.clone())
         };
         if size::should_split(block_size, size, self.max_split) {
-            let (pool, graph) = (self.b(i).pool, self.b(i).graph);
+            let (pool, graph, captured) = (self.b(i).pool, self.b(i).graph, self.b(i).captured);
             let rest = self.new_slot(Block {
                 seg,
                 pool,
                 graph,
+                captured,
                 offset: offset + size,
                 size: block_size - size,
                 requested: 0,
@@ -707,6 +791,7 @@ impl Pools {
             GraphPoolState {
                 small: FreeLists::new(),
                 large: FreeLists::new(),
+                captured: BTreeMap::new(),
                 segments: Vec::new(),
                 captures: Vec::new(),
                 handles,
@@ -768,16 +853,15 @@ impl Pools {
     /// the pool's blocks were in the general cache without their graph's uses).
     #[cfg(feature = "planted-defects")]
     pub fn find_in_graph_pools(&self, pool: PoolKind, size: u64) -> Option<Idx> {
-        self.graph.values().find_map(|g| {
-            let l = match pool {
-                PoolKind::Small => &g.small,
-                PoolKind::Large => &g.large,
-            };
-            l.clean
-                .best_fit(size)
-                .map(|(_, i)| i)
-                .or_else(|| l.fenced.iter().copied().find(|&i| self.b(i).size >= size))
-        })
+        self.graph
+            .values()
+            .flat_map(|g| g.all_lists(pool))
+            .find_map(|l| {
+                l.clean
+                    .best_fit(size)
+                    .map(|(_, i)| i)
+                    .or_else(|| l.fenced.iter().copied().find(|&i| self.b(i).size >= size))
+            })
     }
 
     /// Makes pool `id` (alive: a handle holds it) serve the requests of capture `c`.
@@ -801,18 +885,23 @@ impl Pools {
         Ok(())
     }
 
-    /// True when every segment of pool `g` is one free block no queued work uses.
-    fn graph_pool_idle(&self, g: &GraphPoolState) -> bool {
-        g.segments.iter().all(|&seg| {
-            let b = self.b(self.seg(seg).first);
-            b.next.is_none() && b.state == State::Free && b.fences.is_empty()
-        })
+    /// True when segment `seg` is one free block no queued work uses.
+    fn segment_idle(&self, seg: Idx) -> bool {
+        let b = self.b(self.seg(seg).first);
+        b.next.is_none() && b.state == State::Free && b.fences.is_empty()
     }
 
-    /// The pools that may go back to the general cache, each with its captures: idle, and no
-    /// handle left. Whether their captures are over the caller learns from the streams, outside
-    /// the lock (then [`Pools::release_graph_pool`]). Empty unless a pool block was freed or a
-    /// handle dropped since the last call, or [`Pools::look_again`] asked.
+    /// True when every segment of pool `g` is one free block no queued work uses.
+    fn graph_pool_idle(&self, g: &GraphPoolState) -> bool {
+        g.segments.iter().all(|&seg| self.segment_idle(seg))
+    }
+
+    /// The pools that may give memory back, each with its captures: idle with no handle left (the
+    /// whole pool may go), or holding an idle segment a capture made with `alloc_async` (which
+    /// is dropped once that capture is over). Whether their captures are over the caller learns
+    /// from the streams, outside the lock (then [`Pools::release_graph_pool`]). Empty unless a
+    /// pool block was freed or a handle dropped since the last call, or [`Pools::look_again`]
+    /// asked.
     #[allow(clippy::type_complexity)]
     pub fn idle_graph_pools(&mut self) -> Vec<(GraphPoolId, Vec<(CaptureId, Weak<dyn Stream>)>)> {
         if !std::mem::take(&mut self.graph_idle_hint) {
@@ -820,7 +909,12 @@ impl Pools {
         }
         self.graph
             .iter()
-            .filter(|(_, g)| g.handles == 0 && self.graph_pool_idle(g))
+            .filter(|(_, g)| {
+                (g.handles == 0 && self.graph_pool_idle(g))
+                    || g.segments
+                        .iter()
+                        .any(|&seg| self.seg(seg).captured.is_some() && self.segment_idle(seg))
+            })
             .map(|(&id, g)| (id, g.captures.clone()))
             .collect()
     }
@@ -836,14 +930,65 @@ impl Pools {
         self.graph_idle_hint = true;
     }
 
-    /// Gives pool `id`'s segments to the general cache and forgets the pool, if it is still
-    /// idle with no handle (its captures are over: the caller checked). Returns whether it did.
-    pub fn release_graph_pool(&mut self, id: GraphPoolId) -> bool {
+    /// Gives back what pool `id` no longer needs, the captures in `over` being over (the caller
+    /// asked their streams): each idle segment one of them made with `alloc_async` is removed
+    /// (graph memory: its handles are unusable once its capture ended, so it never joins the
+    /// general cache; it counts as released reserved memory). Then, when `all_over` (every
+    /// capture of the pool is over), the pool is idle and no handle holds it, its remaining
+    /// segments (those of `reserve_graph_pool`) join the general cache and the pool is
+    /// forgotten. Returns the removed segments, for the caller to drop after releasing its lock.
+    pub fn release_graph_pool(
+        &mut self,
+        id: GraphPoolId,
+        over: &[CaptureId],
+        all_over: bool,
+    ) -> Vec<Segment> {
+        let mut out = Vec::new();
         let Some(g) = self.graph.get(&id) else {
-            return false;
+            return out;
         };
-        if g.handles != 0 || !self.graph_pool_idle(g) {
-            return false;
+        let dead: Vec<Idx> = g
+            .segments
+            .iter()
+            .copied()
+            .filter(|&seg| {
+                self.seg(seg).captured.is_some_and(|c| over.contains(&c)) && self.segment_idle(seg)
+            })
+            .collect();
+        for &seg in &dead {
+            let first = self.seg(seg).first;
+            self.remove_free(first);
+            self.delete_slot(first);
+            let s = self.segments[seg as usize].take().expect("live segment");
+            self.free_segments.push(seg);
+            let st = &mut self.stats;
+            st.graph_pool_segment.sub(1);
+            st.graph_pool_reserved_bytes.sub(s.size);
+            st.segment.sub(s.pool, 1);
+            st.reserved_bytes.sub(s.pool, s.size);
+            st.num_device_free += 1;
+            if s.size >= self.max_split {
+                st.oversize_segments.sub(1);
+            }
+            let (addr, size) = (s.segment.device_addr(), s.size);
+            self.trace(|| TraceEvent::SegmentFree { addr, size });
+            out.push(s.segment);
+        }
+        let g = self.graph.get_mut(&id).expect("live graph pool");
+        g.segments.retain(|s| !dead.contains(s));
+        for c in over {
+            // An over capture's lists are empty now (its idle segments went, and the others are
+            // not free): forget them.
+            let empty = |l: &FreeLists| l.clean.largest().is_none() && l.fenced.is_empty();
+            if g.captured.get(c).is_some_and(|(s, l)| empty(s) && empty(l)) {
+                g.captured.remove(c);
+            }
+        }
+        let g = self.graph.get(&id).expect("live graph pool");
+        // (A segment of a capture still listed: its capture is not over, so neither is the pool.)
+        let captured_left = g.segments.iter().any(|&s| self.seg(s).captured.is_some());
+        if !all_over || g.handles != 0 || captured_left || !self.graph_pool_idle(g) {
+            return out;
         }
         let segments = g.segments.clone();
         for seg in segments {
@@ -863,7 +1008,7 @@ impl Pools {
         self.graph.remove(&id);
         self.capture_pools.retain(|_, p| *p != id);
         self.stats.graph_pools.sub(1);
-        true
+        out
     }
 
     /// Every graph pool: identity, captures, handles, segments, reserved and allocated bytes.
@@ -891,7 +1036,10 @@ impl Pools {
     pub fn largest_free(&self) -> u64 {
         [&self.small, &self.large]
             .into_iter()
-            .chain(self.graph.values().flat_map(|g| [&g.small, &g.large]))
+            .chain(self.graph.values().flat_map(|g| {
+                g.all_lists(PoolKind::Small)
+                    .chain(g.all_lists(PoolKind::Large))
+            }))
             .flat_map(|l| {
                 l.clean
                     .largest()

@@ -1,8 +1,10 @@
 //! Graph-private pools through the CPU backend's own stream capture: a capture that allocates,
 //! frees and allocates again reuses its blocks; after `end_capture` no request on any stream
 //! gets a block of the pool while the graph lives (its replays write there); destroying the graph
-//! gives the pool's segments to the general cache; a Global capture gets its segments without
-//! the capture-unsafe `Device::alloc` and stays valid.
+//! releases the segments the capture made with `alloc_async` (graph memory, unusable after the
+//! capture: they never join the general cache), while segments reserved before the capture
+//! join it; a capture's `alloc_async` segment never serves another capture sharing its pool; a
+//! Global capture gets its segments without the capture-unsafe `Device::alloc` and stays valid.
 
 use std::sync::Arc;
 use unihal_alloc::{AllocatorConfig, CachingAllocator, GraphPoolId};
@@ -133,15 +135,30 @@ fn a_capture_allocates_from_its_pool_and_the_graph_keeps_it() {
     );
     assert_eq!(a.stats().reserved_bytes.all.current, 32 * MIB);
 
-    // The graph destroyed: the pool's segments join the general cache, without a device call.
+    // The graph destroyed: the capture's segments (graph memory from `alloc_async`) are
+    // released, never cached.
+    let frees_before = a.stats().num_device_free;
     drop(graph);
     let st = a.stats();
     assert_eq!(st.graph_pools.current, 0);
+    assert_eq!(st.graph_pool_segment.current, 0);
     assert_eq!(st.graph_pool_reserved_bytes.current, 0);
-    assert_eq!(st.reserved_bytes.all.current, 32 * MIB);
+    assert_eq!(
+        st.reserved_bytes.all.current, 0,
+        "the capture's segments were cached"
+    );
+    assert_eq!(st.segment.all.current, 0);
+    assert_eq!(st.num_device_free, frees_before + 2);
+    assert!(a.snapshot().is_empty());
     let z = a.alloc(&other, 4096).unwrap();
-    assert_eq!(z.device_addr(), x_addr);
-    assert_eq!(a.stats().num_device_alloc, st.num_device_alloc);
+    assert_eq!(
+        a.stats().num_device_alloc,
+        st.num_device_alloc + 1,
+        "a request outside the capture was served without a new segment"
+    );
+    s.fill(&z, 0, 4096, FillValue::U8(3)).unwrap();
+    s.synchronize().unwrap();
+    assert!(bytes(&s, &z).iter().all(|&b| b == 3));
     drop(z);
     a.empty_cache();
     assert_eq!(a.stats().reserved_bytes.all.current, 0);
@@ -163,7 +180,11 @@ fn an_invalidated_capture_gives_its_pool_back() {
         st.graph_pools.current, 0,
         "the failed capture's pool stayed"
     );
-    assert_eq!(st.reserved_bytes.all.current, 2 * MIB);
+    assert_eq!(
+        st.reserved_bytes.all.current, 0,
+        "the failed capture's segment was cached"
+    );
+    assert_eq!(st.graph_pool_reserved_bytes.current, 0);
     a.empty_cache();
     assert_eq!(a.stats().reserved_bytes.all.current, 0);
 }
@@ -173,27 +194,83 @@ fn captures_share_a_pool_handle() {
     let (a, s, _other) = setup();
     let pool = a.graph_pool_handle();
     let mut graphs = Vec::new();
-    let mut addrs = Vec::new();
+    let mut segments: Vec<Vec<(u64, u64)>> = Vec::new();
+    for i in 0..2u8 {
+        s.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        a.capture_into(&s, &pool).unwrap();
+        let before = pool_ranges(&a);
+        let x = a.alloc(&s, 4096).unwrap();
+        // Capture 0's segment is graph memory of capture 0: capture 1 never gets a block of
+        // it, even an idle one.
+        assert!(
+            !inside(&before, &x),
+            "capture {i} got another capture's block"
+        );
+        s.fill(&x, 0, 4096, FillValue::U8(i)).unwrap();
+        drop(x);
+        // Capture 0's segment and its free rest stay for capture 0 alone.
+        let y = a.alloc(&s, MIB as usize).unwrap();
+        assert!(
+            !inside(&before, &y),
+            "capture {i} got another capture's block"
+        );
+        drop(y);
+        segments.push(pool_ranges(&a));
+        graphs.push(s.end_capture().unwrap());
+    }
+    let st = a.stats();
+    assert_eq!(st.graph_pools.current, 1);
+    assert_eq!(st.graph_pool_segment.current, 2, "one segment per capture");
+    assert_eq!(st.reserved_bytes.all.current, 4 * MIB);
+    drop(graphs);
+    let st = a.stats();
+    assert_eq!(st.graph_pools.current, 1, "the handle keeps the pool");
+    // The captures are over and their graphs gone: their segments are released, though the
+    // handle keeps the pool (no capture could use them again).
+    assert_eq!(st.graph_pool_segment.current, 0);
+    assert_eq!(st.reserved_bytes.all.current, 0);
+    drop(pool);
+    let st = a.stats();
+    assert_eq!(st.graph_pools.current, 0);
+    assert_eq!(st.reserved_bytes.all.current, 0);
+}
+
+#[test]
+fn reserved_segments_are_shared_and_join_the_cache() {
+    let (a, s, other) = setup();
+    let pool = a.graph_pool_handle();
+    a.reserve_graph_pool(&pool, 4096).unwrap();
+    let reserved = pool_ranges(&a);
+    assert_eq!(reserved.len(), 1);
+    let mut graphs = Vec::new();
     for i in 0..2u8 {
         s.begin_capture(CaptureMode::ThreadLocal).unwrap();
         a.capture_into(&s, &pool).unwrap();
         let x = a.alloc(&s, 4096).unwrap();
+        assert!(
+            inside(&reserved, &x),
+            "capture {i} did not use the reserved segment"
+        );
         s.fill(&x, 0, 4096, FillValue::U8(i)).unwrap();
-        addrs.push(x.device_addr());
         drop(x);
         graphs.push(s.end_capture().unwrap());
     }
-    // Graph 0 still uses its block: capture 1 got another one of the same segment.
-    assert_ne!(addrs[0], addrs[1]);
     let st = a.stats();
-    assert_eq!(st.graph_pools.current, 1);
     assert_eq!(st.graph_pool_segment.current, 1);
+    assert_eq!(st.num_device_alloc, 1);
     drop(graphs);
-    assert_eq!(
-        a.stats().graph_pools.current,
-        1,
-        "the handle keeps the pool"
-    );
     drop(pool);
-    assert_eq!(a.stats().graph_pools.current, 0);
+    let st = a.stats();
+    assert_eq!(st.graph_pools.current, 0);
+    assert_eq!(
+        st.reserved_bytes.all.current,
+        2 * MIB,
+        "the reserved segment was not cached"
+    );
+    let z = a.alloc(&other, 4096).unwrap();
+    assert!(inside(&reserved, &z), "the general cache did not serve it");
+    assert_eq!(a.stats().num_device_alloc, 1);
+    drop(z);
+    a.empty_cache();
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
 }
