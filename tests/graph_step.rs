@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 use unihal::{
-    Backend, Buffer, CaptureMode, CeOptions, CommConfig, Communicator, DType, Device, OpCall,
-    OpId, ReduceOp, RngState, Scalar, Stream, TensorView,
+    Backend, Buffer, CaptureMode, CeOptions, CommConfig, Communicator, DType, Device, OpCall, OpId,
+    ReduceOp, RngState, Scalar, Stream, TensorView,
 };
 
 const N: u64 = 64; // samples per rank
@@ -213,7 +213,10 @@ fn backend() -> Arc<dyn Backend> {
 fn a_captured_data_parallel_step_replays_bit_identical_to_eager() {
     let b = backend();
     let devices: Vec<Arc<dyn Device>> = (0..2)
-        .map(|i| b.open(i).unwrap_or_else(|e| panic!("{} device {i}: {e}", b.name())))
+        .map(|i| {
+            b.open(i)
+                .unwrap_or_else(|e| panic!("{} device {i}: {e}", b.name()))
+        })
         .collect();
     let g = &devices[0].capabilities().optional.graphs;
     assert!(
@@ -268,7 +271,10 @@ fn a_captured_data_parallel_step_replays_bit_identical_to_eager() {
             want.iter().map(loss).collect::<Vec<_>>(),
             got.iter().map(loss).collect::<Vec<_>>()
         );
-        assert!(loss(&want[STEPS - 1]) < loss(&want[0]), "the loss did not fall");
+        assert!(
+            loss(&want[STEPS - 1]) < loss(&want[0]),
+            "the loss did not fall"
+        );
         for (k, (w, g)) in want.iter().zip(&got).enumerate() {
             assert!(
                 w == g,

@@ -103,7 +103,7 @@ fn stream_hold_cases_pass_with_host_callbacks() {
     // test kernels behind the hold keep needing them).
     assert_eq!(
         cases.len(),
-        16,
+        18,
         "{:?}",
         cases.iter().map(|c| &c.id).collect::<Vec<_>>()
     );

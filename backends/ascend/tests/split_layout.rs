@@ -108,7 +108,10 @@ fn the_split_layout_on_an_atlas_910() {
         manifest: Manifest::default(),
         world: None,
     };
-    let ran = run_non_op_cases(&t, |reason| reason.contains("test kernels"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    // Stream capture (aclmdlRI) is not in the backend yet: the graph cases skip saying so.
+    let ran = run_non_op_cases(&t, |reason| {
+        reason.contains("test kernels") || reason.contains("no stream capture")
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(ran >= 60, "only {ran} cases ran");
 }

@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use unihal_hal::{
-    CaptureId, CaptureMode, DeviceId, Graph, HalError, Invalid, NativeHandle, Result, StreamId,
+    Buffer, CaptureId, CaptureMode, DeviceId, Graph, HalError, Invalid, NativeHandle, Result,
+    StreamId,
 };
 
 /// A hook run on the host at every launch of the graph, before its replay is queued: it takes
@@ -77,6 +78,9 @@ struct State {
     nodes: Vec<Op>,
     hooks: Vec<Hook>,
     members: Vec<Member>,
+    /// The capture's own allocations (`alloc_async` while capturing): the graph's, unusable by
+    /// other work once the capture ends.
+    allocations: Vec<Buffer>,
 }
 
 /// One capture, from `begin_capture` to `end_capture`.
@@ -119,6 +123,7 @@ impl Capture {
                 nodes: Vec::new(),
                 hooks: Vec::new(),
                 members: Vec::new(),
+                allocations: Vec::new(),
             }),
         });
         slot.set(Some(c.clone()));
@@ -201,6 +206,23 @@ impl Capture {
         Ok(())
     }
 
+    /// Records `b`, allocated by `alloc_async` in this capture, as the graph's (CUDA's memory
+    /// nodes): kept by a node of its own while the graph lives, and unusable by any other work
+    /// once the capture ends.
+    pub(crate) fn push_allocation(&self, sid: StreamId, b: &Buffer) -> Result<()> {
+        let keep = b.use_on(self.id.stream_id());
+        self.push(
+            sid,
+            Box::new(move |_| {
+                let _ = &keep;
+                Ok(())
+            }),
+            None,
+        )?;
+        self.state.lock().allocations.push(b.clone());
+        Ok(())
+    }
+
     /// An event recorded on stream `sid` now: a mark of its position in the capture.
     pub(crate) fn mark(self: &Arc<Self>, sid: StreamId) -> CapturedMark {
         let st = self.state.lock();
@@ -267,6 +289,10 @@ impl Capture {
         }
         let nodes = std::mem::take(&mut st.nodes);
         let hooks = std::mem::take(&mut st.hooks);
+        for b in std::mem::take(&mut st.allocations) {
+            // Already marked when the capture freed it itself.
+            let _ = b.mark_free_enqueued("buffer");
+        }
         if let Some(cause) = st.invalid.take() {
             drop(st);
             return Err(self.error(

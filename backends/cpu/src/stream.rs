@@ -598,18 +598,10 @@ impl Stream for CpuStream {
             return Err(e);
         }
         if let Some(c) = self.capture() {
-            // A graph allocation: made now, at an address fixed while the graph lives, which
-            // keeps it through a node of its own (CUDA's memory nodes).
+            // A graph allocation: made now, at an address fixed while the graph lives (CUDA's
+            // memory nodes).
             let b = self.dev.alloc_unchecked(len)?;
-            let keep = b.use_on(c.id.stream_id());
-            c.push(
-                self.sid,
-                Box::new(move |_| {
-                    let _ = &keep;
-                    Ok(())
-                }),
-                None,
-            )?;
+            c.push_allocation(self.sid, &b)?;
             return Ok(b);
         }
         self.dev.alloc(len)

@@ -589,17 +589,46 @@ fn stream_alloc(ctx: &Ctx) -> CaseResult {
     let out = ctx.upload(&[0u8; 256])?;
     let s = ctx.stream()?;
     s.begin_capture(CaptureMode::Global)?;
-    let t = s.alloc_async(256)?;
-    s.fill(&t, 0, 256, FillValue::U8(5))?;
-    s.copy_d2d(&t, 0, &out, 0, 256)?;
+    // `t` is freed by the capture; `u` is not (the graph frees it, as CUDA's memory nodes).
+    let (t, u) = (s.alloc_async(128)?, s.alloc_async(128)?);
+    s.fill(&t, 0, 128, FillValue::U8(5))?;
+    s.fill(&u, 0, 128, FillValue::U8(6))?;
+    s.copy_d2d(&t, 0, &out, 0, 128)?;
+    s.copy_d2d(&u, 0, &out, 128, 128)?;
     s.free_async(&t)?;
     let graph = s.end_capture()?;
-    drop(t);
+    // The allocations are the graph's: no other work may use them once the capture ended
+    // (refused as freed, or as the capture's, naming it).
+    for (name, b) in [("freed in the capture", &t), ("not freed in it", &u)] {
+        match s.fill(b, 0, 128, FillValue::U8(1)) {
+            Err(HalError::InvalidArgument {
+                reason: Invalid::FreeEnqueued { .. },
+                ..
+            }) => {}
+            Err(HalError::InvalidArgument {
+                reason: Invalid::Capture { capture, .. },
+                ..
+            }) if capture == Some(graph.capture_id()) => {}
+            other => {
+                return Err(Failure::new(format!(
+                    "a capture's allocation ({name}) used after the capture ended: expected \
+                     FreeEnqueued or Invalid::Capture naming the capture, got {other:?}"
+                )))
+            }
+        }
+    }
+    drop((t, u));
     bytes(ctx, &out, 0)?;
     for _ in 0..2 {
         s.launch_graph(&graph)?;
         s.synchronize()?;
-        bytes(ctx, &out, 5)?;
+        let got = ctx.download(&out)?;
+        ensure!(
+            got[..128].iter().all(|&x| x == 5) && got[128..].iter().all(|&x| x == 6),
+            "a replay's graph allocations gave {:?}…{:?}",
+            &got[..4],
+            &got[128..132]
+        );
         ctx.stream()?.write(&out, 0, &[0u8; 256])?;
     }
     Ok(())
