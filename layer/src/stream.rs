@@ -182,7 +182,14 @@ impl LayerStream {
     }
 
     /// Host time now, when this stream is traced.
+    /// `None` too while the stream is capturing: the timeline's device spans are events recorded
+    /// on the stream and queried later, which a capture would record into its graph (and the
+    /// query would invalidate it); captured work gets its spans at the replays, which the
+    /// timeline does not follow yet.
     fn start(&self) -> Option<u64> {
+        if self.inner.capture_status() != CaptureStatus::None {
+            return None;
+        }
         self.timeline
             .as_ref()
             .and(self.layer.trace.as_ref())
@@ -202,8 +209,11 @@ impl LayerStream {
             (&self.layer.trace, start, &self.timeline)
         {
             t.host_span(*pid, start, what);
-            line.lock()
-                .after(t, self.inner.as_ref(), start, detail(), flow);
+            // A wait on an event of a capture has just made the stream join it (see `start`).
+            if self.inner.capture_status() == CaptureStatus::None {
+                line.lock()
+                    .after(t, self.inner.as_ref(), start, detail(), flow);
+            }
         }
     }
 

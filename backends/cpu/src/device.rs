@@ -127,7 +127,8 @@ impl CpuDevice {
                 ops: unihal_kernels::support(),
                 graphs: GraphCaps {
                     support: GraphSupport::Emulated,
-                    note: "host callbacks (FnOnce) and grouped sends/receives are not captured"
+                    note: "not captured: host callbacks (FnOnce), grouped sends/receives, and the \
+                           MPI and gloo engines' calls (collectives: the in-process engine's)"
                         .into(),
                     copies: true,
                     fills: true,

@@ -154,6 +154,39 @@ impl CpuStream {
         }
     }
 
+    /// Refuses `what` on a capturing stream (and invalidates the capture): for work that cannot
+    /// be replayed, such as the MPI and gloo engines' calls (their message numbers and tags are
+    /// taken at the enqueue).
+    ///
+    /// # Errors
+    /// [`HalError::Unsupported`] naming `what` while the stream captures.
+    #[allow(dead_code)] // Used by the feature-gated engines.
+    pub(crate) fn refuse_in_capture(&self, what: &str) -> Result<()> {
+        match self.capture() {
+            Some(c) => Err(c.refuse(
+                what,
+                HalError::unsupported(format!(
+                    "{what} in a stream capture on the CPU backend (only the in-process \
+                     engine's collectives are captured)"
+                )),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Enqueues `op`, which runs once: for callers that checked [`CpuStream::refuse_in_capture`].
+    #[allow(dead_code)] // Used by the feature-gated engines.
+    pub(crate) fn submit_once(
+        &self,
+        op: impl FnOnce(Option<&HalError>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let mut op = Some(op);
+        self.submit(Box::new(move |err| match op.take() {
+            Some(op) => op(err),
+            None => Ok(()),
+        }))
+    }
+
     /// The capture this stream records into, if any.
     pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
         self.cap.get()
@@ -192,6 +225,14 @@ impl CpuStream {
 
 impl Drop for CpuStream {
     fn drop(&mut self) {
+        if let Some(c) = self.capture() {
+            // As a destroyed capturing stream on CUDA: the capture is invalidated; the origin's
+            // drop also ends it, so the device does not stay capturing.
+            c.invalidate("the drop of a capturing stream");
+            if c.end(self.sid).is_err() && !c.is_active() {
+                self.dev.capture_ended(&c);
+            }
+        }
         self.worker.shutdown();
     }
 }

@@ -226,9 +226,10 @@ impl GlooComm {
         keep: Vec<Buffer>,
         body: impl FnOnce(&Link, u32) -> Result<()> + Send + 'static,
     ) -> Result<()> {
+        s.refuse_in_capture("a gloo collective or send/receive")?;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let link = self.link.clone();
-        s.submit(Box::new(move |err| {
+        s.submit_once(move |err| {
             let _keep = keep;
             if err.is_some() {
                 return Ok(());
@@ -244,7 +245,7 @@ impl GlooComm {
                 link.fail(e);
             }
             r
-        }))
+        })
     }
 
     /// A reduction on the worker: all_reduce (`root` None) or reduce to `root`.

@@ -351,9 +351,10 @@ impl MpiComm {
         keep: Vec<Buffer>,
         body: impl FnOnce(&Link) -> Result<()> + Send + 'static,
     ) -> Result<()> {
+        s.refuse_in_capture("an MPI collective or send/receive")?;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let link = self.link.clone();
-        s.submit(Box::new(move |err| {
+        s.submit_once(move |err| {
             if err.is_some() {
                 return Ok(());
             }
@@ -374,7 +375,7 @@ impl MpiComm {
                 }
             }
             r
-        }))
+        })
     }
 
     /// Checks and enqueues a group of sends and receives on the data communicator.
