@@ -215,7 +215,9 @@ pub trait Stream: Send + Sync {
     ///
     /// # Safety
     /// The arguments must match the kernel's parameters in meaning, not only in size, and every
-    /// device address they contain must stay valid, inside its allocation, until the kernel has run.
+    /// device address they contain must stay valid, inside its allocation, until the kernel has run;
+    /// in a stream capture, the kernel runs at every replay, so until the graph is destroyed (the
+    /// graph keeps the buffers in `args`, not memory reached only through raw addresses).
     /// The HAL cannot check what a kernel does with them.
     ///
     /// # Errors

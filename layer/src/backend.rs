@@ -241,7 +241,9 @@ impl Device for LayerDevice {
         let r = self
             .layer
             .host(self.pid, "device synchronize", || self.inner.synchronize());
-        self.layer.tracker.lock().host_learns(&captured);
+        if !crate::stream::refused_by_capture(&r) {
+            self.layer.tracker.lock().host_learns(&captured);
+        }
         r
     }
 

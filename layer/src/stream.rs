@@ -15,6 +15,18 @@ use unihal_hal::{
     HostBuffer, KernelArgs, LaunchConfig, NativeHandle, OpCall, OpId, Result, Stream, StreamId,
 };
 
+/// True when `r` is a synchronisation the capture rules refused: it waited for nothing, so the
+/// host learns nothing from it.
+pub(crate) fn refused_by_capture<T>(r: &Result<T>) -> bool {
+    matches!(
+        r,
+        Err(unihal_hal::HalError::InvalidArgument {
+            reason: unihal_hal::Invalid::Capture { .. },
+            ..
+        })
+    )
+}
+
 /// A copy's trace detail.
 fn copy(direction: &'static str, len: u64) -> Detail {
     Detail::new(format!("copy {direction}"), "copy")
@@ -611,8 +623,10 @@ impl Stream for LayerStream {
         let r = self
             .layer
             .host(self.pid(), "synchronize", || self.inner.synchronize());
-        self.layer.tracker.lock().host_learns(&captured);
-        self.resolve();
+        if !refused_by_capture(&r) {
+            self.layer.tracker.lock().host_learns(&captured);
+            self.resolve();
+        }
         r
     }
 
@@ -726,7 +740,9 @@ impl Event for LayerEvent {
         // As a stream's: it returns once the work completed, also with the sticky error.
         let captured = self.captured();
         let r = self.inner.synchronize();
-        self.host_learns(captured);
+        if !refused_by_capture(&r) {
+            self.host_learns(captured);
+        }
         r
     }
 

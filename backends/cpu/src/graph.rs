@@ -11,7 +11,10 @@
 //!   own what they use (buffer uses under [`CaptureId::stream_id`], scratch memory, plans).
 //! * **Launch-time state.** A node whose work needs a value assigned in issue order (a
 //!   collective's sequence number, which matches the ranks' calls) registers a hook; every launch
-//!   runs the hooks in node order on the launching thread, as an eager enqueue would.
+//!   runs the hooks in node order on the launching thread, as an eager enqueue would. A hook's
+//!   value travels inside that launch's replay operation and is handed to its node just before
+//!   the node runs, so a launch that fails half-way drops what its hooks took (a host buffer's
+//!   use is released) and leaves nothing behind for later launches.
 //! * **Replays of one graph are ordered**: a launch on another stream than the previous launch's
 //!   waits for it first. [`Graph::instantiate`] gives a second executable over the same nodes,
 //!   not ordered against the first; the nodes sit behind one lock, so overlapping replays of the
@@ -33,8 +36,12 @@ use unihal_hal::{
 
 /// A hook run on the host at every launch of the graph, before its replay is queued: it takes
 /// what an eager enqueue takes at enqueue time (a collective's sequence number, a host buffer's
-/// use). A failing hook fails the launch; the hooks before it have run.
-pub(crate) type Hook = Box<dyn FnMut() -> Result<()> + Send>;
+/// use) and returns the [`Setter`] that hands it to its node in that launch's replay. A failing
+/// hook fails the launch; the setters of the hooks before it are dropped with what they took.
+pub(crate) type Hook = Box<dyn FnMut() -> Result<Setter> + Send>;
+
+/// Hands one launch's value to its node (run by the replay just before the node).
+pub(crate) type Setter = Box<dyn FnOnce() + Send>;
 
 /// A stream's view of the capture it takes part in (shared by the stream and the capture, which
 /// clears it when the capture ends).
@@ -76,7 +83,8 @@ struct State {
     invalid: Option<String>,
     ended: bool,
     nodes: Vec<Op>,
-    hooks: Vec<Hook>,
+    /// Each with the index of its node.
+    hooks: Vec<(usize, Hook)>,
     members: Vec<Member>,
     /// The capture's own allocations (`alloc_async` while capturing): the graph's, unusable by
     /// other work once the capture ends.
@@ -155,9 +163,10 @@ impl Capture {
         HalError::illegal_in_capture(arg, call, self.id)
     }
 
-    /// Invalidates the capture because `call` cannot be captured here; returns `err`.
+    /// The refusal of `call`, which this backend cannot capture (not a call the capture rules
+    /// forbid): nothing was recorded and the capture stays valid, as on the GPU backends.
     pub(crate) fn refuse(&self, call: &str, err: HalError) -> HalError {
-        self.invalidate(call);
+        tracing::debug!(capture = %self.id, call, "refused in a stream capture");
         err
     }
 
@@ -199,10 +208,11 @@ impl Capture {
             m.tip += 1;
             m.rejoined = false;
         }
-        st.nodes.push(node);
         if let Some(h) = hook {
-            st.hooks.push(h);
+            let k = st.nodes.len();
+            st.hooks.push((k, h));
         }
+        st.nodes.push(node);
         Ok(())
     }
 
@@ -282,6 +292,10 @@ impl Capture {
             return Err(e);
         }
         let mut st = self.state.lock();
+        if st.ended {
+            drop(st);
+            return Err(self.error("end_capture", "the capture has ended already".into()));
+        }
         st.ended = true;
         self.origin_slot.set(None);
         for m in &st.members {
@@ -342,7 +356,7 @@ impl CapturedMark {
 /// The recorded work, shared by every instantiation.
 struct Template {
     nodes: Mutex<Vec<Op>>,
-    hooks: Mutex<Vec<Hook>>,
+    hooks: Mutex<Vec<(usize, Hook)>>,
 }
 
 /// An executable graph of the CPU backend.
@@ -365,9 +379,14 @@ impl CpuGraph {
         if let Some(e) = worker.error() {
             return Err(e);
         }
-        for h in self.template.hooks.lock().iter_mut() {
-            h()?;
-        }
+        // This launch's values, in node order (dropped with what they took if the launch fails).
+        let setters = self
+            .template
+            .hooks
+            .lock()
+            .iter_mut()
+            .map(|(k, h)| Ok((*k, h()?)))
+            .collect::<Result<Vec<(usize, Setter)>>>()?;
         if let Some((w, pos)) = last.as_ref().filter(|(w, _)| !Arc::ptr_eq(w, worker)) {
             let (w, pos) = (w.clone(), *pos);
             worker.enqueue(Box::new(move |err| {
@@ -378,10 +397,15 @@ impl CpuGraph {
             }))?;
         }
         let template = self.template.clone();
+        let mut setters = Some(setters);
         let pos = worker.enqueue(Box::new(move |err| {
             let mut nodes = template.nodes.lock();
+            let mut setters = setters.take().unwrap_or_default().into_iter().peekable();
             let mut first: Option<HalError> = None;
-            for n in nodes.iter_mut() {
+            for (k, n) in nodes.iter_mut().enumerate() {
+                while let Some((_, set)) = setters.next_if(|(i, _)| *i == k) {
+                    set();
+                }
                 if let Err(e) = n(err.or(first.as_ref())) {
                     first.get_or_insert(e);
                 }

@@ -90,6 +90,7 @@ impl CpuStream {
         keep: Keep,
         dir: Direction,
     ) -> Result<()> {
+        let capture = self.capture();
         let first = host.begin_use(arg, offset, len)?;
         let copy = move |host: &HostUse| {
             host.with_ptr(|p, n| {
@@ -103,7 +104,7 @@ impl CpuStream {
                 }
             })
         };
-        if self.capture().is_none() {
+        if capture.is_none() {
             let mut first = Some(first);
             return self.submit(Box::new(move |err| {
                 if let Some(u) = first.take().filter(|_| err.is_none()) {
@@ -116,15 +117,17 @@ impl CpuStream {
         // Captured: each launch takes the use (refused then if the host holds a map), the replay
         // releases it.
         drop(first);
-        let uses = Arc::new(parking_lot::Mutex::new(std::collections::VecDeque::new()));
-        let (host, taken) = (host.clone(), uses.clone());
+        let slot = Arc::new(parking_lot::Mutex::new(None));
+        let (host, taken) = (host.clone(), slot.clone());
         let hook: Hook = Box::new(move || {
-            taken.lock().push_back(host.begin_use(arg, offset, len)?);
-            Ok(())
+            let u = host.begin_use(arg, offset, len)?;
+            let taken = taken.clone();
+            Ok(Box::new(move || *taken.lock() = Some(u)))
         });
-        self.submit_with_hook(
+        self.submit_to(
+            capture,
             Box::new(move |err| {
-                let u = uses.lock().pop_front();
+                let u = slot.lock().take();
                 if let Some(u) = u.filter(|_| err.is_none()) {
                     copy(&u);
                 }
@@ -143,7 +146,19 @@ impl CpuStream {
     /// Enqueues `op`, or records it with its launch-time `hook` when the stream is capturing
     /// (eagerly, the caller has done what the hook does).
     pub(crate) fn submit_with_hook(&self, op: crate::worker::Op, hook: Option<Hook>) -> Result<()> {
-        match self.capture() {
+        self.submit_to(self.capture(), op, hook)
+    }
+
+    /// As [`CpuStream::submit_with_hook`] into `capture`, the stream's capture as the caller read
+    /// it when it built `op` (an operation built for a capture is never enqueued, nor the reverse,
+    /// if another thread ends the capture meanwhile).
+    pub(crate) fn submit_to(
+        &self,
+        capture: Option<Arc<Capture>>,
+        op: crate::worker::Op,
+        hook: Option<Hook>,
+    ) -> Result<()> {
+        match capture {
             Some(c) => {
                 if let Some(e) = self.worker.error() {
                     return Err(e);
@@ -154,7 +169,7 @@ impl CpuStream {
         }
     }
 
-    /// Refuses `what` on a capturing stream (and invalidates the capture): for work that cannot
+    /// Refuses `what` on a capturing stream (the capture stays valid): for work that cannot
     /// be replayed, such as the MPI and gloo engines' calls (their message numbers and tags are
     /// taken at the enqueue).
     ///
@@ -587,19 +602,18 @@ impl Stream for CpuStream {
                 };
             }
             (Ok(Some(_)), Some(c)) => {
-                return Err(c.refuse(
-                    "wait_event",
-                    HalError::invalid(
-                        "event",
-                        Invalid::Capture {
-                            capture: Some(c.id),
-                            call: "wait_event".into(),
-                            detail: "the event was recorded outside the capture: a graph cannot \
+                // Illegal (CUDA's isolation error): the capture is invalidated.
+                c.invalidate("wait_event on an event recorded outside the capture");
+                return Err(HalError::invalid(
+                    "event",
+                    Invalid::Capture {
+                        capture: Some(c.id),
+                        call: "wait_event".into(),
+                        detail: "the event was recorded outside the capture: a graph cannot \
                                      depend on work outside it (make the stream wait before \
                                      begin_capture); the capture is now invalidated"
-                                .into(),
-                        },
-                    ),
+                            .into(),
+                    },
                 ));
             }
             (Ok(Some(r)), None) => r,
@@ -645,7 +659,8 @@ impl Stream for CpuStream {
             c.push_allocation(self.sid, &b)?;
             return Ok(b);
         }
-        self.dev.alloc(len)
+        // Capture-safe (the HAL's route for allocating while another stream captures).
+        self.dev.alloc_unchecked(len)
     }
 
     fn free_async(&self, buffer: &Buffer) -> Result<()> {

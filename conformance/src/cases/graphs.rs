@@ -75,6 +75,11 @@ pub fn cases() -> Vec<Case> {
         .needs(&[ANY]),
         Case::new("graph.mode.relaxed", |c| mode(c, CaptureMode::Relaxed)).needs(&[ANY]),
         Case::new("graph.state.begin_twice", begin_twice).needs(&[ANY]),
+        Case::new("graph.state.refused_work_keeps_the_capture", refused_keeps).needs(&[
+            ANY,
+            FILLS,
+            Need::HostCallbacks,
+        ]),
         Case::new("graph.state.end_without_begin", end_without_begin).needs(&[ANY]),
         Case::new("graph.state.end_on_joined_stream", end_on_joined).needs(&[FILLS]),
         Case::new("graph.streams.fork_join", fork_join).needs(&[FILLS, COPIES]),
@@ -350,6 +355,55 @@ fn begin_twice(ctx: &Ctx) -> CaseResult {
     usable(ctx, &s)
 }
 
+/// Work the device cannot capture (a host callback where `GraphCaps::host_callbacks` is false)
+/// is refused without recording anything, and the capture stays valid; where it captures them,
+/// the callback runs once per replay.
+fn refused_keeps(ctx: &Ctx) -> CaseResult {
+    let captures = ctx.device.capabilities().optional.graphs.host_callbacks;
+    let b = ctx.upload(&[0u8; 64])?;
+    let s = ctx.stream()?;
+    s.begin_capture(CaptureMode::Global)?;
+    let c = active(&s)?;
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r2 = ran.clone();
+    let r = s.host_callback(Box::new(move || {
+        r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
+    match (&r, captures) {
+        (Ok(()), true) => {}
+        (Err(HalError::Unsupported { .. }), false) => {}
+        (
+            Err(HalError::InvalidArgument {
+                reason: Invalid::Capture { .. },
+                ..
+            }),
+            false,
+        ) => {}
+        _ => {
+            return Err(Failure::new(format!(
+                "a host callback in a capture (graphs.host_callbacks = {captures}): {r:?}"
+            )))
+        }
+    }
+    ensure_eq!(
+        s.capture_status(),
+        CaptureStatus::Active(c),
+        "status after the refusal"
+    );
+    s.fill(&b, 0, 64, FillValue::U8(9))?;
+    let graph = s.end_capture()?;
+    s.launch_graph(&graph)?;
+    s.synchronize()?;
+    bytes(ctx, &b, 9)?;
+    let runs = ran.load(std::sync::atomic::Ordering::SeqCst);
+    ensure_eq!(
+        runs,
+        usize::from(captures),
+        "callback runs after one replay"
+    );
+    Ok(())
+}
+
 fn end_without_begin(ctx: &Ctx) -> CaseResult {
     let s = ctx.stream()?;
     expect_capture(s.end_capture(), None, "end_capture without a capture")?;
@@ -484,10 +538,13 @@ fn shift_graph(ctx: &Ctx) -> Result<(Arc<dyn unihal_hal::Graph>, [Buffer; 3]), F
 
 fn ordered(ctx: &Ctx) -> CaseResult {
     let (graph, [_a, b, c]) = shift_graph(ctx)?;
+    let d = ctx.upload(&[0u8; 1024])?;
     let (sa, sb) = (ctx.stream()?, ctx.stream()?);
     let mut hold = Blocker::new(ctx, &sa)?;
     sa.launch_graph(&graph)?;
     sb.launch_graph(&graph)?;
+    // What the replay on B left in c: 1 after the replay on A (c = b = a), 2 before it.
+    sb.copy_d2d(&c, 0, &d, 0, 1024)?;
     std::thread::sleep(Duration::from_millis(50));
     let done = sb.query()?;
     hold.release()?;
@@ -500,7 +557,13 @@ fn ordered(ctx: &Ctx) -> CaseResult {
     );
     // First replay: c = 2, b = 1; second: c = 1, b = 1.
     bytes(ctx, &c, 1)?;
-    bytes(ctx, &b, 1)
+    bytes(ctx, &b, 1)?;
+    bytes(ctx, &d, 1).map_err(|f| {
+        Failure::new(format!(
+            "the replay on stream B ran before the one launched earlier on A: {}",
+            f.message
+        ))
+    })
 }
 
 fn independent(ctx: &Ctx) -> CaseResult {
@@ -566,9 +629,9 @@ fn keeps_buffers(ctx: &Ctx) -> CaseResult {
     let out = ctx.upload(&[0u8; 1024])?;
     let s = ctx.stream()?;
     let graph = {
-        let a = ctx.device.alloc(1024)?;
+        // Filled before the capture: only the graph's copy reads it.
+        let a = ctx.upload(&[0x3C; 1024])?;
         s.begin_capture(CaptureMode::Global)?;
-        s.fill(&a, 0, 1024, FillValue::U8(0x3C))?;
         s.copy_d2d(&a, 0, &out, 0, 1024)?;
         s.end_capture()?
         // The caller's handle of `a` is gone: the graph keeps the memory.
@@ -582,7 +645,11 @@ fn keeps_buffers(ctx: &Ctx) -> CaseResult {
     }
     s.launch_graph(&graph)?;
     s.synchronize()?;
-    bytes(ctx, &out, 0x3C)
+    bytes(ctx, &out, 0x3C)?;
+    for o in &others {
+        bytes(ctx, o, 0xEE)?;
+    }
+    Ok(())
 }
 
 fn stream_alloc(ctx: &Ctx) -> CaseResult {

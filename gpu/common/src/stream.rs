@@ -1020,12 +1020,27 @@ impl<R: Runtime> Stream for GpuStream<R> {
             }
             rt.stream_begin_capture(raw, mode)
                 .map_err(|e| self.capture_error(e, None))?;
-            match rt.stream_capture_info(raw)? {
-                RawCaptureStatus::Active(v) => Ok(v),
-                other => Err(HalError::Internal(format!(
-                    "{} reports {other:?} right after beginning a capture",
-                    R::VENDOR
-                ))),
+            match rt.stream_capture_info(raw) {
+                Ok(RawCaptureStatus::Active(v)) => Ok(v),
+                other => {
+                    // Never leave the vendor's stream capturing without a record of it (its
+                    // work would never run and Device::alloc would stay refused): end it and
+                    // destroy what the end returns.
+                    if let Ok(g) = rt.stream_end_capture(raw) {
+                        if !g.0.is_null() {
+                            // SAFETY: `g` was just returned by the end of this stream's capture
+                            // and is owned by nobody else.
+                            let _ = unsafe { rt.graph_destroy(g) };
+                        }
+                    }
+                    Err(match other {
+                        Err(e) => e,
+                        Ok(s) => HalError::Internal(format!(
+                            "{} reports {s:?} right after beginning a capture",
+                            R::VENDOR
+                        )),
+                    })
+                }
             }
         })?;
         let rec = CaptureRec::begin(CaptureId::fresh(), vendor, mode, self.sid);

@@ -136,21 +136,22 @@ impl CpuComm {
         // The round's number matches the ranks' calls: taken at the enqueue, or in a capture at
         // each launch of the graph (the replay takes them in launch order).
         let (mut fixed, mut hook) = (None, None);
-        let numbers = Arc::new(Mutex::new(std::collections::VecDeque::new()));
-        if s.capture().is_some() {
-            let (counter, numbers) = (self.seq.clone(), numbers.clone());
+        let number = Arc::new(Mutex::new(None));
+        let capture = s.capture();
+        if capture.is_some() {
+            let (counter, number) = (self.seq.clone(), number.clone());
             hook = Some(Box::new(move || {
-                numbers
-                    .lock()
-                    .push_back(counter.fetch_add(1, Ordering::SeqCst));
-                Ok(())
+                let seq = counter.fetch_add(1, Ordering::SeqCst);
+                let number = number.clone();
+                Ok(Box::new(move || *number.lock() = Some(seq)) as crate::graph::Setter)
             }) as crate::graph::Hook);
         } else {
             fixed = Some(self.seq.fetch_add(1, Ordering::SeqCst));
         }
-        s.submit_with_hook(
+        s.submit_to(
+            capture,
             Box::new(move |err| {
-                let Some(seq) = fixed.take().or_else(|| numbers.lock().pop_front()) else {
+                let Some(seq) = fixed.take().or_else(|| number.lock().take()) else {
                     return Err(HalError::Internal(
                         "a captured round ran without its number".into(),
                     ));
