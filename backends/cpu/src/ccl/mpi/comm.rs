@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use unihal_hal::ccl::{check_send_recv, checked_bytes, P2pParts};
-use unihal_hal::host_reduce::divide;
+use unihal_hal::host_reduce::{divide, reduce};
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, CommConfig, Communicator, DType, Device, GroupCall, HalError,
     Invalid, ReduceOp, Result, Stream,
@@ -24,8 +24,19 @@ const TAG_ARRIVE: i32 = 2;
 const TAG_SPLIT: i32 = 3;
 const TAG_ABORT: i32 = 4;
 
-/// Busy polls before a wait starts sleeping between polls.
+/// Busy polls before a wait yields its core between polls, then polls that yield before it sleeps.
 const SPIN_POLLS: u32 = 2000;
+const YIELD_POLLS: u32 = 2000;
+
+/// A wait probes for abort notices (and checks its deadline) once per this many polls.
+const ABORT_PROBE_EVERY: u32 = 8;
+
+/// All-reduces whose arrival messages carry the data (one message each way per peer, reduced
+/// here in rank order) up to this many bytes sent per rank (count × dtype size × (ranks - 1));
+/// larger ones run the handshake and then `MPI_Allreduce`. Small, since Open MPI sends messages
+/// up to 256 bytes inline: longer point-to-point exchanges measured slower than its collective
+/// (docs/BENCHMARKS.md).
+const FUSED_MAX_BYTES: u64 = 256;
 
 /// An MPI communicator pair (data and control) and the rank's failure state. Shared by the rank
 /// and its queued operations.
@@ -151,19 +162,23 @@ impl Link {
     }
 
     /// Waits for every request, giving up at the deadline or on abort: then receives are
-    /// cancelled, requests are freed and the link is marked leaked (the caller leaks buffers).
-    fn wait(&self, reqs: &mut [Pending], what: &str) -> Result<()> {
+    /// cancelled, requests are freed and the link is marked leaked (the caller leaks buffers). A
+    /// receive that a longer message truncated is an `InvalidArgument` naming the sender (it
+    /// called something else here); `what` names the operation in errors.
+    fn wait(&self, reqs: &mut [Pending], what: &dyn Fn() -> String) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         let mut polls = 0u32;
         loop {
             let mut all = true;
-            let mut failed = 0;
+            let mut failed = None;
             for p in reqs.iter_mut().filter(|p| !p.done) {
                 let mut flag = 0;
                 // SAFETY: the request was posted and not completed; status is written by MPI.
                 let rc = unsafe { ffi::MPI_Test(&mut p.req, &mut flag, &mut p.status) };
                 if rc != 0 {
-                    failed = rc;
+                    // MPI has completed (and freed) the failed request.
+                    p.done = true;
+                    failed = Some((rc, p.peer, p.recv));
                     break;
                 }
                 if flag != 0 {
@@ -172,34 +187,51 @@ impl Link {
                     all = false;
                 }
             }
-            if failed != 0 {
+            if let Some((rc, peer, recv)) = failed {
                 self.give_up(reqs);
-                return conv::check(failed, "MPI_Test");
+                let mut class = rc;
+                // SAFETY: plain integers; the class is written by the call.
+                unsafe { ffi::MPI_Error_class(rc, &mut class) };
+                if recv && class == ffi::MPI_ERR_TRUNCATE as i32 {
+                    return Err(mismatch(
+                        &what(),
+                        peer,
+                        "its message is longer than this rank's",
+                    ));
+                }
+                return conv::check(rc, "MPI_Test");
             }
             if all {
                 return Ok(());
             }
-            if let Some(e) = self.poll_abort() {
-                self.give_up(reqs);
-                return Err(e);
+            // The abort notice is probed every few polls (each probe also runs MPI's progress).
+            if polls % ABORT_PROBE_EVERY == 0 {
+                if let Some(e) = self.poll_abort() {
+                    self.give_up(reqs);
+                    return Err(e);
+                }
+                if Instant::now() >= deadline {
+                    let missing: Vec<usize> = reqs
+                        .iter()
+                        .filter(|p| p.recv && !p.done)
+                        .map(|p| p.peer)
+                        .collect();
+                    self.give_up(reqs);
+                    return Err(HalError::Timeout {
+                        what: format!(
+                            "{}: waiting for the other ranks; ranks {missing:?} never arrived",
+                            what()
+                        ),
+                        millis: self.timeout.as_millis() as u64,
+                    });
+                }
             }
-            if Instant::now() >= deadline {
-                let missing: Vec<usize> = reqs
-                    .iter()
-                    .filter(|p| p.recv && !p.done)
-                    .map(|p| p.peer)
-                    .collect();
-                self.give_up(reqs);
-                return Err(HalError::Timeout {
-                    what: format!(
-                        "{what}: waiting for the other ranks; ranks {missing:?} never arrived"
-                    ),
-                    millis: self.timeout.as_millis() as u64,
-                });
-            }
-            polls += 1;
+            polls = polls.wrapping_add(1);
             if polls < SPIN_POLLS {
                 std::hint::spin_loop();
+            } else if polls < SPIN_POLLS + YIELD_POLLS {
+                // A peer sharing this core runs now rather than after a sleep.
+                std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));
             }
@@ -221,60 +253,125 @@ impl Link {
     }
 
     /// Meets every other rank: each sends each a token for this operation and waits for theirs.
-    fn arrive(&self, tag: i32, token: u64, what: &str) -> Result<()> {
+    fn arrive(&self, tag: i32, token: u64, what: &dyn Fn() -> String) -> Result<()> {
         if self.size == 1 {
             return Ok(());
         }
-        let out = Box::new(token);
-        let mut ins = vec![0u64; self.size].into_boxed_slice();
+        self.exchange(tag, token, &[], what).map(drop)
+    }
+
+    /// The arrival handshake with `data` riding along: sends every other rank one message, this
+    /// operation's `token` followed by `data`, and receives theirs, each of the same length. On
+    /// success returns the messages as `size` slots of `1 + data.len().div_ceil(8)` words each
+    /// (slot `j` is rank `j`'s, this rank's own slot holds its own message), so a small collective
+    /// is one message each way instead of a handshake and then MPI's collective.
+    ///
+    /// # Errors
+    /// `Timeout` naming the ranks that never arrived; `Aborted`; `InvalidArgument` when a rank
+    /// sent another token or another length (a different operation or other arguments).
+    fn exchange(
+        &self,
+        tag: i32,
+        token: u64,
+        data: &[u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<Vec<u64>> {
+        let words = 1 + data.len().div_ceil(8);
+        let len = 8 + data.len();
+        let n = conv::count(len as u64, "an arrival message of bytes")?;
+        let mut slots = vec![0u64; words * self.size];
+        let own = self.rank * words;
+        slots[own] = token;
+        // SAFETY: the slot holds `words - 1 >= data.len() / 8` words after the token; a byte copy
+        // into a u64 buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                slots[own + 1..].as_mut_ptr().cast::<u8>(),
+                data.len(),
+            );
+        }
+        // The buffers MPI reads and writes, moved to the heap as one allocation whose address
+        // does not change (leaked with the requests if the wait gives up).
+        let mut slots = slots.into_boxed_slice();
+        let base = slots.as_mut_ptr();
         let mut reqs = Vec::with_capacity(2 * self.size);
         for j in (0..self.size).filter(|&j| j != self.rank) {
             let mut p = Pending::new(j, true);
-            // SAFETY: `ins[j]` lives until the wait ends or is leaked with the request.
+            // SAFETY: slot j (`len` bytes) lives until the wait ends or is leaked with the
+            // request; no other request writes it.
             let rc = unsafe {
                 ffi::MPI_Irecv(
-                    (&mut ins[j] as *mut u64).cast(),
-                    1,
-                    ffi::RSMPI_UINT64_T,
+                    base.add(j * words).cast(),
+                    n,
+                    conv::bytes(),
                     j as i32,
                     tag,
                     self.ctrl.0,
                     &mut p.req,
                 )
             };
-            conv::check(rc, "MPI_Irecv")?;
+            if rc != 0 {
+                self.give_up(&mut reqs);
+                std::mem::forget(slots);
+                return conv::check(rc, "MPI_Irecv").map(|()| Vec::new());
+            }
             reqs.push(p);
             let mut p = Pending::new(j, false);
-            // SAFETY: `out` lives until the wait ends or is leaked with the request.
+            // SAFETY: the own slot lives as above and is only read while requests are pending.
             let rc = unsafe {
                 ffi::MPI_Isend(
-                    (&*out as *const u64).cast(),
-                    1,
-                    ffi::RSMPI_UINT64_T,
+                    base.add(own).cast::<std::ffi::c_void>(),
+                    n,
+                    conv::bytes(),
                     j as i32,
                     tag,
                     self.ctrl.0,
                     &mut p.req,
                 )
             };
-            conv::check(rc, "MPI_Isend")?;
+            if rc != 0 {
+                self.give_up(&mut reqs);
+                std::mem::forget(slots);
+                return conv::check(rc, "MPI_Isend").map(|()| Vec::new());
+            }
             reqs.push(p);
         }
         if let Err(e) = self.wait(&mut reqs, what) {
-            Box::leak(out);
-            Box::leak(ins);
+            std::mem::forget(slots);
             return Err(e);
         }
-        if let Some(j) = (0..self.size).find(|&j| j != self.rank && ins[j] != token) {
-            return Err(HalError::invalid(
-                "call",
-                Invalid::Other(format!(
-                    "{what}: rank {j} called a different operation (or other arguments) at this point"
-                )),
-            ));
+        for p in reqs.iter().filter(|p| p.recv) {
+            let mut got = 0;
+            conv::check(
+                // SAFETY: the status was written by the completed MPI_Test.
+                unsafe { ffi::MPI_Get_count(&p.status, conv::bytes(), &mut got) },
+                "MPI_Get_count",
+            )?;
+            if got != n {
+                return Err(mismatch(
+                    &what(),
+                    p.peer,
+                    "its message is shorter than this rank's",
+                ));
+            }
+            if slots[p.peer * words] != token {
+                return Err(mismatch(&what(), p.peer, "another token"));
+            }
         }
-        Ok(())
+        Ok(slots.into_vec())
     }
+}
+
+/// The error of a rank whose arrival message does not match this rank's.
+fn mismatch(what: &str, peer: usize, how: &str) -> HalError {
+    HalError::invalid(
+        "call",
+        Invalid::Other(format!(
+            "{what}: rank {peer} called a different operation (or other arguments) at this point \
+             ({how})"
+        )),
+    )
 }
 
 impl Drop for Link {
@@ -351,6 +448,24 @@ impl MpiComm {
         keep: Vec<Buffer>,
         body: impl FnOnce(&Link) -> Result<()> + Send + 'static,
     ) -> Result<()> {
+        self.submit_meeting(s, what, keep, move |l, meet| {
+            if let Some((token, label)) = meet {
+                l.arrive(TAG_ARRIVE, token, label)?;
+            }
+            body(l)
+        })
+    }
+
+    /// As [`MpiComm::submit`], with the arrival left to `body`: for a collective (`what` given)
+    /// it gets the operation's token and its label for errors, and must meet the other ranks
+    /// before MPI's collective (or in its place, [`Link::exchange`]).
+    fn submit_meeting(
+        &self,
+        s: &CpuStream,
+        what: Option<String>,
+        keep: Vec<Buffer>,
+        body: impl FnOnce(&Link, Option<(u64, &dyn Fn() -> String)>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         s.refuse_in_capture("an MPI collective or send/receive")?;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let link = self.link.clone();
@@ -359,14 +474,11 @@ impl MpiComm {
                 return Ok(());
             }
             let r = match &what {
-                Some(w) => link
-                    .arrive(
-                        TAG_ARRIVE,
-                        token(seq, w),
-                        &format!("{w} (collective #{seq})"),
-                    )
-                    .and_then(|()| body(&link)),
-                None => body(&link),
+                Some(w) => body(
+                    &link,
+                    Some((token(seq, w), &|| format!("{w} (collective #{seq})"))),
+                ),
+                None => body(&link, None),
             };
             if let Err(e) = &r {
                 link.fail(e);
@@ -434,10 +546,9 @@ impl MpiComm {
                 }
                 reqs.push(p);
             }
-            l.wait(
-                &mut reqs,
-                &format!("send/recv group of {} calls on rank {}", plan.len(), l.rank),
-            )?;
+            l.wait(&mut reqs, &|| {
+                format!("send/recv group of {} calls on rank {}", plan.len(), l.rank)
+            })?;
             for (p, &(_, n, peer, _)) in reqs.iter().zip(&plan).filter(|(p, _)| p.recv) {
                 let mut got = 0;
                 conv::check(
@@ -491,11 +602,31 @@ impl Communicator for MpiComm {
         if count == 0 {
             return Ok(());
         }
-        self.submit(
+        let ranks = self.link.size as u64;
+        let fused = ranks > 1 && bytes.saturating_mul(ranks - 1) <= FUSED_MAX_BYTES;
+        self.submit_meeting(
             s,
             Some(format!("all_reduce {count} {dtype} {op}")),
             vec![send.clone(), recv.clone()],
-            move |l| {
+            move |l, meet| {
+                let (token, label) = meet.expect("a collective meets its peers");
+                if fused {
+                    // SAFETY: the send range holds `bytes` bytes, checked at enqueue and held by
+                    // the operation; it is copied into the message before anything is written.
+                    let own =
+                        unsafe { std::slice::from_raw_parts(sa.0 as *const u8, bytes as usize) };
+                    let slots = l.exchange(TAG_ARRIVE, token, own, label)?;
+                    let words = slots.len() / l.size;
+                    let srcs: Vec<*const u8> = (0..l.size)
+                        .map(|j| slots[j * words + 1..].as_ptr().cast())
+                        .collect();
+                    // SAFETY: every source is a message slot of `count` elements (the token
+                    // checked every length), the destination the receive range; ranks combine
+                    // in rank order, so every rank computes the same result.
+                    unsafe { reduce(dtype, op, &srcs, ra.0 as *mut u8, count as usize) };
+                    return Ok(());
+                }
+                l.arrive(TAG_ARRIVE, token, label)?;
                 let (dt, mop) = (conv::datatype(dtype).expect("claimed dtype"), conv::op(op));
                 // SAFETY: both ranges hold `count` elements, checked at enqueue and held by the
                 // operation; the source is unaliased from the destination.
@@ -772,7 +903,7 @@ impl Communicator for MpiComm {
         let no = self.splits.fetch_add(1, Ordering::SeqCst);
         let what = format!("split #{no}");
         self.link
-            .arrive(TAG_SPLIT, token(no, "split"), &what)
+            .arrive(TAG_SPLIT, token(no, "split"), &|| what.clone())
             .inspect_err(|e| self.link.fail(e))?;
         let mut child = MaybeUninit::uninit();
         conv::check(

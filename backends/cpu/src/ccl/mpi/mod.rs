@@ -4,7 +4,9 @@
 //! One process holds one rank. Every operation first meets its peers in a small **arrival
 //! handshake** on a control communicator (each rank sends every other rank a token naming the
 //! operation, with a deadline), then moves the data with MPI's own blocking collective
-//! (`MPI_Allreduce`, `MPI_Bcast`, ... with their tuned algorithms). The handshake is what makes
+//! (`MPI_Allreduce`, `MPI_Bcast`, ... with their tuned algorithms); an all-reduce of at most 256
+//! bytes per rank sends its data with the token instead (one message each way per peer, reduced in
+//! rank order). The handshake is what makes
 //! MPI honour unihal's failure contract: a rank that never arrives is a `Timeout` naming it,
 //! mismatched calls are an `InvalidArgument` instead of undefined behaviour inside MPI, and
 //! `abort` (which notifies the peers on the control communicator) unblocks waiting ranks. Once all
