@@ -354,6 +354,7 @@ fn table() -> UhPluginApi {
         comm_split: Some(comm_split),
         comm_abort: Some(comm_abort),
         comm_async_error: Some(comm_async_error),
+        host_callback_node: Some(host_callback_node),
     }
 }
 
@@ -732,6 +733,60 @@ unsafe extern "C" fn host_callback(
             return Err(HalError::invalid(
                 "fn",
                 Invalid::Other("NULL host function".into()),
+            ));
+        };
+        strm(s)?.host_callback(Box::new(move || h.call(UH_OK)))
+    })
+}
+
+/// A host node (ABI 1.2), run exactly once (header): with `UH_OK` when the backend runs the
+/// closure, with `UH_ERR_ABORTED` when it drops the closure unrun. The closure the HAL's
+/// `host_callback` takes (a `Box<dyn FnOnce>`) holding it is the one allocation of this side.
+struct HostNode(*mut UhHostNode, UhNodeFn);
+// SAFETY: the header makes the node the plugin's until `run`, and `run` callable from any
+// thread.
+unsafe impl Send for HostNode {}
+impl HostNode {
+    fn call(self, status: UhStatus) {
+        let (node, run) = (self.0, self.1);
+        std::mem::forget(self);
+        // SAFETY: the host's node with its own function, called once (`forget` disarms the
+        // drop); the node is not touched after.
+        unsafe { run(node, status) }
+    }
+}
+impl Drop for HostNode {
+    fn drop(&mut self) {
+        // SAFETY: as in `call`; this is the one call.
+        unsafe { (self.1)(self.0, UH_ERR_ABORTED) }
+    }
+}
+
+unsafe extern "C" fn host_callback_node(
+    s: *mut UhStream,
+    node: *mut UhHostNode,
+    err: Err,
+) -> UhStatus {
+    // Made first: whatever happens below, the node runs once. A node without `run` within its
+    // size cannot be run (nor returned): refused.
+    let run_end = std::mem::offset_of!(UhHostNode, run) + std::mem::size_of::<UhNodeFn>();
+    let h = if node.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null node from the host, valid for its `size` bytes (header rule 2);
+        // `run` is read only when within them.
+        unsafe {
+            ((*node).size as usize >= run_end)
+                .then(|| (*node).run)
+                .flatten()
+                .map(|run| HostNode(node, run))
+        }
+    };
+    guard(err, || {
+        let Some(h) = h else {
+            return Err(HalError::invalid(
+                "node",
+                Invalid::Other("a NULL host node, or one without `run`".into()),
             ));
         };
         strm(s)?.host_callback(Box::new(move || h.call(UH_OK)))

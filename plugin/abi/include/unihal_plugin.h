@@ -32,8 +32,9 @@
  *     uh_ccl_caps, test kernels) stay valid until the object they describe is released (for the
  *     plugin: forever; plugins are never unloaded).
  *  6. Threads. Every entry may be called from any host thread at once; a plugin is as thread-safe
- *     as the HAL traits require (docs/ARCHITECTURE.md). Host callbacks (uh_host_fn) run on a
- *     thread of the plugin's choice and must not call into the same stream.
+ *     as the HAL traits require (docs/ARCHITECTURE.md). Host callbacks (uh_host_fn, the run of
+ *     a uh_host_node) run on a thread of the plugin's choice and must not call into the same
+ *     stream.
  *  7. Stream order and sticky errors follow the HAL: enqueues return once queued; the first
  *     failure of queued work sticks to its stream and every later call on it returns it.
  *  8. Buffers cross as (uh_mem*, offset, length) inside one plugin allocation. The host checks
@@ -58,7 +59,7 @@ extern "C" {
 #endif
 
 #define UH_ABI_MAJOR 1
-#define UH_ABI_MINOR 1
+#define UH_ABI_MINOR 2
 #define UH_PLUGIN_ENTRY_SYMBOL "unihal_plugin_entry"
 
 /* ---- status codes (HalError variants) -------------------------------------------------- */
@@ -264,6 +265,25 @@ typedef struct uh_host_api {
  * then), or with another status when it never will (the enqueue failed, the stream failed or
  * was released first), so that the host frees `user` in this function and nowhere else. */
 typedef void (*uh_host_fn)(void *user, uh_status status);
+
+/* ABI 1.2: a host callback in a node the host owns and recycles, so that an enqueue allocates
+ * nothing on the host's side and frees nothing across threads. The host embeds the node at the
+ * start of its own (larger) node and passes it to host_callback_node; the plugin calls
+ * `node->run(node, status)` exactly once for every host_callback_node call, whatever that call
+ * returns, with the statuses of uh_host_fn (UH_OK when the work before it has completed, another
+ * status when it never will: refused enqueue, failed or released stream). From the enqueue until
+ * it calls `run`, `plugin` is the plugin's (a queue link, a pointer to its own record: the host
+ * neither reads nor writes it); from the call to `run` on, the node is the host's again and the
+ * plugin must not touch it (the host reuses it at once). `run` may be called from any thread
+ * and never calls into the plugin's stream. */
+typedef struct uh_host_node uh_host_node;
+typedef void (*uh_node_fn)(uh_host_node *node, uh_status status);
+struct uh_host_node {
+  uint32_t size; /* sizeof(uh_host_node) as the host knows it */
+  uint32_t reserved;
+  uh_node_fn run; /* never NULL */
+  void *plugin[2];
+};
 
 /* Called exactly once per mem_import call, whatever it returns: when the plugin no longer uses
  * the imported memory, or at once when the import is refused. The host frees `user` there only. */
@@ -543,7 +563,12 @@ typedef struct uh_plugin_api {
                           uh_error *err);
   void (*comm_abort)(uh_comm *c);
   uh_status (*comm_async_error)(uh_comm *c, uh_error *err);
-  /* ABI 1.0 ends here; later minors append. */
+  /* ABI 1.0 and 1.1 end here; later minors append. */
+
+  /* ABI 1.2. host_callback with a host-owned node (uh_host_node): `node->run(node, status)`
+   * exactly once, whatever this returns. Optional even with UH_CAP_HOST_CALLBACKS: when NULL (or
+   * the plugin's minor is below 2) the host uses host_callback. */
+  uh_status (*host_callback_node)(uh_stream *s, uh_host_node *node, uh_error *err);
 } uh_plugin_api;
 
 /* The one exported symbol. Returns the table (valid forever), or NULL with *err filled (for a

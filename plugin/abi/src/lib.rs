@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_void};
 /// The ABI's major version: another major is refused before any other call.
 pub const UH_ABI_MAJOR: u32 = 1;
 /// The ABI's minor version: grows when something is appended.
-pub const UH_ABI_MINOR: u32 = 1;
+pub const UH_ABI_MINOR: u32 = 2;
 /// The one symbol a plugin exports (a [`UhPluginEntryFn`]).
 pub const UH_PLUGIN_ENTRY_SYMBOL: &str = "unihal_plugin_entry";
 
@@ -263,6 +263,21 @@ pub struct UhHostApi {
 
 /// A host function queued on a stream, called exactly once (see the header).
 pub type UhHostFn = unsafe extern "C" fn(user: *mut c_void, status: UhStatus);
+/// The function of a [`UhHostNode`], called exactly once per `host_callback_node` call (see the
+/// header).
+pub type UhNodeFn = unsafe extern "C" fn(node: *mut UhHostNode, status: UhStatus);
+
+/// A host callback in a node the host owns and recycles (ABI 1.2, see the header): the host
+/// embeds it at the start of its own node; `plugin` is the plugin's from the enqueue until it
+/// calls `run`.
+#[repr(C)]
+pub struct UhHostNode {
+    pub size: u32,
+    pub reserved: u32,
+    pub run: Option<UhNodeFn>,
+    pub plugin: [*mut c_void; 2],
+}
+
 /// Called exactly once when imported memory is no longer used.
 pub type UhReleaseFn = unsafe extern "C" fn(user: *mut c_void);
 
@@ -734,6 +749,10 @@ pub struct UhPluginApi {
     >,
     pub comm_abort: Option<unsafe extern "C" fn(c: *mut UhComm)>,
     pub comm_async_error: Option<unsafe extern "C" fn(c: *mut UhComm, err: E) -> UhStatus>,
+
+    /// ABI 1.2.
+    pub host_callback_node:
+        Option<unsafe extern "C" fn(s: *mut UhStream, node: *mut UhHostNode, err: E) -> UhStatus>,
 }
 
 /// The type of [`UH_PLUGIN_ENTRY_SYMBOL`].

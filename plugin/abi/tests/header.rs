@@ -937,6 +937,21 @@ fn every_struct_has_the_headers_layout() {
             "uh_plugin_api.comm_async_error",
             std::mem::offset_of!(UhPluginApi, comm_async_error),
         ),
+        (
+            "uh_plugin_api.host_callback_node",
+            std::mem::offset_of!(UhPluginApi, host_callback_node),
+        ),
+        ("sizeof uh_host_node", std::mem::size_of::<UhHostNode>()),
+        ("uh_host_node.size", std::mem::offset_of!(UhHostNode, size)),
+        (
+            "uh_host_node.reserved",
+            std::mem::offset_of!(UhHostNode, reserved),
+        ),
+        ("uh_host_node.run", std::mem::offset_of!(UhHostNode, run)),
+        (
+            "uh_host_node.plugin",
+            std::mem::offset_of!(UhHostNode, plugin),
+        ),
     ];
     let mut prog = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include \"unihal_plugin.h\"\nint main(void) {\n",

@@ -24,9 +24,11 @@ mod ccl;
 mod device;
 mod event;
 mod module;
+mod node;
 mod stream;
 
 pub use backend::PluginBackend;
+pub use node::{callback_nodes, CallbackNodes};
 
 use crate::conv;
 use std::cell::Cell;
@@ -62,6 +64,12 @@ pub struct Plugin {
 }
 
 impl Plugin {
+    /// The plugin's table as the host reads it: entries past the plugin's table size, or of a
+    /// later minor than the plugin's, are NULL.
+    pub fn api(&self) -> &UhPluginApi {
+        &self.api
+    }
+
     /// Calls a plugin entry that reports errors in the ABI's record. `name` is the entry's name
     /// in the header (named when the plugin returns a status the ABI does not define); `what`
     /// names the call for an entry the plugin leaves NULL (`Unsupported`).
@@ -495,7 +503,11 @@ pub unsafe fn load_entry(shown: &str, entry: UhPluginEntryFn) -> Result<&'static
     // Entries past the plugin's table size read as NULL (header rule 2).
     // SAFETY: the plugin's table holds `size` bytes and begins with its size; an all-zero
     // UhPluginApi is valid (integers and NULL `Option<fn>`s).
-    let api = unsafe { read_sized(table) };
+    let mut api: UhPluginApi = unsafe { read_sized(table) };
+    if head.abi_minor < 2 {
+        // Entries of ABI 1.2 only from a plugin that says it has them.
+        api.host_callback_node = None;
+    }
     let absent = missing(&api, REQUIRED.iter().copied());
     if !absent.is_empty() {
         return Err(abi(format!(

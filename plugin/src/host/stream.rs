@@ -13,6 +13,7 @@
 use super::device::{PluginDevice, PluginHostMem, PluginMem};
 use super::event::PluginEvent;
 use super::module::PluginFunction;
+use super::node::NodePool;
 use super::Plugin;
 use crate::conv;
 use std::any::Any;
@@ -43,6 +44,8 @@ pub struct PluginStream {
     keeps: AtomicBool,
     /// A host callback that panicked (sticky, as the HAL's streams make it).
     callback_error: OnceLock<HalError>,
+    /// Host callback nodes, recycled (used with a plugin that has `host_callback_node`).
+    nodes: Arc<NodePool>,
     me: Weak<PluginStream>,
 }
 
@@ -77,6 +80,7 @@ impl PluginStream {
             kept: parking_lot::Mutex::new(Retention::new()),
             keeps: AtomicBool::new(false),
             callback_error: OnceLock::new(),
+            nodes: NodePool::new(),
             me: me.clone(),
         }))
     }
@@ -245,6 +249,19 @@ impl PluginStream {
     }
 }
 
+impl PluginStream {
+    /// Host-buffer uses of a host callback that never runs, back to the stream: released once
+    /// the work before it is known to have run.
+    pub(super) fn give_back_uses(&self, uses: Vec<HostUse>) {
+        self.kept.lock().give_back(uses);
+    }
+
+    /// A host callback failed (it panicked): the stream's sticky error.
+    pub(super) fn callback_failed(&self, e: HalError) {
+        let _ = self.callback_error.set(e);
+    }
+}
+
 impl UseHolder for PluginStream {
     fn release_completed(&self) {
         let p = self.p;
@@ -252,7 +269,8 @@ impl UseHolder for PluginStream {
     }
 }
 
-/// A host callback crossing the boundary, with the host-buffer uses it ends.
+/// A host callback crossing the boundary through `host_callback` (a plugin without
+/// `host_callback_node`, ABI 1.2: `node.rs`), with the host-buffer uses it ends.
 struct HostCall {
     f: Box<dyn FnOnce() + Send>,
     uses: Vec<HostUse>,
@@ -556,6 +574,19 @@ impl Stream for PluginStream {
         } else {
             Vec::new()
         };
+        if let Some(entry) = self.p.api.host_callback_node {
+            // ABI 1.2: a recycled node, returned by its `run` (exactly once, whatever the
+            // entry returns).
+            let node = self.nodes.node(&self.me, f, uses);
+            return self.p.call(
+                Some(entry),
+                "host_callback_node",
+                "host callback",
+                // SAFETY: the entry's contract (unihal_plugin.h): a live stream, and a queued
+                // node that stays valid until the plugin runs it.
+                |g, e| unsafe { g(self.raw, node, e) },
+            );
+        }
         let user = Box::into_raw(Box::new(HostCall {
             f,
             uses,
@@ -729,6 +760,8 @@ impl Remains {
 
 impl Drop for PluginStream {
     fn drop(&mut self) {
+        // Free nodes go now; queued ones free themselves when the plugin runs them.
+        self.nodes.close();
         let parts = std::mem::take(&mut *self.kept.lock()).into_parts();
         let remains = Remains {
             p: self.p,
