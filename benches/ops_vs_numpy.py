@@ -26,6 +26,9 @@ import subprocess
 import sys
 import time
 
+# Seconds of idle before each measured side (environment PAUSE_S; 0 to disable).
+PAUSE_S = float(os.environ.get("PAUSE_S", "1.0"))
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMPY = "numpy==2.1.3"
 ROWS, COLS = 8192, 4096
@@ -140,12 +143,17 @@ def main():
         u_op, u_copy, n_op, isa = [], [], [], "?"
         for _ in range(args.rounds):
             exe_op = "mm" if op in GPT_SHAPES else op
+            # A pause before each side, so that neither measures the other's threads still
+            # spinning (OpenBLAS's after numpy, the pool's after unihal): without it, mm_qkv read
+            # 0.66 ms right after numpy and 0.36 ms after a 1 s pause.
+            time.sleep(PAUSE_S)
             out = subprocess.run([exe, exe_op, *dims, str(reps)], env=env, cwd=ROOT, check=True,
                                  capture_output=True, text=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             u_op.append(r["op_s"])
             u_copy.append(r["copy_s"])
             isa = r["isa"]
+            time.sleep(PAUSE_S)
             n_op.append(time_numpy(f, reps))
         uo, uc, no = med(u_op), med(u_copy), med(n_op)
         # The copy reads and writes the copied array: 2 * its bytes.

@@ -21,12 +21,12 @@
 //! item it wraps.
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub use loom::sync::Arc;
 
@@ -79,6 +79,99 @@ pub fn spin_loop() {
     std::hint::spin_loop();
     #[cfg(loom)]
     loom::thread::yield_now();
+}
+
+/// How many times a waiter polls ([`poll_briefly`]) before it sleeps on its condition variable:
+/// a wake-up through the kernel costs several microseconds, more than most waits for a peer that
+/// is already running. Under loom, once (the path is explored, the state space stays small).
+pub const POLLS_BEFORE_SLEEP: usize = if cfg!(loom) { 1 } else { 4 };
+
+/// What [`poll_briefly`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// The awaited change happened.
+    Changed,
+    /// The time ran out.
+    Quiet,
+    /// A yield lost the core for over 500 µs: another process is busy on this
+    /// machine, and polling by yielding now costs whole time slices; better sleep for a while.
+    Contended,
+}
+
+/// Waits a short while (about 20 µs; under loom, one yield) for `changed` without sleeping. With
+/// `spin`, busy-waits ([`spin_loop`]), for when every thread of the protocol has a core of its own;
+/// without, yields the core between looks, for when the threads it waits for may need this core
+/// (more runnable threads than cores): a yield lets them run at once, where sleeping would let the
+/// core go idle (on a virtual machine an idle core halts, and waking it costs tens of
+/// microseconds). A hint only: a protocol decides under its lock, never on this result.
+#[inline]
+pub fn poll_briefly(spin: bool, mut changed: impl FnMut() -> bool) -> Polled {
+    #[cfg(not(loom))]
+    {
+        use std::time::{Duration, Instant};
+        const POLL: Duration = Duration::from_micros(20);
+        let until = Instant::now() + POLL;
+        loop {
+            if changed() {
+                return Polled::Changed;
+            }
+            if spin {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                let t0 = Instant::now();
+                std::thread::yield_now();
+                // Peers of the protocol run for microseconds between changes; a yield that lost
+                // the core for longer than this ran someone else's work.
+                if t0.elapsed() > Duration::from_micros(500) {
+                    return if changed() {
+                        Polled::Changed
+                    } else {
+                        Polled::Contended
+                    };
+                }
+            }
+            if Instant::now() >= until {
+                return if changed() {
+                    Polled::Changed
+                } else {
+                    Polled::Quiet
+                };
+            }
+        }
+    }
+    #[cfg(loom)]
+    {
+        let _ = spin;
+        if changed() {
+            return Polled::Changed;
+        }
+        loom::thread::yield_now();
+        if changed() {
+            Polled::Changed
+        } else {
+            Polled::Quiet
+        }
+    }
+}
+
+/// True when `threads` busy threads can each have a core of their own: the CPUs this process may
+/// run on (`std::thread::available_parallelism`, which follows affinity masks and cgroup quotas),
+/// read once. Under loom, false.
+pub fn cores_for(threads: usize) -> bool {
+    #[cfg(not(loom))]
+    {
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cores =
+            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        threads <= cores
+    }
+    #[cfg(loom)]
+    {
+        let _ = threads;
+        false
+    }
 }
 
 #[cfg(not(loom))]

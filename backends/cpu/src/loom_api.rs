@@ -19,6 +19,15 @@ impl Worker {
         Worker(WorkerShared::spawn("loom-worker".into(), FaultSwitch::default()).expect("spawn"))
     }
 
+    /// Starts a worker with the planted defect its model must catch: completion notifies waiters
+    /// one operation late (a waiter asleep for the last operation is never woken).
+    pub fn spawn_planted_late_wake() -> Worker {
+        let w = Worker::spawn();
+        w.0.planted_late_wake
+            .store(true, unihal_hal::sync::Ordering::Relaxed);
+        w
+    }
+
     /// Queues `op` (it gets the sticky error, if set when its turn comes); returns its position.
     ///
     /// # Errors
@@ -109,6 +118,12 @@ impl Rendezvous {
     /// As the barrier's.
     pub fn barrier(&self, seq: u64, phase: usize) -> Result<()> {
         self.0.barrier(seq, phase)
+    }
+
+    /// Plants the defect the planted model must catch: a successful round leaves without its
+    /// closing barrier (a peer may still be touching this rank's buffers).
+    pub fn plant_no_closing_barrier(&self) {
+        self.0.plant_no_closing_barrier()
     }
 
     /// Aborts the communicator.

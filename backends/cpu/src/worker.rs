@@ -4,7 +4,9 @@
 //! spins for a few microseconds after draining its queue (to keep enqueue-to-start latency low under
 //! a steady stream of work), then sleeps on a condition variable: an idle stream uses no CPU.
 //! Completion is a counter; host waiters sleep on a second condition variable and are notified only
-//! when someone waits.
+//! when the counter reaches the lowest position someone waits for (not after every operation: a
+//! thread waiting in `synchronize` behind a hundred queued operations is woken once, not a hundred
+//! times, which on a machine with fewer cores than threads took the core from the workers).
 //!
 //! The protocol's primitives come from [`unihal_hal::sync`], so the loom suite
 //! (`tests/loom.rs`, `--cfg loom`) model-checks this very code. Under loom the spin phase is bounded
@@ -50,12 +52,18 @@ pub(crate) struct WorkerShared {
     /// Operations pushed to the queue (the worker compares it with its own pop count while spinning).
     pushed: AtomicU64,
     completed: AtomicU64,
-    done_lock: Mutex<()>,
+    /// The positions host threads wait for (one entry per waiter), under the lock `done` uses.
+    waiting_for: Mutex<Vec<u64>>,
     done: Condvar,
-    waiters: AtomicU64,
+    /// The lowest entry of `waiting_for` (`u64::MAX` when nobody waits): completion notifies
+    /// only once it reaches this.
+    wake_at: AtomicU64,
     has_error: AtomicBool,
     error: Mutex<Option<HalError>>,
     fault: FaultSwitch,
+    /// Planted defect (loom's self-check): completion notifies one operation late.
+    #[cfg(loom)]
+    pub(crate) planted_late_wake: AtomicBool,
 }
 
 /// How long an idle worker spins before sleeping.
@@ -87,12 +95,14 @@ impl WorkerShared {
             enqueued: AtomicU64::new(0),
             pushed: AtomicU64::new(0),
             completed: AtomicU64::new(0),
-            done_lock: Mutex::new(()),
+            waiting_for: Mutex::new(Vec::new()),
             done: Condvar::new(),
-            waiters: AtomicU64::new(0),
+            wake_at: AtomicU64::new(u64::MAX),
             has_error: AtomicBool::new(false),
             error: Mutex::new(None),
             fault,
+            #[cfg(loom)]
+            planted_late_wake: AtomicBool::new(false),
         });
         let w = shared.clone();
         sync::spawn(name, move || {
@@ -198,16 +208,21 @@ impl WorkerShared {
         if self.is_current() {
             return Err(Self::self_wait());
         }
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        // Announce, then check `completed`; `execute` adds to `completed`, then checks `waiters`:
-        // one of the two sees the other, so a waiter never sleeps through its completion.
+        let mut g = self.waiting_for.lock();
+        g.push(pos);
+        self.wake_at.fetch_min(pos, Ordering::SeqCst);
+        // Announce, then check `completed`; `execute` adds to `completed`, then checks `wake_at`:
+        // one of the two sees the other, so a waiter never sleeps through its completion (and
+        // the notification takes this lock, so it cannot fall between the check and the sleep).
         sync::seq_cst_store_load();
-        let mut g = self.done_lock.lock();
         while !self.reached(pos) {
             self.done.wait(&mut g);
         }
-        drop(g);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        if let Some(i) = g.iter().position(|&p| p == pos) {
+            g.swap_remove(i);
+        }
+        let lowest = g.iter().copied().min().unwrap_or(u64::MAX);
+        self.wake_at.store(lowest, Ordering::SeqCst);
         Ok(())
     }
 
@@ -234,10 +249,15 @@ impl WorkerShared {
         }
         // The op (and everything it held: buffers, host-buffer uses) is dropped before completion
         // becomes visible.
-        self.completed.fetch_add(1, Ordering::SeqCst);
+        #[allow(unused_mut)]
+        let mut completed = self.completed.fetch_add(1, Ordering::SeqCst) + 1;
+        #[cfg(loom)]
+        if self.planted_late_wake.load(Ordering::Relaxed) {
+            completed -= 1;
+        }
         sync::seq_cst_store_load(); // Pairs with `wait_for`'s.
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.done_lock.lock();
+        if completed >= self.wake_at.load(Ordering::SeqCst) {
+            let _g = self.waiting_for.lock();
             self.done.notify_all();
         }
     }

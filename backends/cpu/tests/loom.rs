@@ -70,6 +70,52 @@ fn worker_enqueue_wait_complete() {
     });
 }
 
+/// The planted defect (`Worker::spawn_planted_late_wake`): completion notifies a waiter only one
+/// operation past its position. A waiter asleep for the last operation then sleeps forever, which
+/// loom must report as a deadlock. loom's deadlock report aborts the process (a panic while its
+/// threads unwind), so the model runs in a child process (`planted_late_wake_model`, ignored
+/// unless asked for), which must fail with loom's deadlock message. Exhaustive (under 1 s).
+#[test]
+fn planted_late_wake_is_caught() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "planted_late_wake_model",
+            "--nocapture",
+        ])
+        .output()
+        .expect("run the planted model in a child process");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the model passed with the planted late wake-up:\n{text}"
+    );
+    assert!(
+        text.contains("deadlock"),
+        "the model failed, but not with a deadlock:\n{text}"
+    );
+    eprintln!("planted late wake-up caught (loom: deadlock)");
+}
+
+/// The model of `planted_late_wake_is_caught` (run only by it: it must fail).
+#[test]
+#[ignore = "must fail: run by planted_late_wake_is_caught in a child process"]
+fn planted_late_wake_model() {
+    loom::model(|| {
+        let w = Worker::spawn_planted_late_wake();
+        let w1 = w.clone();
+        let waiter = thread::spawn(move || w1.wait_for(1).unwrap());
+        w.enqueue(|_| Ok(())).unwrap();
+        waiter.join().unwrap();
+        w.shutdown();
+    });
+}
+
 /// Two operations from two threads, and a host thread that synchronizes: whatever position it
 /// saw is complete, with its effects, when `synchronize` returns; every effect is visible after
 /// both enqueues and a final synchronize. Preemption bound 2 (~4 s; 3 takes ~50 s).
@@ -202,6 +248,46 @@ fn rendezvous_success() {
             t.join().unwrap().unwrap();
         }
     });
+}
+
+/// The planted defect (`Rendezvous::plant_no_closing_barrier`): a rank whose body succeeded
+/// leaves without meeting the others at the closing barrier, while its peer may still copy into
+/// its buffer after their phase barrier. The model must fail on the freed buffer.
+#[test]
+fn planted_leave_without_closing_barrier_is_caught() {
+    let r = std::panic::catch_unwind(|| {
+        builder(Some(3)).check(|| {
+            let rv = Arc::new(Rendezvous::new(2));
+            rv.plant_no_closing_barrier();
+            let bufs = Buffers::new();
+            let plan = Plan {
+                fail: false,
+                barrier: true,
+            };
+            for t in two_ranks(&rv, &bufs, [plan, plan]) {
+                if let Err(p) = t.join() {
+                    // The rank's own panic (a loom model thread's), re-raised with its message.
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    panic!("{msg}");
+                }
+            }
+        })
+    });
+    let e = r.expect_err("the model passed with the planted early leave");
+    let msg = e
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains("touched after its run_round returned") || msg.contains("Causality"),
+        "the model failed, but not on the planted early leave: {msg}"
+    );
+    eprintln!("planted early leave caught: {msg}");
 }
 
 /// Rank 1's body fails (after copying into rank 0's buffer) while rank 0 is started or still

@@ -9,6 +9,8 @@
 #   PYTHON      python with torch and numpy (default /tmp/venv-torch/bin/python3)
 #   SKIP_BUILD  1: do not run `cargo build --release -p unihal-gpt` (use target/release/gpt as is)
 #   ROUNDS      rounds (default 3)
+#   PAUSE_S     idle seconds before each side's run (default 2), so that neither measures the
+#               other's threads still spinning; the sides also alternate which goes first
 #
 # Each figure is the median of the per-step tokens/s after the first 10% of the steps (the element
 # at len/2 of the sorted tail, as `gpt` prints it); ratio = unihal / pytorch.
@@ -22,6 +24,7 @@ set -euo pipefail
 THREADS=${1:-2}
 STEPS=${2:-60}
 ROUNDS=${ROUNDS:-3}
+PAUSE_S=${PAUSE_S:-2}
 PYTHON=${PYTHON:-/tmp/venv-torch/bin/python3}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -75,11 +78,23 @@ fi
 
 RATIOS=()
 ROWS=()
-for r in $(seq 1 "$ROUNDS"); do
+run_unihal() {
+    sleep "$PAUSE_S"
     UNIHAL_CPU_THREADS=$THREADS "$GPT" --backend cpu --devices 1 --steps "$STEPS" --sample 0 \
         --eval-every 0 --quiet --json "$TMP/unihal.json" >"$TMP/unihal.log"
-    U=$(unihal_summary "$TMP/unihal.json")
-    T=$("$PYTHON" examples/gpt/bench/torch_gpt.py --threads "$THREADS" --steps "$STEPS" | tail -n 1)
+    unihal_summary "$TMP/unihal.json" >"$TMP/unihal.line"
+}
+run_torch() {
+    sleep "$PAUSE_S"
+    "$PYTHON" examples/gpt/bench/torch_gpt.py --threads "$THREADS" --steps "$STEPS" | tail -n 1 \
+        >"$TMP/torch.line"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    # Odd rounds run unihal first, even rounds PyTorch first.
+    if (( r % 2 )); then run_unihal; run_torch; else run_torch; run_unihal; fi
+    U=$(cat "$TMP/unihal.line")
+    T=$(cat "$TMP/torch.line")
     if [[ $r == 1 ]]; then
         echo "  unihal:  vocab $(field "$U" vocab), $(field "$U" parameters) parameters"
         echo "  pytorch: vocab $(field "$T" vocab), $(field "$T" parameters) parameters"

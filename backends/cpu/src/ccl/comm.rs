@@ -1,7 +1,10 @@
 //! A rank of an in-process CPU communicator: validates at enqueue, then runs on the stream's worker,
 //! meeting the other ranks at the communicator's rendezvous. Reductions are chunked: every rank
 //! reduces its own 1/n of the data from every rank's buffer and the others copy it (reduce-scatter
-//! then all-gather, all ranks working at once), so no rank gathers everything.
+//! then all-gather, all ranks working at once), so no rank gathers everything. Small all-reduces
+//! (at most [`ONE_SHOT_MAX`] bytes) are one-shot instead: every rank reduces the whole message from
+//! every rank's send buffer, which saves a meeting of the ranks (the phase between the two halves)
+//! at the price of n times the arithmetic, cheaper below the threshold (docs/BENCHMARKS.md).
 
 use super::rendezvous::{Rendezvous, Signature};
 use super::{checked_stream, not_in_place, rank_arg};
@@ -71,6 +74,26 @@ pub struct CpuComm {
 #[derive(Clone, Copy)]
 struct Addr(u64);
 
+/// The largest all-reduce, in bytes, that runs one-shot (see the module docs): measured on 4
+/// ranks sharing 2 cores, where the one-shot's extra arithmetic costs less than the meeting it
+/// saves up to this size (docs/BENCHMARKS.md, "Small messages").
+pub(crate) const ONE_SHOT_MAX: u64 = 16 << 10;
+
+unihal_hal::sync::thread_local! {
+    /// A worker's scratch for one-shot all-reduces whose send and recv are the same buffer: the
+    /// result is built here while peers still read the send, and copied once they are done.
+    static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What a round's body leaves for after the closing barrier, when no peer reads this rank's
+/// buffers any more.
+pub(crate) enum Finish {
+    /// Nothing: the body wrote its results in place.
+    Done,
+    /// Copy this many bytes from the worker's [`SCRATCH`] into the recv buffer.
+    FromScratch(u64),
+}
+
 impl CpuComm {
     pub(crate) fn new(rank: usize, device: Arc<dyn Device>, shared: Arc<CommShared>) -> CpuComm {
         let n = shared.rv.nranks;
@@ -121,7 +144,7 @@ impl CpuComm {
         what: String,
         (send, recv): ((&Buffer, u64), (&Buffer, u64)),
         in_place: (u64, u64),
-        mut body: impl FnMut(&[(u64, u64)], &Rendezvous, u64) -> Result<()> + Send + 'static,
+        mut body: impl FnMut(&[(u64, u64)], &Rendezvous, u64) -> Result<Finish> + Send + 'static,
     ) -> Result<()> {
         let id = self.device.id();
         let sa = Addr(cpu_addr(send.0, "send", id, 0, send.1)? as u64);
@@ -165,10 +188,29 @@ impl CpuComm {
                 });
                 // Only now: run_round returns once no peer can still touch these buffers.
                 let _ = &keep; // held until the operation is dropped
-                if let Err(e) = &r {
-                    shared.fail(e);
+                match r {
+                    Ok(Finish::Done) => Ok(()),
+                    Ok(Finish::FromScratch(bytes)) => {
+                        SCRATCH.with(|s| {
+                            let s = s.borrow();
+                            // SAFETY: recv holds `bytes` (checked at enqueue; the op holds it)
+                            // and no peer touches it any more (the round is over); the scratch
+                            // holds the body's `bytes` of result.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    s.as_ptr() as *const u8,
+                                    ra.0 as *mut u8,
+                                    bytes as usize,
+                                )
+                            }
+                        });
+                        Ok(())
+                    }
+                    Err(e) => {
+                        shared.fail(&e);
+                        Err(e)
+                    }
                 }
-                r
             }),
             hook,
         )
@@ -325,6 +367,28 @@ impl Communicator for CpuComm {
             ((send, bytes), (recv, bytes)),
             (0, 0),
             move |p, rv, seq| {
+                if bytes <= ONE_SHOT_MAX {
+                    let srcs: Vec<*const u8> = p.iter().map(|&(sa, _)| sa as *const u8).collect();
+                    let (sa, ra) = p[me];
+                    if sa != ra {
+                        // SAFETY: every rank's send holds `count` elements (checked at enqueue on
+                        // every rank, and the signatures match) and is only read in this round;
+                        // our recv is disjoint from our send (checked at enqueue) and no rank
+                        // reads it in the one-shot algorithm.
+                        unsafe { reduce(dtype, op, &srcs, ra as *mut u8, count as usize) };
+                        return Ok(Finish::Done);
+                    }
+                    // In place: our send is our recv, which peers read until the round closes.
+                    return SCRATCH.with(|s| {
+                        let mut s = s.borrow_mut();
+                        s.resize(bytes.div_ceil(8) as usize, 0);
+                        // SAFETY: as above for the sources; the scratch holds `bytes`.
+                        unsafe {
+                            reduce(dtype, op, &srcs, s.as_mut_ptr() as *mut u8, count as usize)
+                        };
+                        Ok(Finish::FromScratch(bytes))
+                    });
+                }
                 let (lo, hi) = chunk(count, n, me);
                 let srcs: Vec<*const u8> = p
                     .iter()
@@ -348,7 +412,7 @@ impl Communicator for CpuComm {
                     // SAFETY: chunk j of rank j's recv is final after barrier 1; we write only our own recv.
                     unsafe { copy(rj + lo * esz, p[me].1 + lo * esz, (hi - lo) * esz) };
                 }
-                rv.barrier(seq, 2)
+                Ok(Finish::Done)
             },
         )
     }
@@ -375,10 +439,10 @@ impl Communicator for CpuComm {
             format!("broadcast {count} {dtype} root {root}"),
             ((send, send_len), (recv, bytes)),
             (0, 0),
-            move |p, rv, seq| {
+            move |p, _, _| {
                 // SAFETY: root's send holds count elements; each rank writes only its own recv.
                 unsafe { copy(p[root].0, p[me].1, count * esz) };
-                rv.barrier(seq, 1)
+                Ok(Finish::Done)
             },
         )
     }
@@ -406,7 +470,7 @@ impl Communicator for CpuComm {
             format!("reduce {count} {dtype} {op} root {root}"),
             ((send, bytes), (recv, recv_len)),
             (0, 0),
-            move |p, rv, seq| {
+            move |p, _, _| {
                 let (lo, hi) = chunk(count, n, me);
                 let srcs: Vec<*const u8> = p
                     .iter()
@@ -422,7 +486,7 @@ impl Communicator for CpuComm {
                         (hi - lo) as usize,
                     )
                 };
-                rv.barrier(seq, 1)
+                Ok(Finish::Done)
             },
         )
     }
@@ -449,12 +513,12 @@ impl Communicator for CpuComm {
             format!("all_gather {count} {dtype}"),
             ((send, bytes), (recv, world)),
             (0, me as u64 * bytes),
-            move |p, rv, seq| {
+            move |p, _, _| {
                 for (j, &(sj, _)) in p.iter().enumerate() {
                     // SAFETY: each rank writes only its own recv; sends are only read.
                     unsafe { copy(sj, p[me].1 + j as u64 * count * esz, count * esz) };
                 }
-                rv.barrier(seq, 1)
+                Ok(Finish::Done)
             },
         )
     }
@@ -482,13 +546,13 @@ impl Communicator for CpuComm {
             format!("reduce_scatter {count} {dtype} {op}"),
             ((send, world), (recv, bytes)),
             (me as u64 * bytes, 0),
-            move |p, rv, seq| {
+            move |p, _, _| {
                 let off = me as u64 * count * esz;
                 let srcs: Vec<*const u8> =
                     p.iter().map(|&(sa, _)| (sa + off) as *const u8).collect();
                 // SAFETY: rank `me` writes its own recv; the others read only their own chunk of sends.
                 unsafe { reduce(dtype, op, &srcs, p[me].1 as *mut u8, count as usize) };
-                rv.barrier(seq, 1)
+                Ok(Finish::Done)
             },
         )
     }
@@ -568,7 +632,7 @@ impl Communicator for CpuComm {
             format!("all_to_all {count} {dtype}"),
             ((send, world), (recv, world)),
             (0, 0),
-            move |p, rv, seq| {
+            move |p, _, _| {
                 for (j, &(sj, _)) in p.iter().enumerate() {
                     // SAFETY: each rank writes only its own recv, which is not any rank's send.
                     unsafe {
@@ -579,7 +643,7 @@ impl Communicator for CpuComm {
                         )
                     };
                 }
-                rv.barrier(seq, 1)
+                Ok(Finish::Done)
             },
         )
     }

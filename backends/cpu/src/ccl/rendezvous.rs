@@ -11,10 +11,28 @@
 //! wait is bounded: a started rank only copies, reduces and waits at barriers, and a failed round
 //! wakes every barrier at once. A round that failed accepts no new arrivals (they fail at once and
 //! never see the addresses), so a late rank can never start on buffers whose owners have gone.
+//!
+//! A round ends with a closing barrier that `run_round` itself runs after the body: a rank that
+//! passed it knows every peer's body has returned, so none touches its buffers any more, and it
+//! leaves at once. Only a rank whose round failed waits in [`Rendezvous::run_round`] for its
+//! started peers to leave. A successful round thus costs its body's phase barriers plus two
+//! meetings (arrival and closing), not three.
+//!
+//! # Waiting
+//!
+//! Every decision is taken under the state lock. A waiter first polls a change counter that every
+//! state change bumps ([`unihal_hal::sync::poll_briefly`]: spinning when the communicator's ranks
+//! can each have a core, yielding the core otherwise), since a peer that is already running
+//! usually arrives within microseconds; only then does it sleep on the condition variable, and a
+//! state change notifies only when someone sleeps. A sleeper registers under the lock before its
+//! last check, and a changer reads the count under the lock after its change, so no wake-up is
+//! lost.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use unihal_hal::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(loom)]
+use unihal_hal::sync::AtomicBool;
+use unihal_hal::sync::{AtomicU64, Condvar, Mutex, MutexGuard, Ordering, Polled};
 use unihal_hal::{HalError, Invalid, Result};
 
 /// What a rank says it is doing in a round; every rank must say the same.
@@ -56,7 +74,7 @@ impl Round {
             sig: None,
             ptrs: vec![(0, 0); n],
             seats: vec![Seat::Absent; n],
-            passed: vec![0; 3],
+            passed: vec![0; PHASES],
             complete: false,
             failed: None,
         }
@@ -67,11 +85,20 @@ impl Round {
     }
 }
 
+/// How long waits sleep without polling after a poll found the machine contended.
+const CONTENDED_QUIET: Duration = Duration::from_millis(100);
+
+/// Phase barriers a round's body may use: `0..CLOSING`.
+pub(crate) const CLOSING: usize = 3;
+const PHASES: usize = CLOSING + 1;
+
 #[derive(Default)]
 struct State {
     rounds: HashMap<u64, Round>,
     mail: HashMap<(usize, usize, u64), Vec<u8>>,
     aborted: bool,
+    /// Waiters asleep on the condition variable.
+    sleepers: usize,
 }
 
 /// The shared meeting point of one communicator. Thread-safe; every rank's worker calls it.
@@ -80,6 +107,17 @@ pub(crate) struct Rendezvous {
     pub timeout: Duration,
     state: Mutex<State>,
     cv: Condvar,
+    /// Bumped by every state change: what a polling waiter watches.
+    changes: AtomicU64,
+    /// Whether polling waiters spin (each rank can have a core) or yield.
+    spin: bool,
+    /// Until when (nanoseconds after `epoch`) waits sleep without polling: set when a poll found
+    /// the machine contended (another process took the core at a yield).
+    quiet_until: AtomicU64,
+    epoch: Instant,
+    /// Planted defect (loom's self-check): a successful round leaves without its closing barrier.
+    #[cfg(loom)]
+    planted_no_closing: AtomicBool,
 }
 
 /// The error a rank gets from a round a peer failed.
@@ -100,13 +138,70 @@ impl Rendezvous {
             timeout,
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
+            changes: AtomicU64::new(0),
+            spin: unihal_hal::sync::cores_for(nranks),
+            quiet_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            #[cfg(loom)]
+            planted_no_closing: AtomicBool::new(false),
         }
+    }
+
+    /// Plants the defect loom must catch: a successful round leaves without its closing barrier.
+    #[cfg(loom)]
+    pub(crate) fn plant_no_closing_barrier(&self) {
+        self.planted_no_closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Tells waiters that the state changed; called with the state lock held, after the change.
+    /// `may_end_a_wait`: the change can end someone's wait (the last arrival or the last rank at
+    /// a barrier, a failure, a message); sleepers are woken only then, since every wake-up of a
+    /// sleeping rank costs a trip through the kernel. Polling waiters see every change.
+    fn changed(&self, g: &State, may_end_a_wait: bool) {
+        self.changes.fetch_add(1, Ordering::Release);
+        if may_end_a_wait && g.sleepers > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Sleeps on the condition variable until notified or `deadline` (`None`: no deadline);
+    /// true when the deadline passed.
+    fn sleep(&self, g: &mut MutexGuard<'_, State>, deadline: Option<Instant>) -> bool {
+        g.sleepers += 1;
+        let timed_out = match deadline {
+            Some(d) => self.cv.wait_until(g, d),
+            None => {
+                self.cv.wait(g);
+                false
+            }
+        };
+        g.sleepers -= 1;
+        timed_out
+    }
+
+    /// Releases the lock, polls briefly for a state change, and relocks; false when polling
+    /// should stop for this wait (the machine is contended).
+    fn poll<'a>(&'a self, g: MutexGuard<'a, State>) -> (MutexGuard<'a, State>, bool) {
+        let seen = self.changes.load(Ordering::Acquire);
+        drop(g);
+        let polled = unihal_hal::sync::poll_briefly(self.spin, || {
+            self.changes.load(Ordering::Acquire) != seen
+        });
+        if polled == Polled::Contended {
+            // Waits sleep at once for a while, then polling is tried again: at most one lost
+            // time slice (a few milliseconds) per quiet period.
+            let until = self.epoch.elapsed() + CONTENDED_QUIET;
+            self.quiet_until
+                .store(until.as_nanos() as u64, Ordering::Relaxed);
+        }
+        (self.state.lock(), polled != Polled::Contended)
     }
 
     /// Fails every pending and later wait for a peer with `Aborted`.
     pub fn abort(&self) {
-        self.state.lock().aborted = true;
-        self.cv.notify_all();
+        let mut g = self.state.lock();
+        g.aborted = true;
+        self.changed(&g, true);
     }
 
     /// Model checking: wakes every waiter, taking the state lock first so that a waiter between
@@ -117,29 +212,44 @@ impl Rendezvous {
         self.cv.notify_all();
     }
 
-    /// Waits until `done` (which may also end the wait with an error), an abort or `deadline`.
+    /// Waits until `done` (which may also end the wait with an error), an abort or `deadline`;
+    /// `what` names the wait in the error (made only on an error).
     fn wait_until(
         &self,
-        what: &str,
+        what: impl Fn() -> String,
         deadline: Instant,
         mut done: impl FnMut(&mut State) -> Option<Result<()>>,
     ) -> Result<MutexGuard<'_, State>> {
         let mut g = self.state.lock();
+        let mut polls = 0;
+        let quiet_until = self.quiet_until.load(Ordering::Relaxed);
+        if quiet_until > 0 && (self.epoch.elapsed().as_nanos() as u64) < quiet_until {
+            polls = unihal_hal::sync::POLLS_BEFORE_SLEEP;
+        }
         loop {
             if g.aborted {
                 return Err(HalError::Aborted {
-                    what: format!("communicator aborted during {what}"),
+                    what: format!("communicator aborted during {}", what()),
                 });
             }
             if let Some(r) = done(&mut g) {
                 return r.map(|()| g);
             }
-            if self.cv.wait_until(&mut g, deadline) && !g.aborted {
+            if polls < unihal_hal::sync::POLLS_BEFORE_SLEEP {
+                polls += 1;
+                let (relocked, go_on) = self.poll(g);
+                g = relocked;
+                if !go_on {
+                    polls = unihal_hal::sync::POLLS_BEFORE_SLEEP;
+                }
+                continue;
+            }
+            if self.sleep(&mut g, Some(deadline)) && !g.aborted {
                 if let Some(r) = done(&mut g) {
                     return r.map(|()| g);
                 }
                 return Err(HalError::Timeout {
-                    what: what.to_string(),
+                    what: what(),
                     millis: self.timeout.as_millis() as u64,
                 });
             }
@@ -147,9 +257,11 @@ impl Rendezvous {
     }
 
     /// Runs round `seq` for `rank`: publishes (send, recv), waits until every rank has arrived
-    /// with the same signature, runs `body` with all ranks' addresses, then leaves — only once no
-    /// peer that received the addresses is still inside the round (see the module docs), so the
-    /// caller may release its buffers when this returns, whatever the result.
+    /// with the same signature, runs `body` with all ranks' addresses, meets the others at the
+    /// closing barrier, then leaves — only once no peer that received the addresses can still
+    /// touch this rank's buffers (see the module docs), so the caller may release them when this
+    /// returns, whatever the result. `body` touches peers' buffers only before it returns, and
+    /// uses phase barriers `0..CLOSING` only.
     pub fn run_round<R>(
         &self,
         seq: u64,
@@ -168,7 +280,7 @@ impl Rendezvous {
         impl Drop for Unwinding<'_> {
             fn drop(&mut self) {
                 let e = HalError::Internal("a collective panicked on a rank's worker".into());
-                self.rv.leave(self.seq, self.rank, Some(&e));
+                self.rv.leave(self.seq, self.rank, Some(&e), false);
             }
         }
         let r = match self.arrive(seq, rank, sig, send, recv) {
@@ -180,13 +292,28 @@ impl Rendezvous {
                 };
                 let r = body(&ptrs);
                 std::mem::forget(guard);
-                r
+                #[cfg(loom)]
+                if r.is_ok() && self.planted_no_closing.load(Ordering::Relaxed) {
+                    self.leave(seq, rank, None, true);
+                    return r;
+                }
+                match r {
+                    Ok(v) => match self.barrier(seq, CLOSING) {
+                        // Every peer's body has returned: nobody touches our buffers any more.
+                        Ok(()) => {
+                            self.leave(seq, rank, None, true);
+                            return Ok(v);
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                }
             }
             Err((e, true)) => Err(e),
             // Turned away before publishing anything: nothing to leave.
             Err((e, false)) => return Err(e),
         };
-        self.leave(seq, rank, r.as_ref().err());
+        self.leave(seq, rank, r.as_ref().err(), false);
         r
     }
 
@@ -224,8 +351,7 @@ impl Rendezvous {
                     r.failed = Some(e.clone());
                     r.seats[rank] = Seat::Gone;
                     Self::retire(&mut g, seq);
-                    drop(g);
-                    self.cv.notify_all();
+                    self.changed(&g, true);
                     return Err((e, false));
                 }
                 _ => r.sig = Some(sig.clone()),
@@ -233,15 +359,18 @@ impl Rendezvous {
             r.ptrs[rank] = (send, recv);
             r.seats[rank] = Seat::Waiting;
             r.complete = r.count(Seat::Absent) == 0;
+            let last = r.complete;
+            self.changed(&g, last);
         }
-        self.cv.notify_all();
-        let what = format!(
-            "{} (collective #{seq}): waiting for the other ranks",
-            sig.what
-        );
+        let what = || {
+            format!(
+                "{} (collective #{seq}): waiting for the other ranks",
+                sig.what
+            )
+        };
         let mut missing = Vec::new();
         let n = self.nranks;
-        let g = self.wait_until(&what, deadline, |s| {
+        let g = self.wait_until(what, deadline, |s| {
             let r = &s.rounds[&seq];
             match &r.failed {
                 // Peers that timed out waiting for the same missing ranks: time out on our own
@@ -258,7 +387,7 @@ impl Rendezvous {
         let mut g = g.map_err(|e| {
             let e = match e {
                 HalError::Timeout { millis, .. } => HalError::Timeout {
-                    what: format!("{what}; ranks {missing:?} never arrived"),
+                    what: format!("{}; ranks {missing:?} never arrived", what()),
                     millis,
                 },
                 e => e,
@@ -277,12 +406,20 @@ impl Rendezvous {
     /// peer left the round with an error.
     pub fn barrier(&self, seq: u64, phase: usize) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        if let Some(r) = self.state.lock().rounds.get_mut(&seq) {
-            r.passed[phase] += 1;
+        {
+            let mut g = self.state.lock();
+            let last = g.rounds.get_mut(&seq).is_some_and(|r| {
+                r.passed[phase] += 1;
+                r.passed[phase] >= self.nranks
+            });
+            self.changed(&g, last);
         }
-        self.cv.notify_all();
         let n = self.nranks;
-        self.wait_until(&format!("collective #{seq} phase {phase}"), deadline, |s| {
+        let what = || match phase {
+            CLOSING => format!("collective #{seq}: closing"),
+            _ => format!("collective #{seq} phase {phase}"),
+        };
+        self.wait_until(what, deadline, |s| {
             let r = s.rounds.get(&seq)?;
             match &r.failed {
                 Some(e) => Some(Err(peer_failed(seq, e))),
@@ -292,10 +429,11 @@ impl Rendezvous {
         .map(drop)
     }
 
-    /// Leaves round `seq`, recording `error` as the round's failure, then waits until no peer that
-    /// has or may still get the addresses is inside the round (it may read or write this rank's
-    /// buffers).
-    fn leave(&self, seq: u64, rank: usize, error: Option<&HalError>) {
+    /// Leaves round `seq`, recording `error` as the round's failure, then — unless `closed` (every
+    /// peer passed the closing barrier, so none touches this rank's buffers) — waits until no peer
+    /// that has or may still get the addresses is inside the round (it may read or write this
+    /// rank's buffers).
+    fn leave(&self, seq: u64, rank: usize, error: Option<&HalError>, closed: bool) {
         let mut g = self.state.lock();
         let Some(r) = g.rounds.get_mut(&seq) else {
             return;
@@ -304,7 +442,14 @@ impl Rendezvous {
         if let (Some(e), None) = (error, &r.failed) {
             r.failed = Some(e.clone());
         }
-        self.cv.notify_all();
+        // Only a failed round has ranks waiting for others to leave (each records the failure
+        // before it waits): a closed, successful round wakes nobody.
+        let failed = r.failed.is_some();
+        self.changed(&g, failed);
+        if closed {
+            Self::retire(&mut g, seq);
+            return;
+        }
         // No deadline and no abort check: a started peer is bounded (copies, then barriers that
         // wake on this round's failure, a timeout or an abort), and leaving earlier would free
         // memory it uses.
@@ -313,7 +458,7 @@ impl Rendezvous {
         while g.rounds.get(&seq).is_some_and(|r| {
             r.count(Seat::Started) > 0 || (r.failed.is_none() && r.count(Seat::Waiting) > 0)
         }) {
-            self.cv.wait(&mut g);
+            self.sleep(&mut g, None);
         }
         Self::retire(&mut g, seq);
     }
@@ -342,16 +487,15 @@ impl Rendezvous {
             });
         }
         g.mail.insert((src, dst, k), bytes);
-        drop(g);
-        self.cv.notify_all();
+        self.changed(&g, true);
         Ok(())
     }
 
     /// Takes message `k` from `src` to `dst`, waiting for it.
     pub fn take(&self, src: usize, dst: usize, k: u64) -> Result<Vec<u8>> {
         let deadline = Instant::now() + self.timeout;
-        let what = format!("recv on rank {dst} of message #{k} from rank {src}");
-        let mut g = self.wait_until(&what, deadline, |s| {
+        let what = || format!("recv on rank {dst} of message #{k} from rank {src}");
+        let mut g = self.wait_until(what, deadline, |s| {
             s.mail.contains_key(&(src, dst, k)).then_some(Ok(()))
         })?;
         Ok(g.mail.remove(&(src, dst, k)).unwrap_or_default())
@@ -400,7 +544,10 @@ mod tests {
             peer_done.load(Ordering::SeqCst),
             "left before the started peer"
         );
-        peer.join().unwrap().unwrap();
+        // The peer's body succeeded, but the round did not: its closing barrier reports the
+        // failure.
+        let peer = peer.join().unwrap();
+        assert!(matches!(peer, Err(HalError::Aborted { .. })), "{peer:?}");
         assert!(rv.state.lock().rounds.is_empty(), "round not freed");
     }
 
