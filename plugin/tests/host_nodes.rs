@@ -11,7 +11,7 @@ mod support;
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use unihal_hal::{Backend, Device, HalError, Stream};
 use unihal_plugin::abi::*;
@@ -21,30 +21,7 @@ type E = *mut UhError;
 
 /// The CPU backend's plugin table (the real entries every wrapper calls).
 fn real() -> &'static UhPluginApi {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    static HOST: UhHostApi = UhHostApi {
-        size: std::mem::size_of::<UhHostApi>() as u32,
-        abi_major: UH_ABI_MAJOR,
-        abi_minor: UH_ABI_MINOR,
-        reserved: 0,
-        log: None,
-    };
-    let t = *REAL.get_or_init(|| {
-        let path = support::built("libunihal_cpu_plugin.so");
-        // SAFETY: the CPU backend's plugin, built for this test run.
-        let lib = unsafe { libloading::Library::new(&path) }.expect("the CPU plugin");
-        // SAFETY: the plugin's entry symbol has the header's entry type.
-        let entry: UhPluginEntryFn =
-            *unsafe { lib.get(UH_PLUGIN_ENTRY_SYMBOL.as_bytes()) }.expect("the entry symbol");
-        std::mem::forget(lib);
-        let mut err = UhError::new();
-        // SAFETY: our host services (valid forever) and an error record.
-        let t = unsafe { entry(&HOST, &mut err) };
-        assert!(!t.is_null());
-        t as usize
-    });
-    // SAFETY: the table is valid forever (header rule 5; the library is never unloaded).
-    unsafe { &*(t as *const UhPluginApi) }
+    support::cpu_plugin_table()
 }
 
 /// The table the next load hands out (one load at a time).

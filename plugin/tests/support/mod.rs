@@ -161,3 +161,35 @@ pub fn assert_unsupported_areas_skipped(report: &unihal_conformance::Report, who
         }
     }
 }
+
+/// The CPU backend's plugin table, loaded once from the built `libunihal_cpu_plugin.so` with
+/// host services of this ABI version (the real entries that tests wrapping the table call).
+/// Valid forever: the library is never unloaded.
+pub fn cpu_plugin_table() -> &'static unihal_plugin::abi::UhPluginApi {
+    use std::sync::OnceLock;
+    use unihal_plugin::abi::*;
+    static REAL: OnceLock<usize> = OnceLock::new();
+    static HOST: UhHostApi = UhHostApi {
+        size: std::mem::size_of::<UhHostApi>() as u32,
+        abi_major: UH_ABI_MAJOR,
+        abi_minor: UH_ABI_MINOR,
+        reserved: 0,
+        log: None,
+    };
+    let t = *REAL.get_or_init(|| {
+        let path = built("libunihal_cpu_plugin.so");
+        // SAFETY: the CPU backend's plugin, built for this test run.
+        let lib = unsafe { libloading::Library::new(&path) }.expect("the CPU plugin");
+        // SAFETY: the plugin's entry symbol has the header's entry type.
+        let entry: UhPluginEntryFn =
+            *unsafe { lib.get(UH_PLUGIN_ENTRY_SYMBOL.as_bytes()) }.expect("the entry symbol");
+        std::mem::forget(lib);
+        let mut err = UhError::new();
+        // SAFETY: our host services (valid forever) and an error record.
+        let t = unsafe { entry(&HOST, &mut err) };
+        assert!(!t.is_null());
+        t as usize
+    });
+    // SAFETY: the table is valid forever (header rule 5; the library is never unloaded).
+    unsafe { &*(t as *const UhPluginApi) }
+}
