@@ -16,17 +16,24 @@
 //! it has no `cfg(loom)` branches of its own: [`spawn`] (a named, detached thread), [`spin_loop`]
 //! (a busy-wait hint; a yield under loom) and [`thread_local!`] (loom's per-model-thread locals
 //! under loom: loom runs every model thread on one OS thread, so `std`'s would be shared).
+//! [`AtomicPtr`] is for lock-free lists of raw nodes, and [`UnsafeCell`] (loom's API shape: `with`,
+//! `with_mut`) for the plain memory such a protocol hands between threads, whose every access loom
+//! then checks for races.
 //!
 //! Normal builds are unchanged: every wrapper is a `#[inline]` call of the `parking_lot` or `std`
 //! item it wraps.
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(loom)]
 pub use loom::sync::Arc;
 
@@ -300,6 +307,51 @@ mod imp {
 }
 
 pub use imp::{Condvar, Mutex, MutexGuard};
+
+/// Memory whose accesses a protocol orders itself: `std::cell::UnsafeCell` behind loom's API
+/// (`with`, `with_mut`: a closure gets the raw pointer), so that under `--cfg loom` it is
+/// `loom::cell::UnsafeCell` and loom reports every pair of accesses not ordered by the protocol
+/// (a write concurrent with another access) as a race. Normally each call is the plain
+/// `UnsafeCell::get`.
+///
+/// Not `Sync`, as `std`'s: the type that holds one states why sharing it is sound.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    /// A cell holding `v`.
+    #[inline]
+    pub const fn new(v: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(v))
+    }
+
+    /// The value, consuming the cell.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.0.into_inner()
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: ?Sized> UnsafeCell<T> {
+    /// Calls `f` with a pointer for reading the value (a read access, under loom).
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Calls `f` with a pointer for writing the value (a write access, under loom).
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// Memory whose accesses a protocol orders itself (loom's cell: every access is checked).
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
 
 /// The clock of timed waits under loom: a test thread calls [`loom_clock::expire`] at some point
 /// of the model, then notifies the condition variables it wants woken **while holding (or after

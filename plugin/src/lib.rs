@@ -30,8 +30,28 @@
 //! Thread safety: every wrapper is `Send + Sync` as the HAL requires; the ABI requires the same
 //! of plugins (header rule 6).
 
+// The model-checking build (`--cfg loom`, `tests/loom.rs`) compiles only the protocol it checks
+// (the recycled nodes' pool, `host/recycle.rs`) and its test entry point ([`loom_api`]); the rest
+// of the crate, and the dependencies only it uses (libloading, the ABI), are left out.
+#[cfg(not(loom))]
 pub use unihal_plugin_abi as abi;
 
+#[cfg(not(loom))]
 pub mod conv;
+#[cfg(not(loom))]
 pub mod export;
+#[cfg(not(loom))]
 pub mod host;
+#[cfg(loom)]
+mod host {
+    pub(crate) mod recycle;
+}
+
+/// Entry points of the loom suite (`tests/loom.rs`), compiled only under `--cfg loom`: the pool
+/// of recycled nodes itself (crate-private otherwise), so that the model checker runs the
+/// production code. Not an API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api {
+    pub use crate::host::recycle::{Link, Pool, Recycle};
+}

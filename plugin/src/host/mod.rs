@@ -25,6 +25,7 @@ mod device;
 mod event;
 mod module;
 mod node;
+mod recycle;
 mod stream;
 
 pub use backend::PluginBackend;

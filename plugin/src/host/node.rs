@@ -6,21 +6,20 @@
 //! node and allocates nothing; nothing is freed across threads. The pool holds as many nodes as
 //! the stream once had queued at the same time, and frees them when the stream goes.
 //!
-//! Two lists: `returned`, a lock-free stack the plugin's threads push onto (a push cannot suffer
-//! ABA, and the only pop takes the whole stack with one swap), and `free`, the enqueuers' list
-//! behind a short lock, refilled from `returned` when it runs dry. When the stream goes,
-//! `returned` is swapped for [`CLOSED`] in one step: a node pushed before is freed by the stream,
-//! a node returned after sees `CLOSED` and frees itself, so each node is freed exactly once.
+//! The pool is a [`Pool`] (`recycle.rs`, model-checked with loom in `tests/loom.rs`): a lock-free
+//! `returned` stack the plugin's threads push onto, and `free`, the enqueuers' list behind a
+//! short lock, refilled from `returned` when it runs dry. When the stream goes, the pool is
+//! closed (`returned` swapped for a sentinel in one step): a node pushed before is freed by the
+//! stream, a node returned after sees the sentinel and frees itself, so each node is freed
+//! exactly once. This module adds the node itself: the ABI struct, the HAL's closure and uses,
+//! its queued/free state, and the process-wide counts.
 
+use super::recycle::{Link, Pool, Recycle};
 use super::stream::PluginStream;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use unihal_hal::{HalError, HostUse};
 use unihal_plugin_abi::*;
-
-/// `returned` of a pool whose stream is gone (never a node's address: not null, and below the
-/// alignment of any allocation).
-const CLOSED: *mut Node = std::ptr::without_provenance_mut(1);
 
 /// A node's states: in a pool, or handed to the plugin.
 const FREE: u8 = 0;
@@ -52,8 +51,8 @@ struct Node {
     /// First: the pointer the plugin gets is the node's.
     abi: UhHostNode,
     state: AtomicU8,
-    /// The next node in `free` or `returned`.
-    next: *mut Node,
+    /// The next node in its pool's lists (the pool's alone).
+    link: Link<Node>,
     call: Option<Box<dyn FnOnce() + Send>>,
     uses: Vec<HostUse>,
     /// The node's stream, for what a callback that never runs gives back and a panic's error.
@@ -61,24 +60,33 @@ struct Node {
     pool: Arc<NodePool>,
 }
 
-/// The enqueuers' list.
-struct FreeList(*mut Node);
-// SAFETY: the nodes are reached only behind the pool's lock (this list) or by whoever took
-// them from `returned` with a swap.
-unsafe impl Send for FreeList {}
+// SAFETY: a node is in one place at a time (its pool, the enqueuer that took it, the plugin
+// that queued it, the plugin thread that runs it), so whoever holds it uses it alone; what it
+// carries is `Send` (the closure, the uses, the `Weak`/`Arc`), and its raw pointers are the
+// plugin's scratch (`abi.plugin`, which the ABI lets cross threads) and the pool's link.
+unsafe impl Send for Node {}
 
-/// A stream's nodes.
-pub(crate) struct NodePool {
-    free: parking_lot::Mutex<FreeList>,
-    returned: AtomicPtr<Node>,
+// SAFETY: `link` is a field of the node (the same cell for its whole life), touched only by the
+// pool; nodes are made by `Box::into_raw` (`NodePool::node`) and freed only by `free`.
+unsafe impl Recycle for Node {
+    fn link(&self) -> &Link<Node> {
+        &self.link
+    }
+
+    unsafe fn free(node: *mut Node) {
+        // SAFETY: made by `Box::into_raw`, the pool's alone and freed only here (the trait's
+        // contract).
+        free_node(unsafe { Box::from_raw(node) });
+    }
 }
+
+/// A stream's nodes. Owned by the stream and by each of its nodes (a node returned after the
+/// stream went still finds its pool); `Send + Sync`.
+pub(crate) struct NodePool(Pool<Node>);
 
 impl NodePool {
     pub(crate) fn new() -> Arc<NodePool> {
-        Arc::new(NodePool {
-            free: parking_lot::Mutex::new(FreeList(std::ptr::null_mut())),
-            returned: AtomicPtr::new(std::ptr::null_mut()),
-        })
+        Arc::new(NodePool(Pool::new()))
     }
 
     /// A node holding `call` and `uses`, queued (the caller hands it to the plugin, whose
@@ -89,24 +97,15 @@ impl NodePool {
         call: Box<dyn FnOnce() + Send>,
         uses: Vec<HostUse>,
     ) -> *mut UhHostNode {
-        let mut free = self.free.lock();
-        if free.0.is_null() {
-            // The stream is alive (the caller enqueues on it), so `returned` is not `CLOSED`.
-            free.0 = self.returned.swap(std::ptr::null_mut(), Ordering::Acquire);
-        }
-        let n = free.0;
-        if !n.is_null() {
-            // SAFETY: nodes in `free` are the pool's alone (behind the lock) and alive.
+        if let Some(n) = self.0.take() {
+            // SAFETY: a taken node is ours alone (the pool's contract) and alive (made below by
+            // `Box::into_raw`, freed only by the pool, which no longer holds it).
             let node = unsafe { &mut *n };
-            free.0 = node.next;
-            drop(free);
-            node.next = std::ptr::null_mut();
             node.call = Some(call);
             node.uses = uses;
             node.state.store(QUEUED, Ordering::Relaxed);
             return n as *mut UhHostNode;
         }
-        drop(free);
         LIVE.fetch_add(1, Ordering::SeqCst);
         Box::into_raw(Box::new(Node {
             abi: UhHostNode {
@@ -116,7 +115,7 @@ impl NodePool {
                 plugin: [std::ptr::null_mut(); 2],
             },
             state: AtomicU8::new(QUEUED),
-            next: std::ptr::null_mut(),
+            link: Link::new(std::ptr::null_mut()),
             call: Some(call),
             uses,
             stream: stream.clone(),
@@ -127,18 +126,7 @@ impl NodePool {
     /// Frees the free nodes and makes nodes returned from now on free themselves (the stream
     /// goes).
     pub(crate) fn close(&self) {
-        let free = std::mem::replace(&mut self.free.lock().0, std::ptr::null_mut());
-        let returned = self.returned.swap(CLOSED, Ordering::AcqRel);
-        for head in [free, returned] {
-            let mut n = head;
-            while !n.is_null() && n != CLOSED {
-                // SAFETY: a chain taken whole (the lock's list, or `returned` by one swap):
-                // its nodes are ours alone, each made by `Box::into_raw`.
-                let node = unsafe { Box::from_raw(n) };
-                n = node.next;
-                free_node(node);
-            }
-        }
+        self.0.close();
     }
 }
 
@@ -154,31 +142,11 @@ fn free_node(node: Box<Node>) {
 unsafe fn give_back(n: *mut Node) {
     // A raw pointer, read while the node (whose `Arc` keeps the pool) is still ours.
     // SAFETY: the caller's promise: `n` is alive and ours.
-    let returned: *const AtomicPtr<Node> = unsafe { &(*Arc::as_ptr(&(*n).pool)).returned };
-    // SAFETY: the pool lives while the node does, and the node is ours until the exchange.
-    let mut head = unsafe { &*returned }.load(Ordering::Relaxed);
-    loop {
-        if head == CLOSED {
-            // SAFETY: ours alone (the caller's promise), made by `Box::into_raw`; nobody else
-            // can reach it, as the pool's lists are closed. The pool is not read after.
-            free_node(unsafe { Box::from_raw(n) });
-            return;
-        }
-        // SAFETY: ours alone until the exchange below publishes it.
-        unsafe { (*n).next = head };
-        // SAFETY: as for the load: the node, and with it the pool, is still ours here.
-        let exchanged = unsafe { &*returned }.compare_exchange_weak(
-            head,
-            n,
-            Ordering::Release,
-            Ordering::Relaxed,
-        );
-        match exchanged {
-            // The node (and maybe the pool) may be gone from here on: not touched again.
-            Ok(_) => return,
-            Err(h) => head = h,
-        }
-    }
+    let pool: *const Pool<Node> = unsafe { std::ptr::addr_of!((*Arc::as_ptr(&(*n).pool)).0) };
+    // SAFETY: `n` is ours alone, alive, in no pool and made by `Box::into_raw` (so `free` can
+    // free it); its `Arc` keeps the pool alive until the pool holds it or it is freed, and
+    // `give_back` touches neither after that.
+    unsafe { Pool::give_back(pool, n) };
 }
 
 /// The node's `run` (header: exactly once per `host_callback_node` call).
