@@ -4,11 +4,11 @@
 # ordering loom must report), the buffer lease of sub-allocated blocks (hal/tests/loom_lease.rs:
 # clones, views, drops, queued uses and reclaim racing, with the planted uncounted view of feature
 # `planted-defects` loom must report) and the CPU backend's stream worker and collective rendezvous
-# (backends/cpu/tests/loom.rs), and the plugin host's pool of recycled host callback nodes
+# and compute pool (backends/cpu/tests/loom.rs), and the plugin host's pool of recycled host callback nodes
 # (plugin/tests/loom.rs: takes, give-backs and the close racing, with the planted two-step close
 # of feature `planted-defects` loom must report). Their primitives come from `unihal_hal::sync`,
 # which is loom's under `--cfg loom`; the loom builds of unihal-cpu and unihal-plugin compile only
-# those protocols (not faer, rayon or the kernels' C++; not libloading or the plugin host).
+# those protocols (not faer or the kernels' C++; not libloading or the plugin host).
 #
 # Its own target dir, so the ordinary build cache stays valid. Release mode: loom explores many
 # thousands of executions. Exits non-zero when a model fails (a race, a deadlock, a failed

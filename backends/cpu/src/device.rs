@@ -24,7 +24,7 @@ pub struct CpuDevice {
     caps: Capabilities,
     account: Arc<MemAccount>,
     host_account: Arc<MemAccount>,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<crate::compute::ComputePool>>,
     streams: Mutex<Vec<Weak<WorkerShared>>>,
     /// Stream captures begun on this device and not yet ended (`crate::graph`).
     captures: Mutex<Vec<Arc<Capture>>>,
@@ -91,10 +91,7 @@ impl CpuDevice {
             ordinal,
         };
         let pool = if threads > 1 {
-            let p = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(move |i| format!("unihal-cpu{ordinal}-pool{i}"))
-                .build()
+            let p = crate::compute::ComputePool::new(threads, &format!("unihal-cpu{ordinal}-pool"))
                 .map_err(|e| HalError::Internal(format!("cannot start the compute pool: {e}")))?;
             Some(Arc::new(p))
         } else {
@@ -165,7 +162,7 @@ impl CpuDevice {
         &self.caps
     }
 
-    pub(crate) fn pool(&self) -> Option<Arc<rayon::ThreadPool>> {
+    pub(crate) fn pool(&self) -> Option<Arc<crate::compute::ComputePool>> {
         self.pool.clone()
     }
 

@@ -21,7 +21,7 @@
 //! (test-only ordering faults behind the `fault-injection` feature).
 
 // The model-checking build (`--cfg loom`, `tests/loom.rs`) compiles only the concurrency protocols
-// it checks (the stream worker, the collective rendezvous) and their test entry points
+// it checks (the stream worker, the collective rendezvous, the compute pool) and their test entry points
 // ([`loom_api`]); the rest of the backend, and the heavy dependencies only it uses, are left out.
 #[cfg(not(loom))]
 pub mod ccl;
@@ -30,6 +30,8 @@ pub mod ccl;
 mod ccl {
     pub(crate) mod rendezvous;
 }
+/// The device's compute pool (kernel blocks and matmul panels; the stream worker takes part).
+pub(crate) mod compute;
 #[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]

@@ -3,6 +3,7 @@
 //! checker runs the production protocols themselves. Not an API.
 
 use crate::ccl::rendezvous::{Rendezvous as Inner, Signature};
+use crate::compute::ComputePool as PoolInner;
 use crate::fault::FaultSwitch;
 use crate::worker::WorkerShared;
 use std::time::Duration;
@@ -134,5 +135,27 @@ impl Rendezvous {
     /// Wakes every waiter under the state lock (after [`unihal_hal::sync::loom_clock::expire`]).
     pub fn notify_all(&self) {
         self.0.notify_all()
+    }
+}
+
+/// A device's compute pool of `threads` threads (the caller and `threads - 1` helpers, loom model
+/// threads that end when the pool is dropped).
+pub struct ComputePool(PoolInner);
+
+impl ComputePool {
+    /// A pool of `threads` compute threads, the caller included.
+    pub fn new(threads: usize) -> ComputePool {
+        ComputePool(PoolInner::new(threads, "loom-pool").expect("spawn"))
+    }
+
+    /// Runs `f(i)` for every `i` in `0..items` on the caller and the helpers that join.
+    pub fn for_each(&self, items: u64, f: &(dyn Fn(u64) + Sync)) {
+        self.0.for_each(items, f)
+    }
+
+    /// Plants the defect its model must catch: the caller returns without waiting for the
+    /// helpers that joined its job.
+    pub fn plant_no_wait(&self) {
+        self.0.plant_no_wait()
     }
 }

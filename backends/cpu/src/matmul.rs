@@ -1,9 +1,11 @@
 //! `matmul` on the CPU backend through faer's GEMM, which picks its micro-kernels at run time (up
-//! to AVX-512) and parallelises over the device's compute pool. f32 and f64 run in place on the
+//! to AVX-512); a product large enough is cut into panels of `c` (rows, or columns when `c` is
+//! wide) that the device's compute pool runs, the calling stream worker among them. f32 and f64 run in place on the
 //! operands' strides; f16 and bf16 are widened to dense f32 panels, multiplied with f32
 //! accumulation and rounded once into `c`. (`UNIHAL_CPU_MATMUL=dialect` runs the portable tiled
 //! GEMM kernel instead, through the ordinary op path.)
 
+use crate::compute::ComputePool;
 use unihal_hal::{DType, OpCall, Result, TensorView};
 use unihal_kernels::plan_nn::lead_strides;
 
@@ -89,18 +91,13 @@ impl MatmulJob {
         }))
     }
 
-    /// Runs every batch. `threads` > 1 parallelises inside the calling rayon pool.
+    /// Runs every batch, each product cut into panels over `pool` when it is worth it.
     ///
     /// # Safety
     /// The views' memory must be live and not accessed by anyone else for the duration (the
     /// stream holds the buffers and orders the work; validation checked every element is inside
     /// its buffer and that `c` overlaps neither input).
-    pub(crate) unsafe fn run(&self, threads: usize) {
-        let par = if threads > 1 {
-            faer::Par::rayon(threads)
-        } else {
-            faer::Par::Seq
-        };
+    pub(crate) unsafe fn run(&self, pool: Option<&ComputePool>) {
         let [sa, sb, sc] = self.strides;
         let (m, n, k) = (self.m, self.n, self.k);
         let esz = self.dtype.size() as isize;
@@ -110,32 +107,24 @@ impl MatmulJob {
             match self.dtype {
                 // SAFETY: the caller's contract; sizes and strides are the validated views'.
                 DType::F32 => unsafe {
-                    product::<f32>(
-                        pc,
-                        sc,
-                        pa,
-                        sa,
-                        pb,
-                        sb,
+                    panels::<f32>(
+                        pool,
+                        [pc, pa, pb],
+                        [sc, sa, sb],
                         (m, n, k),
                         self.alpha,
                         self.beta,
-                        par,
                     )
                 },
                 // SAFETY: as for f32.
                 DType::F64 => unsafe {
-                    product::<f64>(
-                        pc,
-                        sc,
-                        pa,
-                        sa,
-                        pb,
-                        sb,
+                    panels::<f64>(
+                        pool,
+                        [pc, pa, pb],
+                        [sc, sa, sb],
                         (m, n, k),
                         self.alpha,
                         self.beta,
-                        par,
                     )
                 },
                 // SAFETY: as for f32; the widened panels are dense and owned here.
@@ -148,17 +137,17 @@ impl MatmulJob {
                         vec![0.0; m * n]
                     };
                     let dense = |c: usize| [c as isize, 1];
-                    product::<f32>(
-                        wc.as_mut_ptr() as usize,
-                        dense(n),
-                        wa.as_ptr() as usize,
-                        dense(k),
-                        wb.as_ptr() as usize,
-                        dense(n),
+                    panels::<f32>(
+                        pool,
+                        [
+                            wc.as_mut_ptr() as usize,
+                            wa.as_ptr() as usize,
+                            wb.as_ptr() as usize,
+                        ],
+                        [dense(n), dense(k), dense(n)],
                         (m, n, k),
                         self.alpha,
                         self.beta,
-                        par,
                     );
                     narrow(self.dtype, &wc, pc, m, n, sc);
                 },
@@ -183,8 +172,84 @@ impl Real for f64 {
     }
 }
 
+/// Products smaller than this many multiply-adds run on the caller alone: cutting them costs
+/// more than it saves.
+const PANEL_MIN_MACS: usize = 64 * 64 * 64;
+/// Panels are cut at multiples of this many rows or columns (a multiple of faer's register tiles).
+const PANEL_ALIGN: usize = 16;
+
+/// `c = alpha * a @ b + beta * c` for one (m, n, k) product at element addresses `[c, a, b]` with
+/// (row, column) strides `[sc, sa, sb]`, cut into panels of `c` over `pool`: row panels (each
+/// with its rows of `a`), or column panels (each with its columns of `b`) when `c` is wider than
+/// tall. Panels write disjoint parts of `c`.
+///
+/// # Safety
+/// As for [`product`].
+unsafe fn panels<T: Real>(
+    pool: Option<&ComputePool>,
+    [c, a, b]: [usize; 3],
+    [sc, sa, sb]: [[isize; 2]; 3],
+    (m, n, k): (usize, usize, usize),
+    alpha: f64,
+    beta: f64,
+) {
+    let threads = pool.map_or(1, ComputePool::threads);
+    let rows = m >= n;
+    let long = if rows { m } else { n };
+    let parts = if threads > 1 && m * n * k >= PANEL_MIN_MACS {
+        let per = long.div_ceil(threads).next_multiple_of(PANEL_ALIGN);
+        long.div_ceil(per)
+    } else {
+        1
+    };
+    if parts <= 1 {
+        // SAFETY: the caller's contract.
+        unsafe { product::<T>(c, sc, a, sa, b, sb, (m, n, k), alpha, beta) };
+        return;
+    }
+    let per = long.div_ceil(parts);
+    let esz = std::mem::size_of::<T>() as isize;
+    let panel = |p: u64| {
+        let start = p as usize * per;
+        let len = per.min(long - start);
+        let at =
+            |base: usize, stride: isize| (base as isize + start as isize * stride * esz) as usize;
+        // SAFETY: a panel is a sub-matrix of the caller's (its rows of c and a, or its columns
+        // of c and b), so the caller's contract covers it; panels write disjoint parts of c.
+        unsafe {
+            if rows {
+                product::<T>(
+                    at(c, sc[0]),
+                    sc,
+                    at(a, sa[0]),
+                    sa,
+                    b,
+                    sb,
+                    (len, n, k),
+                    alpha,
+                    beta,
+                )
+            } else {
+                product::<T>(
+                    at(c, sc[1]),
+                    sc,
+                    a,
+                    sa,
+                    at(b, sb[1]),
+                    sb,
+                    (m, len, k),
+                    alpha,
+                    beta,
+                )
+            }
+        }
+    };
+    pool.expect("parts > 1 needs a pool")
+        .for_each(parts as u64, &panel);
+}
+
 /// `c = alpha * a @ b + beta * c` for one (m, n, k) product at element addresses with
-/// (row, column) strides.
+/// (row, column) strides, on the calling thread.
 ///
 /// # Safety
 /// Every element of the three strided matrices must be valid for the access (c written, a and b
@@ -200,7 +265,6 @@ unsafe fn product<T: Real>(
     (m, n, k): (usize, usize, usize),
     alpha: f64,
     beta: f64,
-    par: faer::Par,
 ) {
     let c = c as *mut T;
     if beta != 0.0 && beta != 1.0 {
@@ -227,7 +291,7 @@ unsafe fn product<T: Real>(
     } else {
         faer::Accum::Add
     };
-    faer::linalg::matmul::matmul(dst, accum, lhs, rhs, T::of(alpha), par);
+    faer::linalg::matmul::matmul(dst, accum, lhs, rhs, T::of(alpha), faer::Par::Seq);
 }
 
 /// A dense row-major f32 copy of an f16/bf16 matrix.

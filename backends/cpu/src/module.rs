@@ -102,7 +102,7 @@ impl Params {
 /// Runs every block of a launch, on `pool` when there is one, else on the calling worker thread.
 /// Returns the first kernel failure as a vendor error of the CPU runtime.
 pub(crate) fn run_launch(
-    pool: Option<&rayon::ThreadPool>,
+    pool: Option<&crate::compute::ComputePool>,
     function: &CpuFunction,
     config: &LaunchConfig,
     args: &KernelArgs,
@@ -139,12 +139,32 @@ pub(crate) fn run_launch(
         }
     };
     let result = match pool {
-        Some(pool) if blocks > 1 => pool.install(|| {
-            use rayon::prelude::*;
-            (0..blocks)
-                .into_par_iter()
-                .try_for_each_init(Vec::new, |shared, i| run_block(shared, i))
-        }),
+        Some(pool) if blocks > 1 => {
+            // Each participant's block-shared memory, reused across its blocks; the first
+            // failure is kept and the blocks not yet started are skipped.
+            std::thread_local! {
+                static SHARED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+            let failed = std::sync::Mutex::new(None);
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            pool.for_each(blocks, &|i| {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let r = SHARED.with(|shared| run_block(&mut shared.borrow_mut(), i));
+                if let Err(e) = r {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+            });
+            match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        }
         _ => {
             let mut shared = Vec::new();
             (0..blocks).try_for_each(|i| run_block(&mut shared, i))

@@ -450,22 +450,15 @@ impl Stream for CpuStream {
                 .iter()
                 .map(|t| t.buffer.use_on(self.use_sid()))
                 .collect();
-            let threads = caps.mandatory.compute_units as usize;
             return self.submit(Box::new(move |err| {
                 if err.is_none() {
                     let _span = tracing::trace_span!("cpu matmul").entered();
-                    let run = |threads| {
-                        // SAFETY: validation checked every element of the views against its
-                        // buffer and that c overlaps neither input; `keep` holds the buffers;
-                        // this stream orders the work after its own earlier uses of them, and
-                        // ordering against other streams is the caller's contract (memory rule
-                        // 6: an unordered use is a race on device bytes, never a Rust reference).
-                        unsafe { job.run(threads) }
-                    };
-                    match &pool {
-                        Some(p) => p.install(|| run(threads)),
-                        None => run(1),
-                    }
+                    // SAFETY: validation checked every element of the views against its buffer
+                    // and that c overlaps neither input; `keep` holds the buffers; this stream
+                    // orders the work after its own earlier uses of them, and ordering against
+                    // other streams is the caller's contract (memory rule 6: an unordered use is
+                    // a race on device bytes, never a Rust reference).
+                    unsafe { job.run(pool.as_deref()) }
                 }
                 let _ = &keep; // held until the operation is dropped
                 Ok(())

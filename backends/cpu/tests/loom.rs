@@ -16,9 +16,17 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use loom::sync::Arc;
 use loom::thread;
-use unihal_cpu::loom_api::{Rendezvous, Worker};
+use unihal_cpu::loom_api::{ComputePool, Rendezvous, Worker};
 use unihal_hal::sync::loom_clock;
 use unihal_hal::{HalError, Result};
+
+/// The message of a panic's payload (a `String` or a `&str`; empty otherwise).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
 
 /// A model with at most `preemption_bound` preemptions per execution (`None`: exhaustive). The
 /// bounds below keep each model within seconds on a 2-core machine (measured; the next bound up is
@@ -267,22 +275,13 @@ fn planted_leave_without_closing_barrier_is_caught() {
             for t in two_ranks(&rv, &bufs, [plan, plan]) {
                 if let Err(p) = t.join() {
                     // The rank's own panic (a loom model thread's), re-raised with its message.
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    panic!("{msg}");
+                    panic!("{}", panic_message(&*p));
                 }
             }
         })
     });
     let e = r.expect_err("the model passed with the planted early leave");
-    let msg = e
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default();
+    let msg = panic_message(&*e);
     assert!(
         msg.contains("touched after its run_round returned") || msg.contains("Causality"),
         "the model failed, but not on the planted early leave: {msg}"
@@ -366,4 +365,59 @@ fn rendezvous_timeout() {
         }
         clock.join().unwrap();
     });
+}
+
+/// The items of one compute pool job, written by whichever thread runs them (loom cells: an
+/// access the pool does not order is a reported race).
+struct Items([UnsafeCell<u32>; 2]);
+// SAFETY: the cells are loom's, which check every access; sharing them is what the model tests.
+unsafe impl Sync for Items {}
+
+impl Items {
+    /// Item `i` ran once more.
+    fn run(&self, i: u64) {
+        // SAFETY: loom cells; the model checks that the pool orders these accesses.
+        self.0[i as usize].with_mut(|c| unsafe { *c += 1 });
+    }
+}
+
+/// Two jobs of two items on a pool of 2 threads (the caller and one helper that joins at any
+/// point, or not at all), then the pool is dropped and the helper ends: every item runs once,
+/// its effect is visible to the caller when `for_each` returns, and no helper touches a job after
+/// its `for_each` returned. `planted` makes the caller skip the wait for joined helpers.
+fn compute_pool_model(planted: bool) {
+    let pool = ComputePool::new(2);
+    if planted {
+        pool.plant_no_wait();
+    }
+    for _ in 0..2 {
+        let items = Items([UnsafeCell::new(0), UnsafeCell::new(0)]);
+        pool.for_each(2, &|i| items.run(i));
+        for c in &items.0 {
+            // SAFETY: loom cells; the model checks that the pool ordered the items' writes.
+            c.with(|v| assert_eq!(unsafe { *v }, 1, "an item ran other than once"));
+        }
+    }
+    drop(pool);
+}
+
+/// The compute pool (`src/compute.rs`) over its production code. Preemption bound 4 (~3 s; the
+/// exhaustive model did not finish in 5 minutes).
+#[test]
+fn compute_pool_jobs() {
+    builder(Some(4)).check(|| compute_pool_model(false));
+}
+
+/// The planted defect (`ComputePool::plant_no_wait`): the caller returns while a helper that
+/// joined may still run an item or claim the next. The model must fail on the race.
+#[test]
+fn planted_compute_pool_no_wait_is_caught() {
+    let r = std::panic::catch_unwind(|| builder(Some(3)).check(|| compute_pool_model(true)));
+    let e = r.expect_err("the model passed with the planted early return");
+    let msg = panic_message(&*e);
+    assert!(
+        msg.contains("Causality") || msg.contains("a helper used a finished job"),
+        "the model failed, but not on the planted early return: {msg}"
+    );
+    eprintln!("planted early return caught: {msg}");
 }
