@@ -296,6 +296,44 @@ template <class T, class Op> struct uh_unary_backward_k {
     }
 };
 
+#ifdef UH_CPU
+// CPU rows of a binary op whose output is dense along the innermost dim and whose inputs are dense
+// (stride 1) or broadcast (stride 0) along it: a bias added to every row, a row scaled by a
+// column. The rows are this block's; each row is a plain loop the compiler vectorises, where the
+// element-by-element odometer is several times slower. Same op on the same values: results are
+// identical to the odometer's. Returns false (nothing done) for other layouts.
+template <class T, class Op>
+UH_DEV bool uh_binary_rows(uh_ctx_t ctx, const uh_args &a, const typename T::storage *x,
+                           const typename T::storage *y, typename T::storage *z) {
+    typedef typename T::compute C;
+    if (a.ndim < 1) return false;
+    const int in = (int)a.ndim - 1;
+    const uh_i64 sx = a.stride[0][in], sy = a.stride[1][in], cols = a.size[in];
+    if (a.stride[2][in] != 1 || (sx != 0 && sx != 1) || (sy != 0 && sy != 1)) return false;
+    Op op;
+    uh_i64 lo, hi, off[3];
+    uh_chunk_g(ctx, a.n / cols, 1, &lo, &hi);
+    for (uh_i64 r = lo; r < hi; ++r) {
+        uh_offsets(a, 3, r * cols, off);
+        const typename T::storage *xr = x + off[0], *yr = y + off[1];
+        typename T::storage *zr = z + off[2];
+        if (sx == 1 && sy == 1) {
+            for (uh_i64 j = 0; j < cols; ++j) T::store(zr + j, op.f(T::load(xr + j), T::load(yr + j)));
+        } else if (sx == 1) {
+            const C b = T::load(yr);
+            for (uh_i64 j = 0; j < cols; ++j) T::store(zr + j, op.f(T::load(xr + j), b));
+        } else if (sy == 1) {
+            const C b = T::load(xr);
+            for (uh_i64 j = 0; j < cols; ++j) T::store(zr + j, op.f(b, T::load(yr + j)));
+        } else {
+            const C v = op.f(T::load(xr), T::load(yr));
+            for (uh_i64 j = 0; j < cols; ++j) T::store(zr + j, v);
+        }
+    }
+    return true;
+}
+#endif
+
 template <class T, class Op> struct uh_binary_k {
     UH_DEV void run(uh_ctx_t ctx, const uh_args &a) {
         typedef typename T::storage S;
@@ -304,6 +342,9 @@ template <class T, class Op> struct uh_binary_k {
         Op op;
         if (a.contiguous) {
             UH_LOOP(ctx, i, a.n) { T::store(z + i, op.f(T::load(x + i), T::load(y + i))); }
+#ifdef UH_CPU
+        } else if (uh_binary_rows<T, Op>(ctx, a, x, y, z)) {
+#endif
         } else {
             UH_STRIDED_BEGIN(ctx, a, 3, o) T::store(z + o[2], op.f(T::load(x + o[0]), T::load(y + o[1])));
             UH_STRIDED_END(a, 3, o)

@@ -7,7 +7,8 @@
 #
 # Environment:
 #   PYTHON      python with torch and numpy (default /tmp/venv-torch/bin/python3)
-#   SKIP_BUILD  1: do not run `cargo build --release -p unihal-gpt` (use target/release/gpt as is)
+#   SKIP_BUILD  1: do not run `cargo build --release -p unihal-gpt` (use $GPT as is)
+#   GPT         the gpt binary to measure (default target/release/gpt; another build to compare)
 #   ROUNDS      rounds (default 3)
 #   PAUSE_S     idle seconds before each side's run (default 2), so that neither measures the
 #               other's threads still spinning; the sides also alternate which goes first
@@ -42,7 +43,7 @@ fi
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
     cargo build --release -p unihal-gpt
 fi
-GPT=target/release/gpt
+GPT=${GPT:-target/release/gpt}
 [[ -x "$GPT" ]] || { echo "gpt_vs_torch.sh: $GPT missing (build it, or unset SKIP_BUILD)" >&2; exit 1; }
 
 TMP=$(mktemp -d)
