@@ -144,9 +144,11 @@ impl ComputePool {
             }),
             threads: threads.max(1),
         };
+        // Helpers spin between jobs only when they, the caller and the thread that enqueues the
+        // work can each have a core; otherwise they yield, so those threads run at once.
+        let spin = sync::cores_for(pool.threads + 1);
         for i in 1..pool.threads {
             let s = pool.shared.clone();
-            let spin = sync::cores_for(pool.threads);
             sync::spawn(format!("{name}-{i}"), move || s.help(spin))?;
         }
         Ok(pool)
