@@ -225,11 +225,7 @@ pub fn run_with_watchdog(case: &Case, target: &Target, timeout: Duration) -> Out
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(f))) => Outcome::Failed { message: f.message },
         Ok(Err(p)) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "non-string panic".into());
+            let msg = unihal_hal::panic_message(&*p).unwrap_or_else(|| "non-string panic".into());
             Outcome::Failed {
                 message: format!("panicked: {msg}"),
             }

@@ -233,6 +233,15 @@ pub fn check_range(arg: &'static str, offset: u64, len: u64, size: u64) -> Resul
     }
 }
 
+/// The message of a panic's payload (`catch_unwind`'s `Err`, a joined thread's panic): the
+/// `String` or `&str` that `panic!` carries; `None` for any other payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,7 +88,7 @@ pub use ccl::{
 };
 pub use device::{Device, DeviceId, DeviceInfo, MemoryInfo, NativeHandle};
 pub use dtype::{DType, Element};
-pub use error::{check_range, HalError, Invalid, OomReport, Result};
+pub use error::{check_range, panic_message, HalError, Invalid, OomReport, Result};
 pub use event::{Event, EventFlags};
 pub use graph::{CaptureId, CaptureMode, CaptureStatus, Graph, GraphCaps, GraphSupport};
 pub use host::{

@@ -255,11 +255,7 @@ fn planted_uncounted_view_is_caught() {
     unihal_hal::planted::set_uncounted_slice(false);
     let e = r.expect_err("the model passed with the planted uncounted view");
     eprintln!("planted uncounted view caught");
-    let msg = e
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default();
+    let msg = unihal_hal::panic_message(&*e).unwrap_or_default();
     assert!(
         msg.contains("while a handle lives")
             || msg.contains("twice")

@@ -198,11 +198,7 @@ fn guard(err: *mut UhError, f: impl FnOnce() -> Result<()>) -> UhStatus {
     let r = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
-            let what = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic".into());
+            let what = unihal_hal::panic_message(&*p).unwrap_or_else(|| "a panic".into());
             Err(HalError::Internal(format!("the plugin panicked: {what}")))
         }
     };

@@ -258,11 +258,7 @@ fn planted_two_step_close_is_caught() {
         builder(None).check(|| two_give_backs_and_close(true));
     });
     let e = r.expect_err("the model passed with the planted two-step close");
-    let msg = e
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default();
+    let msg = unihal_hal::panic_message(&*e).unwrap_or_default();
     assert!(
         msg.contains("leaked (never freed)"),
         "the model failed, but not on the planted close: {msg}"

@@ -20,12 +20,9 @@ use unihal_cpu::loom_api::{ComputePool, Rendezvous, Worker};
 use unihal_hal::sync::loom_clock;
 use unihal_hal::{HalError, Result};
 
-/// The message of a panic's payload (a `String` or a `&str`; empty otherwise).
+/// The message of a panic's payload (empty when it carries none).
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
+    unihal_hal::panic_message(p).unwrap_or_default()
 }
 
 /// A model with at most `preemption_bound` preemptions per execution (`None`: exhaustive). The

@@ -29,11 +29,7 @@ pub(crate) struct Driver {
 /// Runs a cudarc call, turning a panic into `Unavailable` (cudarc panics on missing symbols).
 pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into());
+        let msg = unihal_hal::panic_message(&*p).unwrap_or_else(|| "panic".into());
         Err(HalError::Unavailable {
             what: format!("CUDA driver ({what})"),
             reason: msg,
