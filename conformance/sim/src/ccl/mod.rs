@@ -25,6 +25,15 @@
 //!
 //! Reductions run on the host with [`unihal_hal::host_reduce`]: f16/bf16 accumulate in f32 and
 //! round once (tighter than a ring that rounds at every hop), in rank order (deterministic).
+//!
+//! Ranks meet through a shared file named by the unique id ([`rendezvous`]), so ranks in
+//! different processes (one per GPU, as torchrun and mpirun start them) join as ranks in one do;
+//! a communicator whose ranks span processes moves its data through that file ([`xproc`]), with
+//! the same matching rules, the same strictness and a dead process failing every survivor.
+
+mod rendezvous;
+pub mod shm;
+mod xproc;
 
 use crate::{Blocker, Device, Gate, GatePoll, Memory, SimError, SimResult, StreamId};
 use parking_lot::{Condvar, Mutex};
@@ -178,9 +187,18 @@ impl Clique {
     }
 }
 
-/// One rank of a communicator. Thread-safe; operations on one rank are matched in the order they
-/// are called (callers serialise them, as with NCCL).
-pub struct Comm {
+/// One rank of a communicator, whose ranks live in this process or in several. Thread-safe;
+/// operations on one rank are matched in the order they are called (callers serialise them, as
+/// with NCCL).
+pub struct Comm(Inner);
+
+enum Inner {
+    Local(LocalComm),
+    Remote(xproc::Handle),
+}
+
+/// A rank of a communicator whose ranks all live in this process.
+struct LocalComm {
     clique: Arc<Clique>,
     rank: usize,
     device: Arc<Device>,
@@ -205,17 +223,31 @@ struct Counters {
 impl Comm {
     /// This rank.
     pub fn rank(&self) -> usize {
-        self.rank
+        match &self.0 {
+            Inner::Local(c) => c.rank,
+            Inner::Remote(h) => h.rank.rank(),
+        }
     }
 
     /// The number of ranks.
     pub fn nranks(&self) -> usize {
-        self.clique.nranks
+        match &self.0 {
+            Inner::Local(c) => c.clique.nranks,
+            Inner::Remote(h) => h.rank.nranks(),
+        }
     }
 
     /// The device this rank runs on.
     pub fn device(&self) -> &Arc<Device> {
-        &self.device
+        match &self.0 {
+            Inner::Local(c) => &c.device,
+            Inner::Remote(h) => &h.device,
+        }
+    }
+
+    /// Whether the communicator's ranks span processes.
+    pub fn spans_processes(&self) -> bool {
+        matches!(self.0, Inner::Remote(_))
     }
 
     /// Queues a collective on `stream` of this rank's device.
@@ -225,57 +257,166 @@ impl Comm {
     /// a buffer outside this device's live allocations; the device's sticky error;
     /// [`SimError::InvalidUsage`] after this rank aborted.
     pub fn collective(&self, stream: StreamId, call: Collective) -> SimResult<()> {
-        let n = self.nranks() as u64;
-        let e = call.dtype.size() as u64;
-        let overflow = || SimError::InvalidValue(format!("{} elements overflow", call.count));
-        let one = call.count.checked_mul(e).ok_or_else(overflow)?;
-        let all = one.checked_mul(n).ok_or_else(overflow)?;
+        let touches = collective_touches(&call, self.nranks(), self.rank())?;
+        match &self.0 {
+            Inner::Local(c) => c.collective(stream, call, touches),
+            Inner::Remote(h) => h.enqueue(stream, touches, move |k| xproc::Call::Coll(call, k)),
+        }
+    }
+
+    /// Queues a group of sends and receives on `stream` as one operation: it finishes when all of
+    /// them have, so a group may send and receive between the same ranks without deadlock.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidValue`] for a bad peer, a size overflow or a buffer outside this
+    /// device's live allocations; the device's sticky error.
+    pub fn group(&self, stream: StreamId, calls: &[P2p]) -> SimResult<()> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        match &self.0 {
+            Inner::Local(c) => c.group(stream, calls),
+            Inner::Remote(h) => {
+                let touches = group_touches(calls, h.rank.nranks())?;
+                let calls = calls.to_vec();
+                h.enqueue(stream, touches, move |_| xproc::Call::Group(calls.clone()))
+            }
+        }
+    }
+
+    /// Splits the communicator as `ncclCommSplit` does: every rank calls (host-blocking); ranks
+    /// with the same `color` form a new communicator ordered by (`key`, old rank); `None` joins
+    /// none. Each split of a communicator is matched by its number (the k-th split of every rank).
+    ///
+    /// # Errors
+    /// [`SimError::InvalidUsage`] after an abort (this rank's or a peer's);
+    /// [`SimError::Timeout`] naming the ranks that did not call within `timeout`; errors of the
+    /// new communicator's initialisation (ranks of one color on one device);
+    /// [`SimError::Unsupported`] for a communicator whose ranks span processes.
+    pub fn split(
+        &self,
+        registry: &Registry,
+        color: Option<u32>,
+        key: i32,
+        timeout: Duration,
+    ) -> SimResult<Option<Comm>> {
+        match &self.0 {
+            Inner::Local(c) => c.split(registry, color, key, timeout),
+            Inner::Remote(_) => Err(SimError::Unsupported(
+                "splitting a communicator whose ranks span processes".into(),
+            )),
+        }
+    }
+
+    /// Aborts this rank: its queued operations finish without moving data, later ones are
+    /// refused, and peers see [`CommError::PeerAborted`]. Never blocks.
+    pub fn abort(&self) {
+        match &self.0 {
+            Inner::Local(c) => c.abort(),
+            Inner::Remote(h) => h.rank.abort(),
+        }
+    }
+
+    /// The communicator's asynchronous error, if any (never blocks).
+    pub fn error(&self) -> Option<CommError> {
+        match &self.0 {
+            Inner::Local(c) => c.error(),
+            Inner::Remote(h) => h.rank.error(),
+        }
+    }
+}
+
+/// The ranges a collective touches on this rank, after checking its root, dtype and size.
+fn collective_touches(call: &Collective, nranks: usize, me: usize) -> SimResult<Vec<(u64, u64)>> {
+    let n = nranks as u64;
+    let e = call.dtype.size() as u64;
+    let overflow = || SimError::InvalidValue(format!("{} elements overflow", call.count));
+    let one = call.count.checked_mul(e).ok_or_else(overflow)?;
+    let all = one.checked_mul(n).ok_or_else(overflow)?;
+    let reducing = |op: ReduceOp| -> SimResult<()> {
+        if reducible(call.dtype) {
+            Ok(())
+        } else {
+            Err(SimError::InvalidValue(format!(
+                "{:?} does not reduce with {op:?}",
+                call.dtype
+            )))
+        }
+    };
+    let root_ok = |root: usize| -> SimResult<()> {
+        if root < nranks {
+            Ok(())
+        } else {
+            Err(SimError::InvalidValue(format!(
+                "root {root} of {nranks} ranks"
+            )))
+        }
+    };
+    let (send, recv) = match call.kind {
+        Kind::AllReduce(op) => {
+            reducing(op)?;
+            (one, one)
+        }
+        Kind::Broadcast { root } => {
+            root_ok(root)?;
+            (if me == root { one } else { 0 }, one)
+        }
+        Kind::Reduce { op, root } => {
+            reducing(op)?;
+            root_ok(root)?;
+            (one, if me == root { one } else { 0 })
+        }
+        Kind::AllGather => (one, all),
+        Kind::ReduceScatter(op) => {
+            reducing(op)?;
+            (all, one)
+        }
+        Kind::AllToAll => (all, all),
+    };
+    Ok([(call.send, send), (call.recv, recv)]
+        .into_iter()
+        .filter(|&(_, len)| len > 0)
+        .collect())
+}
+
+/// The ranges a group of sends and receives touches, after checking its peers and sizes.
+fn group_touches(calls: &[P2p], nranks: usize) -> SimResult<Vec<(u64, u64)>> {
+    let mut touches = Vec::new();
+    for call in calls {
+        let (P2p::Send {
+            peer, addr, count, dtype,
+        }
+        | P2p::Recv {
+            peer, addr, count, dtype,
+        }) = *call;
+        if peer >= nranks {
+            return Err(SimError::InvalidValue(format!(
+                "peer {peer} of {nranks} ranks"
+            )));
+        }
+        let len = count
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| SimError::InvalidValue(format!("{count} elements overflow")))?;
+        if len > 0 {
+            touches.push((addr, len));
+        }
+    }
+    Ok(touches)
+}
+
+impl LocalComm {
+    fn nranks(&self) -> usize {
+        self.clique.nranks
+    }
+
+    /// See [`Comm::collective`]; `touches` are its checked ranges.
+    fn collective(
+        &self,
+        stream: StreamId,
+        call: Collective,
+        touches: Vec<(u64, u64)>,
+    ) -> SimResult<()> {
         let me = self.rank;
-        let reducing = |op: ReduceOp| -> SimResult<()> {
-            if reducible(call.dtype) {
-                Ok(())
-            } else {
-                Err(SimError::InvalidValue(format!(
-                    "{:?} does not reduce with {op:?}",
-                    call.dtype
-                )))
-            }
-        };
-        let root_ok = |root: usize| -> SimResult<()> {
-            if root < self.nranks() {
-                Ok(())
-            } else {
-                Err(SimError::InvalidValue(format!(
-                    "root {root} of {} ranks",
-                    self.nranks()
-                )))
-            }
-        };
-        let (send, recv) = match call.kind {
-            Kind::AllReduce(op) => {
-                reducing(op)?;
-                (one, one)
-            }
-            Kind::Broadcast { root } => {
-                root_ok(root)?;
-                (if me == root { one } else { 0 }, one)
-            }
-            Kind::Reduce { op, root } => {
-                reducing(op)?;
-                root_ok(root)?;
-                (one, if me == root { one } else { 0 })
-            }
-            Kind::AllGather => (one, all),
-            Kind::ReduceScatter(op) => {
-                reducing(op)?;
-                (all, one)
-            }
-            Kind::AllToAll => (all, all),
-        };
-        let touches: Vec<(u64, u64)> = [(call.send, send), (call.recv, recv)]
-            .into_iter()
-            .filter(|&(_, len)| len > 0)
-            .collect();
         if self.device.is_capturing(stream) {
             return self.capture(stream, touches, Captured::Coll(call));
         }
@@ -290,16 +431,8 @@ impl Comm {
         Ok(())
     }
 
-    /// Queues a group of sends and receives on `stream` as one operation: it finishes when all of
-    /// them have, so a group may send and receive between the same ranks without deadlock.
-    ///
-    /// # Errors
-    /// [`SimError::InvalidValue`] for a bad peer, a size overflow or a buffer outside this
-    /// device's live allocations; the device's sticky error.
-    pub fn group(&self, stream: StreamId, calls: &[P2p]) -> SimResult<()> {
-        if calls.is_empty() {
-            return Ok(());
-        }
+    /// See [`Comm::group`] (`calls` is not empty).
+    fn group(&self, stream: StreamId, calls: &[P2p]) -> SimResult<()> {
         if self.device.is_capturing(stream) {
             let touches = calls
                 .iter()
@@ -498,9 +631,10 @@ impl Comm {
         let (Some(color), Some((new_rank, size))) = (color, split_place(&asks, self.rank)) else {
             return Ok(None);
         };
-        // Unique within the process: the parent's serial, the split's number and the color (an
-        // id makes one communicator).
+        // Unique on the machine: the process, the parent's serial, the split's number and the
+        // color (an id makes one communicator, and names its rendezvous file).
         let mut id = b"unihal-sim-split".to_vec();
+        id.extend_from_slice(&std::process::id().to_le_bytes());
         id.extend_from_slice(&self.clique.serial.to_le_bytes());
         id.extend_from_slice(&number.to_le_bytes());
         id.extend_from_slice(&color.to_le_bytes());
@@ -820,7 +954,8 @@ impl Registry {
     }
 
     /// Joins rank `rank` of the `nranks`-rank communicator named `id`, on `device`; blocks until
-    /// every rank joined or `timeout` passed.
+    /// every rank joined or `timeout` passed. The ranks may live in several processes (each with
+    /// its own devices) when `nranks` is at most [`shm::MAX_RANKS`].
     ///
     /// # Errors
     /// [`SimError::InvalidValue`] for `rank >= nranks` or `nranks == 0`;
@@ -839,6 +974,20 @@ impl Registry {
             return Err(SimError::InvalidValue(format!("rank {rank} of {nranks}")));
         }
         let deadline = Instant::now() + timeout;
+        if self.spent.lock().contains(id) {
+            return Err(SimError::InvalidUsage(
+                "the unique id already made a communicator (a stale id)".into(),
+            ));
+        }
+        if nranks <= shm::MAX_RANKS {
+            let joined = rendezvous::join(id, nranks, rank, device.ordinal(), deadline)?;
+            if !joined.local {
+                return xproc::Handle::form(joined, rank, device).map(|h| Comm(Inner::Remote(h)));
+            }
+        }
+        // Every rank lives in this process (or the communicator is too large to span
+        // processes): they meet again here, with their devices.
+
         let mut map = self.joining.lock();
         // Under `joining`, which formation also holds when it marks the id spent.
         if self.spent.lock().contains(id) {
@@ -879,7 +1028,7 @@ impl Registry {
                     self.spent.lock().insert(id.to_vec());
                 }
                 let clique = result?;
-                return Ok(Comm {
+                return Ok(Comm(Inner::Local(LocalComm {
                     clique,
                     rank,
                     device,
@@ -889,7 +1038,7 @@ impl Registry {
                         sends: vec![0; nranks],
                         recvs: vec![0; nranks],
                     })),
-                });
+                })));
             }
             if self.changed.wait_until(&mut map, deadline).timed_out() {
                 let j = map.get_mut(id).expect("this rank is still a member");
