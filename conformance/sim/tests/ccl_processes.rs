@@ -247,5 +247,9 @@ fn a_process_killed_mid_collective_fails_the_survivor_at_once() {
         "{e}"
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    assert!(matches!(r.comm.error(), Some(CommError::Failed(_))));
+    assert!(
+        matches!(r.comm.error(), Some(CommError::PeerExited { rank: 1, .. })),
+        "{:?}",
+        r.comm.error()
+    );
 }

@@ -243,7 +243,7 @@ pub unsafe extern "C" fn HcclGetCommAsyncError(h: *mut c_void, e: *mut i32) -> i
         let code = match c.error() {
             None => HCCL_SUCCESS,
             Some(CommError::Failed(SimError::Timeout(_))) => HCCL_E_TIMEOUT,
-            Some(CommError::PeerAborted(_)) => HCCL_E_REMOTE,
+            Some(CommError::PeerAborted(_) | CommError::PeerExited { .. }) => HCCL_E_REMOTE,
             Some(_) => HCCL_E_INTERNAL,
         };
         // SAFETY: `out` refuses a null out-pointer; a non-null one is the caller's.

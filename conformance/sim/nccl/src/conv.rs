@@ -106,7 +106,7 @@ pub fn code(e: &SimError) -> i32 {
 pub fn async_code(e: &CommError) -> i32 {
     match e {
         CommError::Aborted => NCCL_INVALID_USAGE,
-        CommError::PeerAborted(_) => NCCL_REMOTE_ERROR,
+        CommError::PeerAborted(_) | CommError::PeerExited { .. } => NCCL_REMOTE_ERROR,
         CommError::Failed(SimError::Timeout(_)) => timeout_code(),
         CommError::Failed(SimError::LaunchFailed(_)) => NCCL_INVALID_USAGE,
         CommError::Failed(e) => code(e),

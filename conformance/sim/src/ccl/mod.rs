@@ -100,6 +100,8 @@ pub enum CommError {
     PeerAborted(usize),
     /// A round failed for everyone (a mismatch, a timeout).
     Failed(SimError),
+    /// Another rank's process exited while the communicator needed it (NCCL's remote error).
+    PeerExited { rank: usize, message: String },
 }
 
 /// The role of a participant in a round.

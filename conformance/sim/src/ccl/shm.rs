@@ -208,6 +208,15 @@ impl Segment {
 
     /// Records the communicator's failure (the first one wins) for every rank to see.
     pub fn fail(&self, e: &SimError) {
+        self.record(e, None);
+    }
+
+    /// Records that rank `rank`'s process exited (a launch failure naming it, `message`).
+    pub fn fail_exited(&self, rank: usize, message: String) {
+        self.record(&SimError::LaunchFailed(message), Some(rank));
+    }
+
+    fn record(&self, e: &SimError, exited: Option<usize>) {
         let h = self.header();
         if h
             .failed
@@ -227,6 +236,7 @@ impl Segment {
             w[..chunk.len()].copy_from_slice(chunk);
             h.failed_msg[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
         }
+        let kind = exited.map_or(kind, |r| 3 | (r as u64) << 8);
         h.failed_kind.store(kind, Ordering::Relaxed);
         h.failed_len.store(bytes.len() as u64, Ordering::Relaxed);
         h.failed.store(2, Ordering::Release);
@@ -250,6 +260,13 @@ impl Segment {
             1 => SimError::Timeout(msg),
             _ => SimError::LaunchFailed(msg),
         })
+    }
+
+    /// The rank whose process exited, when that is the communicator's failure.
+    pub fn exited(&self) -> Option<usize> {
+        let h = self.header();
+        let kind = h.failed_kind.load(Ordering::Relaxed);
+        (h.failed.load(Ordering::Acquire) == 2 && kind & 0xff == 3).then_some((kind >> 8) as usize)
     }
 }
 

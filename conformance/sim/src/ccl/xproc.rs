@@ -178,7 +178,12 @@ impl Rank {
             return Some(CommError::Aborted);
         }
         if let Some(e) = self.seg.failure() {
-            return Some(CommError::Failed(e));
+            return Some(match (self.seg.exited(), e) {
+                (Some(rank), SimError::LaunchFailed(message)) => {
+                    CommError::PeerExited { rank, message }
+                }
+                (_, e) => CommError::Failed(e),
+            });
         }
         (0..self.nranks)
             .find(|&r| self.seg.rank(r).aborted.load(Ordering::Acquire) != 0)
@@ -259,14 +264,15 @@ impl Rank {
             if checked.elapsed() >= Duration::from_millis(20) {
                 checked = Instant::now();
                 if let Some(r) = (0..self.nranks).find(|&r| !shm::alive(self.pids[r])) {
-                    let e = SimError::LaunchFailed(format!(
+                    let message = format!(
                         "remote process exited: rank {r} (process {}) ended while rank {} waited \
                          for it ({})",
                         self.pids[r],
                         self.rank,
                         what()
-                    ));
-                    self.seg.fail(&e);
+                    );
+                    self.seg.fail_exited(r, message.clone());
+                    let e = SimError::LaunchFailed(message);
                     return Err(Stop::Failed(self.seg.failure().unwrap_or(e)));
                 }
             }
