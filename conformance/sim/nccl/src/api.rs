@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use unihal_sim::ccl::{fresh_id, Collective, Comm, Kind, P2p, Queued, Registry};
+use unihal_sim::ccl::{fresh_id, Collective, Comm, CommError, Kind, P2p, Queued, Registry};
 use unihal_sim::fault;
 use unihal_sim::gpu::GpuFace as Sim;
 use unihal_sim::{SimError, StreamId};
@@ -128,11 +128,16 @@ fn nccl(name: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
     match r {
         Ok(()) => NCCL_SUCCESS,
         Err(Fail(code, msg)) => {
-            let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-            LAST.with(|l| *l.borrow_mut() = msg);
+            set_last(&msg);
             code
         }
     }
+}
+
+/// Sets what `ncclGetLastError` returns on this thread.
+fn set_last(msg: &str) {
+    let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = msg);
 }
 
 /// The process's GPU face (the library initialises the runtime itself, as NCCL does).
@@ -397,7 +402,12 @@ pub extern "C" fn ncclCommAbort(c: *mut c_void) -> c_int {
 pub unsafe extern "C" fn ncclCommGetAsyncError(c: *mut c_void, err: *mut c_int) -> c_int {
     nccl("ncclCommGetAsyncError", || {
         let k = comm(c, "ncclCommGetAsyncError")?;
-        let code = k.comm.error().map_or(NCCL_SUCCESS, |e| async_code(&e));
+        let error = k.comm.error();
+        if let Some(CommError::PeerExited { message, .. }) = &error {
+            // What ncclGetLastError then says, as NCCL's last warning names the lost peer.
+            set_last(message);
+        }
+        let code = error.map_or(NCCL_SUCCESS, |e| async_code(&e));
         // SAFETY: `put` refuses a null out-pointer; a non-null one is the caller's, valid for the write.
         unsafe { put(err, code, "asyncError") }
     })

@@ -265,8 +265,11 @@ impl Segment {
     /// The rank whose process exited, when that is the communicator's failure.
     pub fn exited(&self) -> Option<usize> {
         let h = self.header();
+        if h.failed.load(Ordering::Acquire) != 2 {
+            return None;
+        }
         let kind = h.failed_kind.load(Ordering::Relaxed);
-        (h.failed.load(Ordering::Acquire) == 2 && kind & 0xff == 3).then_some((kind >> 8) as usize)
+        (kind & 0xff == 3).then_some((kind >> 8) as usize)
     }
 }
 

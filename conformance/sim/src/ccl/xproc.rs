@@ -21,7 +21,9 @@
 //! Nothing hangs: while a proxy waits it watches its rank's abort (queued operations then finish
 //! without data, as in one process), the communicator's failure (a mismatch, the watchdog of any
 //! rank's device: [`super::CommError::Failed`]) and the peers' processes: a process that exited
-//! fails the communicator, naming the rank and process, within milliseconds.
+//! becomes, within milliseconds, the communicator's asynchronous error naming the rank and
+//! process ([`super::CommError::PeerExited`], NCCL's remote error), and the operations wait, as
+//! NCCL's kernels do, until the rank aborts or its device's watchdog fires.
 
 use super::rendezvous::Joined;
 use super::shm::{self, Segment};
@@ -220,7 +222,7 @@ impl Rank {
             };
             let result = if self.aborted.load(Ordering::Acquire) || self.ops.lock().shutdown {
                 Ok(())
-            } else if let Some(e) = self.seg.failure() {
+            } else if let (None, Some(e)) = (self.seg.exited(), self.seg.failure()) {
                 Err(e)
             } else {
                 let r = match &call {
@@ -258,10 +260,15 @@ impl Rank {
             if self.ops.lock().shutdown {
                 return Err(Stop::Shutdown);
             }
-            if let Some(e) = self.seg.failure() {
-                return Err(Stop::Failed(e));
+            if self.seg.exited().is_none() {
+                if let Some(e) = self.seg.failure() {
+                    return Err(Stop::Failed(e));
+                }
             }
-            if checked.elapsed() >= Duration::from_millis(20) {
+            // A peer's exit is the communicator's asynchronous error; the operation waits, as an
+            // NCCL kernel spins, until this rank aborts (a framework's watchdog does) or its
+            // device's watchdog fires.
+            if checked.elapsed() >= Duration::from_millis(20) && self.seg.failure().is_none() {
                 checked = Instant::now();
                 if let Some(r) = (0..self.nranks).find(|&r| !shm::alive(self.pids[r])) {
                     let message = format!(
@@ -271,9 +278,7 @@ impl Rank {
                         self.rank,
                         what()
                     );
-                    self.seg.fail_exited(r, message.clone());
-                    let e = SimError::LaunchFailed(message);
-                    return Err(Stop::Failed(self.seg.failure().unwrap_or(e)));
+                    self.seg.fail_exited(r, message);
                 }
             }
             if pause < Duration::from_micros(40) {

@@ -272,9 +272,23 @@ impl CollectiveLib for Nccl {
         }
         Ok(match err {
             0 | IN_PROGRESS => None,
-            REMOTE_ERROR => Some(HalError::Aborted {
-                what: format!("a peer rank aborted the {} communicator", self.label),
-            }),
+            REMOTE_ERROR => {
+                // SAFETY: ncclGetLastError returns a thread-local string valid until this
+                // thread's next call.
+                let last = self.get_last_error.map_or_else(String::new, |f| unsafe {
+                    unihal_dynlib::c_str(f(comm as Comm))
+                });
+                Some(HalError::Aborted {
+                    what: if last.is_empty() {
+                        format!(
+                            "a peer rank aborted the {} communicator or its process was lost",
+                            self.label
+                        )
+                    } else {
+                        format!("{} remote error: {last}", self.label)
+                    },
+                })
+            }
             _ => Some(conv::vendor(self, "ncclCommGetAsyncError", err)),
         })
     }
