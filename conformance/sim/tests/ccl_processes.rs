@@ -102,11 +102,15 @@ fn every_collective(r: &Rank) {
         let send = upload(r, &mine);
         let recv = upload(r, &vec![-1; count * n]);
         let run = |kind: Kind, send: u64| {
-            r.comm.collective(r.stream, coll(kind, count, send, recv)).unwrap();
+            r.comm
+                .collective(r.stream, coll(kind, count, send, recv))
+                .unwrap();
             r.comm.device().stream_synchronize(r.stream).unwrap();
         };
         run(Kind::AllReduce(ReduceOp::Sum), send);
-        let want: Vec<i32> = (0..count).map(|i| (0..n).map(|k| value(k, i)).sum()).collect();
+        let want: Vec<i32> = (0..count)
+            .map(|i| (0..n).map(|k| value(k, i)).sum())
+            .collect();
         assert_eq!(download(r, recv, count), want, "all-reduce of {count}");
         run(Kind::Broadcast { root: 1 }, send);
         let want: Vec<i32> = (0..count).map(|i| value(1, i)).collect();
@@ -130,8 +134,18 @@ fn every_collective(r: &Rank) {
             .group(
                 r.stream,
                 &[
-                    P2p::Send { peer: next, addr: send, count: count as u64, dtype: DType::I32 },
-                    P2p::Recv { peer: prev, addr: recv, count: count as u64, dtype: DType::I32 },
+                    P2p::Send {
+                        peer: next,
+                        addr: send,
+                        count: count as u64,
+                        dtype: DType::I32,
+                    },
+                    P2p::Recv {
+                        peer: prev,
+                        addr: recv,
+                        count: count as u64,
+                        dtype: DType::I32,
+                    },
                 ],
             )
             .unwrap();
@@ -172,9 +186,16 @@ fn child() {
             let buf = upload(&r, &vec![1; BIG]);
             // Concurrent: the stream reaches the gate at once, so this rank's part is posted.
             r.comm
-                .collective(r.stream, coll(Kind::AllReduce(ReduceOp::Sum), BIG, buf, buf))
+                .collective(
+                    r.stream,
+                    coll(Kind::AllReduce(ReduceOp::Sum), BIG, buf, buf),
+                )
                 .unwrap();
-            std::fs::write(std::env::var("UNIHAL_SIM_CCL_TEST_POSTED").unwrap(), b"posted").unwrap();
+            std::fs::write(
+                std::env::var("UNIHAL_SIM_CCL_TEST_POSTED").unwrap(),
+                b"posted",
+            )
+            .unwrap();
             std::thread::sleep(Duration::from_secs(600));
         }
         other => panic!("unknown scenario {other}"),
@@ -217,7 +238,10 @@ fn a_mismatch_across_processes_fails_every_process() {
         "{e}"
     );
     assert!(matches!(r.comm.error(), Some(CommError::Failed(_))));
-    assert!(child.wait().unwrap().success(), "rank 1 did not see the mismatch");
+    assert!(
+        child.wait().unwrap().success(),
+        "rank 1 did not see the mismatch"
+    );
 }
 
 /// As NCCL: the peer's exit is the communicator's asynchronous error within milliseconds, naming
@@ -231,7 +255,10 @@ fn a_process_killed_mid_collective_is_the_survivors_error_at_once() {
     let marker = posted_marker(&id);
     let waited = Instant::now();
     while !marker.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "rank 1 ended before posting its part");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "rank 1 ended before posting its part"
+        );
         assert!(waited.elapsed() < JOIN, "rank 1 never posted its part");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -241,7 +268,10 @@ fn a_process_killed_mid_collective_is_the_survivors_error_at_once() {
     child.wait().unwrap();
     let buf = upload(&r, &vec![1; BIG]);
     r.comm
-        .collective(r.stream, coll(Kind::AllReduce(ReduceOp::Sum), BIG, buf, buf))
+        .collective(
+            r.stream,
+            coll(Kind::AllReduce(ReduceOp::Sum), BIG, buf, buf),
+        )
         .unwrap();
     let start = Instant::now();
     let sync = {
@@ -254,15 +284,24 @@ fn a_process_killed_mid_collective_is_the_survivors_error_at_once() {
             None => {}
             other => panic!("{other:?}"),
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "no error after 5 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no error after 5 s"
+        );
         std::thread::sleep(Duration::from_millis(1));
     };
     assert!(
         message.contains(&format!("rank 1 (process {pid})")) && message.contains("exited"),
         "{message}"
     );
-    assert!(!sync.is_finished(), "the operation finished without its peer");
+    assert!(
+        !sync.is_finished(),
+        "the operation finished without its peer"
+    );
     r.comm.abort();
     sync.join().unwrap().unwrap();
-    eprintln!("the survivor's error {:?} after the kill: {message}", start.elapsed());
+    eprintln!(
+        "the survivor's error {:?} after the kill: {message}",
+        start.elapsed()
+    );
 }

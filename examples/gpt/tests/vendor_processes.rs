@@ -40,11 +40,19 @@ fn dir(name: &str) -> PathBuf {
 fn gpt_args(steps: usize, json: &Path) -> Vec<String> {
     let steps = steps.to_string();
     let b = backend();
-    ["--backend", &b, "--steps", &steps, "--sample", "0", "--json"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([json.display().to_string()])
-        .collect()
+    [
+        "--backend",
+        &b,
+        "--steps",
+        &steps,
+        "--sample",
+        "0",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([json.display().to_string()])
+    .collect()
 }
 
 fn run(mut c: Command, what: &str) -> (bool, String) {
@@ -102,7 +110,10 @@ fn check_logs(text: &str, launcher: &str) {
     for rank in 0..2 {
         let want = format!("[{rank}] unihal INFO BOOTSTRAP launcher {launcher}: rank {rank} of 2");
         assert!(text.contains(&want), "no line with {want:?}:\n{text}");
-        let want = format!("[{rank}] unihal INFO COLL communicator rank {rank} of 2 on {}:", backend());
+        let want = format!(
+            "[{rank}] unihal INFO COLL communicator rank {rank} of 2 on {}:",
+            backend()
+        );
         assert!(text.contains(&want), "no line with {want:?}:\n{text}");
     }
 }
@@ -164,7 +175,9 @@ fn a_rank_killed_mid_training_ends_the_survivor_with_its_error() {
             job.log(0)
         );
         assert!(
-            job.children.iter_mut().all(|c| c.try_wait().unwrap().is_none()),
+            job.children
+                .iter_mut()
+                .all(|c| c.try_wait().unwrap().is_none()),
             "a rank ended before training a step:\n{}\n{}",
             job.log(0),
             job.log(1)

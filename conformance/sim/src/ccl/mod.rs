@@ -386,10 +386,16 @@ fn group_touches(calls: &[P2p], nranks: usize) -> SimResult<Vec<(u64, u64)>> {
     let mut touches = Vec::new();
     for call in calls {
         let (P2p::Send {
-            peer, addr, count, dtype,
+            peer,
+            addr,
+            count,
+            dtype,
         }
         | P2p::Recv {
-            peer, addr, count, dtype,
+            peer,
+            addr,
+            count,
+            dtype,
         }) = *call;
         if peer >= nranks {
             return Err(SimError::InvalidValue(format!(

@@ -156,12 +156,10 @@ impl Segment {
         };
         let magic = seg.header().magic.load(Ordering::Acquire);
         if magic == 0 {
-            let _ = seg.header().magic.compare_exchange(
-                0,
-                MAGIC,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            let _ =
+                seg.header()
+                    .magic
+                    .compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire);
         } else if magic != MAGIC {
             return Err(SimError::InvalidUsage(format!(
                 "communicator rendezvous: {} is not a unihal simulated communicator",
@@ -201,7 +199,9 @@ impl Segment {
         assert!(src < MAX_RANKS && dst < MAX_RANKS);
         // SAFETY: inside the channel area; each channel is 64 bytes of counters, then data.
         unsafe {
-            let at = self.base.add(CHANNELS_AT + (src * MAX_RANKS + dst) * CHANNEL);
+            let at = self
+                .base
+                .add(CHANNELS_AT + (src * MAX_RANKS + dst) * CHANNEL);
             (&*(at as *const Channel), at.add(64))
         }
     }
@@ -218,8 +218,7 @@ impl Segment {
 
     fn record(&self, e: &SimError, exited: Option<usize>) {
         let h = self.header();
-        if h
-            .failed
+        if h.failed
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
@@ -323,7 +322,8 @@ pub fn alive(pid: u64) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command's closing parenthesis.
         Ok(stat) => !matches!(
-            stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next()),
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next()),
             Some(Some('Z' | 'X'))
         ),
         Err(_) => true,

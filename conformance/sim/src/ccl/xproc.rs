@@ -88,7 +88,10 @@ impl Rank {
     ///
     /// # Errors
     /// [`SimError::InvalidUsage`] when no thread can be started.
-    pub fn start(joined: Joined, rank: usize) -> SimResult<(Arc<Rank>, std::thread::JoinHandle<()>)> {
+    pub fn start(
+        joined: Joined,
+        rank: usize,
+    ) -> SimResult<(Arc<Rank>, std::thread::JoinHandle<()>)> {
         let nranks = joined.pids.len();
         let me = Arc::new(Rank {
             seg: joined.seg,
@@ -308,7 +311,13 @@ impl Rank {
             let s = *step;
             // My slot is free once every rank read the previous step.
             self.wait(
-                || format!("collective #{number}: ranks {} still read step {}", self.behind(s - 1, |b| &b.consumed), s - 1),
+                || {
+                    format!(
+                        "collective #{number}: ranks {} still read step {}",
+                        self.behind(s - 1, |b| &b.consumed),
+                        s - 1
+                    )
+                },
                 || (0..n).all(|r| self.seg.rank(r).consumed.load(Ordering::Acquire) >= s - 1),
             )?;
             let slot = self.seg.slot(me);
@@ -338,7 +347,12 @@ impl Rank {
             }
             block.posted.store(s, Ordering::Release);
             self.wait(
-                || format!("collective #{number}: ranks {} never posted step {s}", self.behind(s, |b| &b.posted)),
+                || {
+                    format!(
+                        "collective #{number}: ranks {} never posted step {s}",
+                        self.behind(s, |b| &b.posted)
+                    )
+                },
                 || (0..n).all(|r| self.seg.rank(r).posted.load(Ordering::Acquire) >= s),
             )?;
             for r in 0..n {
@@ -367,7 +381,11 @@ impl Rank {
     }
 
     /// Ranks whose counter is below `s`, for messages.
-    fn behind(&self, s: u64, counter: impl Fn(&shm::RankBlock) -> &std::sync::atomic::AtomicU64) -> String {
+    fn behind(
+        &self,
+        s: u64,
+        counter: impl Fn(&shm::RankBlock) -> &std::sync::atomic::AtomicU64,
+    ) -> String {
         let v: Vec<String> = (0..self.nranks)
             .filter(|&r| counter(self.seg.rank(r)).load(Ordering::Acquire) < s)
             .map(|r| r.to_string())
@@ -440,7 +458,12 @@ impl Rank {
         let mut legs: Vec<Leg> = calls
             .iter()
             .map(|c| match *c {
-                P2p::Send { peer, addr, count, dtype } => Leg {
+                P2p::Send {
+                    peer,
+                    addr,
+                    count,
+                    dtype,
+                } => Leg {
                     send: true,
                     peer,
                     addr,
@@ -448,7 +471,12 @@ impl Rank {
                     header: false,
                     done: 0,
                 },
-                P2p::Recv { peer, addr, count, dtype } => Leg {
+                P2p::Recv {
+                    peer,
+                    addr,
+                    count,
+                    dtype,
+                } => Leg {
                     send: false,
                     peer,
                     addr,
@@ -462,7 +490,11 @@ impl Rank {
         loop {
             let mut moved = false;
             for leg in legs.iter_mut().filter(|l| !l.header || l.done < l.len) {
-                let (src, dst) = if leg.send { (self.rank, leg.peer) } else { (leg.peer, self.rank) };
+                let (src, dst) = if leg.send {
+                    (self.rank, leg.peer)
+                } else {
+                    (leg.peer, self.rank)
+                };
                 let (ch, data) = self.seg.channel(src, dst);
                 let written = ch.written.load(Ordering::Acquire);
                 let read = ch.read.load(Ordering::Acquire);
@@ -543,9 +575,16 @@ impl Rank {
                 let seen: Vec<(u64, u64)> = legs
                     .iter()
                     .map(|l| {
-                        let (s, d) = if l.send { (self.rank, l.peer) } else { (l.peer, self.rank) };
+                        let (s, d) = if l.send {
+                            (self.rank, l.peer)
+                        } else {
+                            (l.peer, self.rank)
+                        };
                         let (ch, _) = self.seg.channel(s, d);
-                        (ch.written.load(Ordering::Acquire), ch.read.load(Ordering::Acquire))
+                        (
+                            ch.written.load(Ordering::Acquire),
+                            ch.read.load(Ordering::Acquire),
+                        )
                     })
                     .collect();
                 // Wait for any ring of the group to change.
@@ -553,9 +592,16 @@ impl Rank {
                     || format!("a group of sends and receives: {}", pending.join("; ")),
                     || {
                         legs.iter().zip(&seen).any(|(l, &old)| {
-                            let (s, d) = if l.send { (self.rank, l.peer) } else { (l.peer, self.rank) };
+                            let (s, d) = if l.send {
+                                (self.rank, l.peer)
+                            } else {
+                                (l.peer, self.rank)
+                            };
                             let (ch, _) = self.seg.channel(s, d);
-                            (ch.written.load(Ordering::Acquire), ch.read.load(Ordering::Acquire)) != old
+                            (
+                                ch.written.load(Ordering::Acquire),
+                                ch.read.load(Ordering::Acquire),
+                            ) != old
                         })
                     },
                 )?;
@@ -617,7 +663,9 @@ impl Desc {
             6 => "AllToAll".into(),
             k => format!("kind {k}"),
         };
-        let dtype = DType::ALL.get(dtype as usize).map_or("?".into(), |d| format!("{d:?}"));
+        let dtype = DType::ALL
+            .get(dtype as usize)
+            .map_or("?".into(), |d| format!("{d:?}"));
         format!("{kind} of {count} x {dtype}")
     }
 }
@@ -717,7 +765,9 @@ impl Handle {
                 rank: self.rank.clone(),
                 call: Box::new(call),
             });
-            return self.device.enqueue_gate_repeatable(stream, touches, factory);
+            return self
+                .device
+                .enqueue_gate_repeatable(stream, touches, factory);
         }
         self.rank.refuse_if_aborted()?;
         let mut taken = None;
