@@ -107,6 +107,7 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_SIM_DEVICES", "an integer of 1 or more", "2", "a simulated runtime's number of devices", Simulator),
     s("UNIHAL_SIM_MEMORY", "an integer number of bytes", "8589934592 (8 GiB)", "each simulated device's memory", Simulator),
     s("UNIHAL_SIM_WATCHDOG_MS", "an integer number of milliseconds", "60000", "how long simulated device work may block before it faults", Simulator),
+    s("UNIHAL_SIM_NODE", "a name", "the host name", "the node a simulated runtime's process is on (two ranks of one node may not share a device)", Simulator),
     s("UNIHAL_SIM_NCCL_FLAVOR", "nccl or rccl", "nccl", "which library the simulated collectives behave as", Simulator),
     s("UNIHAL_SIM_NCCL_CALL_US", "an integer number of microseconds", "0", "a simulated collective call's host latency", Simulator),
     s("UNIHAL_SIM_SOC", "Ascend910B2 or Ascend910A", "Ascend910B2", "the chip the simulated CANN stack reports", Simulator),
@@ -133,6 +134,8 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_FUZZ_PLANTED", "1", "0", "plant a bug for the fuzzers to find", Test),
     s("UNIHAL_FAULT_SWEEP_CHILD", "set by the fault sweep", "", "marks a fault sweep's child process", Test),
     s("UNIHAL_CONFORMANCE_CHILD", "set by the conformance runner", "", "marks an isolated case's child process", Test),
+    s("UNIHAL_SIM_CCL_TEST_CHILD", "set by conformance/sim/tests/ccl_processes.rs", "", "the scenario, rank and unique id of a child rank process", Test),
+    s("UNIHAL_SIM_CCL_TEST_POSTED", "set by conformance/sim/tests/ccl_processes.rs", "", "the file a child rank writes once its part is posted", Test),
 ];
 
 /// The table's row for `name` (a `*` row matches any suffix).
