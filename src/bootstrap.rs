@@ -202,6 +202,19 @@ fn log_launch(info: &LaunchInfo) {
         info.local_rank,
         info.local_world_size
     );
+    match unihal_launch::net::selected() {
+        Ok(Some(i)) => tracing::info!(
+            target: "unihal::bootstrap",
+            "socket interface {} address {} ({}={})",
+            i.name,
+            i.addr,
+            unihal_launch::net::VAR,
+            std::env::var(unihal_launch::net::VAR).unwrap_or_default()
+        ),
+        Ok(None) => {}
+        // The engine that uses the interface fails with this error; say it early too.
+        Err(e) => tracing::warn!(target: "unihal::bootstrap", "{e}"),
+    }
 }
 
 /// Reports `error` where the launcher collects a rank's failure: torchrun's error file

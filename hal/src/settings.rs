@@ -103,6 +103,7 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_PROGRESS", "0 (or off, false, no), plain, or 1 (or on, true, yes, auto)", "auto: a line redrawn on a terminal, plain lines every 10 s elsewhere", "the conformance run's progress on standard error", User),
     s("UNIHAL_GPT_BACKEND", "a backend name", "the preferred backend", "the backend of the GPT example's tests", User),
     s("UNIHAL_GRAPH_BACKEND", "a backend name", "cpu", "the backend of the captured training step's test (tests/graph_step.rs)", User),
+    s("UNIHAL_SOCKET_IFNAME", "interface-name prefixes, comma-separated (^ excludes, = exact), as NCCL_SOCKET_IFNAME", "unset: the host name's address", "the network interface the gloo engine's sockets use (GLOO_SOCKET_IFNAME wins); logged at bootstrap", User),
     s("UNIHAL_SIM_MODE", "deferred, eager or concurrent", "deferred", "how a simulated GPU runtime runs device work", Simulator),
     s("UNIHAL_SIM_DEVICES", "an integer of 1 or more", "2", "a simulated runtime's number of devices", Simulator),
     s("UNIHAL_SIM_MEMORY", "an integer number of bytes", "8589934592 (8 GiB)", "each simulated device's memory", Simulator),

@@ -8,6 +8,8 @@
 //! - [`store`]: the job's store as a rank reaches it (agent store with the restart attempt's
 //!   prefix, or rank 0's own).
 //! - [`error_file`]: torchrun's error file, so a failing rank's error reaches torchrun's summary.
+//! - [`net`]: the network interface a rank's sockets use (`UNIHAL_SOCKET_IFNAME`, read as
+//!   `NCCL_SOCKET_IFNAME` is).
 //!
 //! Every wait has a deadline: a rank or store that never answers is a `Timeout`, never a hang.
 //! Collective engines that rendezvous through a store (gloo) use the same client, so every route
@@ -15,6 +17,7 @@
 
 pub mod env;
 pub mod error_file;
+pub mod net;
 pub mod store;
 pub mod tcpstore;
 

@@ -123,24 +123,31 @@ pub fn engine() -> &'static GlooCollectives {
 }
 
 /// The address gloo's transport binds, as PyTorch's gloo group chooses it: the interface
-/// `GLOO_SOCKET_IFNAME` names, else the host name when it resolves to an address of this machine,
+/// `GLOO_SOCKET_IFNAME` names, else the address of the interface `UNIHAL_SOCKET_IFNAME` selects
+/// ([`unihal_launch::net`]), else the host name when it resolves to an address of this machine,
 /// else the loopback address. Returns `(hostname, iface)`.
-fn transport_address() -> (String, String) {
+///
+/// # Errors
+/// `UNIHAL_SOCKET_IFNAME`'s, when it selects no interface.
+fn transport_address() -> Result<(String, String)> {
     if let Ok(iface) = std::env::var("GLOO_SOCKET_IFNAME") {
         if !iface.is_empty() {
-            return (String::new(), iface);
+            return Ok((String::new(), iface));
         }
+    }
+    if let Some(chosen) = unihal_launch::net::selected()? {
+        return Ok((chosen.addr.to_string(), String::new()));
     }
     let host = unihal_hal::ccl::process_tag().host.clone();
     let usable = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 0))
         .ok()
         .and_then(|mut a| a.find(|a| a.is_ipv4()))
         .is_some_and(|a| std::net::TcpListener::bind((a.ip(), 0)).is_ok());
-    if usable {
+    Ok(if usable {
         (host, String::new())
     } else {
         ("127.0.0.1".into(), String::new())
-    }
+    })
 }
 
 /// State of one connect: the store, and the first error a store callback met (gloo's own
@@ -260,7 +267,16 @@ pub(crate) fn connect(
             },
         ));
     }
-    let (host, iface) = transport_address();
+    let (host, iface) = transport_address()?;
+    tracing::info!(
+        target: "unihal::bootstrap",
+        "gloo rank {rank} of {size}: TCP transport on {}",
+        if iface.is_empty() {
+            format!("address {host}")
+        } else {
+            format!("interface {iface} (GLOO_SOCKET_IFNAME)")
+        }
+    );
     let (host, iface) = (
         CString::new(host).map_err(|e| HalError::Internal(e.to_string()))?,
         CString::new(iface).map_err(|e| HalError::Internal(e.to_string()))?,
@@ -316,7 +332,7 @@ fn id_server() -> Result<&'static (TcpStoreServer, String)> {
     SERVER
         .get_or_init(|| {
             let server = TcpStoreServer::bind("0.0.0.0:0")?;
-            let (host, _) = transport_address();
+            let (host, _) = transport_address()?;
             let host = if host.is_empty() {
                 "127.0.0.1".into()
             } else {
