@@ -135,7 +135,10 @@ pub fn selected() -> Result<Option<SocketIf>> {
         .cloned()
         .map(Some)
         .ok_or_else(|| {
-            let have: Vec<String> = all.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();
+            let have: Vec<String> = all
+                .iter()
+                .map(|i| format!("{} {}", i.name, i.addr))
+                .collect();
             HalError::invalid(
                 VAR,
                 Invalid::Other(format!(
