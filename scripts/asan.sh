@@ -1,30 +1,27 @@
 #!/usr/bin/env bash
-# AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails.
+# AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails,
+# from the one sanitized build the fuzzers share (scripts/lib/sanitized.sh).
 # Every run (the core): the planted bugs must be reported (proof the sanitizer works), the CPU
-# conformance suite (collectives included) and the fault sweeps of every backend (every failure
-# path of the training step on CPU, CUDA, HIP and Ascend). By rotation, one slice of three per run
-# (scripts/lib/rotation.sh; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets, runs all):
+# conformance suite (collectives included), the gloo engine one rank per process with killed
+# ranks, and the fault sweeps of every backend (every failure path of the training step on CPU,
+# CUDA, HIP and Ascend). By rotation, one slice of six per submission (matrix `asan` of
+# .ci/slices; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets, runs all):
 #   0: the unit and integration tests of hal and the CPU backend (collective early-leave tests
-#      included), and the CUDA backend's whole suite on the simulated driver;
-#   1: the caching allocator and DLPack tests, the plugin boundary's tests, and the HIP backend's
-#      whole suite on the simulated runtime;
-#   2: the simulated CANN stack's and the Ascend backend's tests, and the Ascend backend's whole
-#      suite on the simulated CANN stack.
-# Each slice is mostly compile time (a sanitized build of its test targets): the three take about
-# the same.
+#      included);
+#   1: the CUDA backend's whole suite on the simulated driver and NCCL;
+#   2: the caching allocator and DLPack tests, and the plugin boundary's tests;
+#   3: the HIP backend's whole suite on the simulated runtime, RCCL and rocBLAS;
+#   4: the simulated CANN stack's and the Ascend backend's tests;
+#   5: the Ascend backend's whole suite on the simulated CANN stack and HCCL.
+# The runs are independent processes, two at a time (scripts/lib/side-by-side.sh): the CPU suite
+# beside the slice, the gloo processes beside the fault sweeps.
 #
-# Nightly toolchain (the image has no rust-src, so std is not rebuilt: `-Zsanitizer=address
-# --target <host>`). Its own target dir, so the ordinary build cache stays valid. A sanitized host
-# that loads the sanitized simulated driver must export the ASan runtime's symbols
-# (`-Wl,--export-dynamic`). Suppressions (scripts/lsan.supp) only for vendor and system libraries, each with
-# its reason. Fails, never skips, when the nightly toolchain or NVRTC is missing.
+# Suppressions (scripts/lsan.supp) only for vendor and system libraries, each with its reason.
+# Fails, never skips, when the nightly toolchain or NVRTC is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TRIPLE=x86_64-unknown-linux-gnu
-export CARGO_TARGET_DIR="$PWD/target/asan"
-export RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes -Clink-arg=-Wl,--export-dynamic"
-export RUSTDOCFLAGS="-Zsanitizer=address"
+source scripts/lib/sanitized.sh
 # use_sigaltstack=0: at a thread's exit ASan unmaps whatever alternate signal stack is registered,
 # assuming it is its own; LLVM inside hiprtc (comgr) registers a malloc'd one (MINSIGSTKSZ + 64 KiB)
 # on a thread where it installs its signal handlers, so that thread's exit killed the run ("AddressSanitizer failed to
@@ -33,28 +30,17 @@ export RUSTDOCFLAGS="-Zsanitizer=address"
 # handler keeps its alternate stacks. Memory errors and leaks are reported as before.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1:use_sigaltstack=0"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
-# One feature resolution for every cargo command below (nightly's workspace-wide unification,
-# dev-dependencies included): each command otherwise resolves features for the packages and
-# targets it selects, and the root package's dev-dependencies (criterion: serde's `alloc`,
-# either's `std`, regex's `meta`) and the fault sweeps' `unihal-cpu/fault-injection` gave the
-# fault sweeps' build other feature sets than the rest, so it compiled the sanitized stack a
-# second time (serde and all above it). Every command also builds a target that needs the
-# dev-dependencies (a test or an example), as the workspace-wide resolution then includes them.
-export CARGO_RESOLVER_FEATURE_UNIFICATION=workspace CARGO_UNSTABLE_FEATURE_UNIFICATION=true
-BIN="$CARGO_TARGET_DIR/$TRIPLE/debug"
-CARGO="cargo +nightly"
+BIN="$SANITIZED_BIN"
 
 step() { echo "== asan: $* ($(date +%T))"; }
 
 source scripts/lib/rotation.sh
 source scripts/lib/side-by-side.sh
-SLICE0=false SLICE1=false SLICE2=false
-in_slice "ASan slice: hal and CPU tests, CUDA suite" 0 3 && SLICE0=true
-in_slice "ASan slice: allocator, DLPack and plugin tests, HIP suite" 1 3 && SLICE1=true
-in_slice "ASan slice: simulated CANN and Ascend tests, Ascend suite" 2 3 && SLICE2=true
+SLICE=()
+for k in 0 1 2 3 4 5; do if in_slice asan "$k"; then SLICE[k]=true; else SLICE[k]=false; fi; done
 
 step "planted bugs must be reported"
-$CARGO build -q --target "$TRIPLE" -p unihal-hal --example asan_planted
+sanitized_cargo build -q -p unihal-hal --example asan_planted
 for bug in use-after-free:heap-use-after-free leak:detected\ memory\ leaks; do
     arg="${bug%%:*}"; want="${bug#*:}"
     if out="$("$BIN/examples/asan_planted" "$arg" 2>&1)"; then
@@ -64,35 +50,31 @@ for bug in use-after-free:heap-use-after-free leak:detected\ memory\ leaks; do
     echo "planted $arg: reported ($want)"
 done
 
-if $SLICE0; then
-    step "hal and CPU backend unit and integration tests"
-    $CARGO test -q --target "$TRIPLE" -p unihal-hal -p unihal-cpu
-fi
-if $SLICE1; then
-    step "caching allocator and DLPack tests (not the numpy one: Python would load a sanitized library)"
-    $CARGO test -q --target "$TRIPLE" -p unihal-alloc
-    $CARGO test -q --target "$TRIPLE" -p unihal-dlpack --lib --test roundtrip
-fi
-if $SLICE2; then
-    step "the simulated CANN stack's tests (descriptors, executors, workspaces, HCCL failure paths)"
-    $CARGO test -q --target "$TRIPLE" -p unihal-sim-cann
-    step "the Ascend backend's tests on the simulated CANN stack (layouts, ops, HCCL failure paths)"
-    $CARGO test -q --target "$TRIPLE" -p unihal-ascend
-fi
-
-# The suite through the sanitized `unihal` binary, each case on device 0 (the other devices take
-# part as peer ranks): the whole suite once, at a quarter of the per-device run's time. The runs
-# are independent processes, two at a time (scripts/lib/side-by-side.sh).
-step "build the sanitized unihal binary, simulated runtimes, fault sweeps and plugin tests"
-$CARGO build -q --target "$TRIPLE" -p unihal-sim-cuda -p unihal-sim-hip -p unihal-sim-cann -p unihal \
-    --features unihal/gloo --lib --bin unihal --example make_layout --test fault_sweep
+# Everything the runs below start, built before any of them starts (builds beside runs would
+# only slow both): the `unihal` binary (with the gloo engine), the simulated runtimes, the fault
+# sweeps, the fuzz targets, and the slice's test binaries.
+step "build the sanitized unihal binary, simulated runtimes, fault sweeps, fuzz targets and the slice's tests"
+sanitized_cargo build -q -p unihal-sim-cuda -p unihal-sim-hip -p unihal-sim-cann -p unihal \
+    --lib --bins --example make_layout --test fault_sweep
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
-PLUGIN_TESTS=(-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test c_async_plugin --test template_plugin)
-if $SLICE1; then $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}" --no-run; fi
+SLICE_TESTS=()
+if ${SLICE[0]}; then SLICE_TESTS+=("-p unihal-hal -p unihal-cpu"); fi
+if ${SLICE[2]}; then
+    # (Not DLPack's numpy test: Python would load a sanitized library.)
+    SLICE_TESTS+=("-p unihal-alloc" "-p unihal-dlpack --lib --test roundtrip"
+        "-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test c_async_plugin --test template_plugin")
+fi
+if ${SLICE[4]}; then SLICE_TESTS+=("-p unihal-sim-cann" "-p unihal-ascend"); fi
+for t in "${SLICE_TESTS[@]}"; do
+    # shellcheck disable=SC2086
+    sanitized_cargo test -q $t --no-run
+done
 SIM="$BIN/libunihal_sim_cuda.so"
 HIP_SIM="$BIN/libunihal_sim_hip.so"
 test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
 
+# The suites through the sanitized `unihal` binary, each case on device 0 (the other devices take
+# part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
 cpu_suite() {
     "$BIN/unihal" conformance --backend cpu --max-devices 1 --report target/asan-conformance-cpu
 }
@@ -160,38 +142,37 @@ gloo_spmd() {
     echo "gloo under ASan: the suite on 2 processes passed; 5 killed ranks, 5 clean survivor failures"
 }
 
-# The whole CPU suite through a sanitized plugin found the launch-argument use-after-free
-# (RELIABILITY.md, defect 13); here the plugin tests carry its regression test, the C plugins'
-# and the template's suites (the template built out of the tree, sanitized: plugin/tests/support)
-# and the loader's refusals (the full suite through the plugin runs unsanitized in the test
-# command).
-plugin_tests() {
-    $CARGO test -q --target "$TRIPLE" "${PLUGIN_TESTS[@]}"
+# The slice's unit and integration tests: the hal and CPU backend tests (collective early-leave
+# tests included); the caching allocator and DLPack tests, and the plugin boundary (the whole CPU
+# suite through a sanitized plugin found the launch-argument use-after-free, RELIABILITY.md
+# defect 13: the plugin tests carry its regression test, the C plugins' and the template's suites,
+# the template built out of the tree, sanitized, and the loader's refusals); the simulated CANN
+# stack's tests (descriptors, executors, workspaces, HCCL failure paths) and the Ascend backend's
+# (layouts, ops, HCCL failure paths).
+slice_tests() {
+    local t
+    for t in "${SLICE_TESTS[@]}"; do
+        # shellcheck disable=SC2086
+        sanitized_cargo test -q $t
+    done
 }
-
-# The CPU suite (in process, and on gloo across processes) runs every time; the three simulated GPU
-# backends' suites come with their slices:
-# each is a whole suite of 4-6 minutes under the sanitizer, the fault sweeps below take every
-# backend's failure paths on every run, and each backend's suite runs unsanitized in CI every time.
-SUITES=(cpu_suite gloo_spmd)
-if $SLICE0; then SUITES+=(cuda_suite); fi
-if $SLICE1; then SUITES+=(hip_suite); fi
-if $SLICE2; then SUITES+=(ascend_suite); fi
-step "conformance suites: ${SUITES[*]} (CUDA on the simulated driver and NCCL, HIP on the simulated runtime, RCCL and rocBLAS with the legacy numbering, Ascend on the simulated CANN stack with HCCL)"
-while [ "${#SUITES[@]}" -ge 2 ]; do
-    side_by_side "${SUITES[0]}" "${SUITES[1]}"
-    SUITES=("${SUITES[@]:2}")
-done
-if [ "${#SUITES[@]}" = 1 ]; then "${SUITES[0]}"; fi
-if $SLICE1; then
-    step "the plugin boundary: ownership, the exporter, the C and template plugins, the loader's refusals"
-    plugin_tests
-fi
 # The fault sweeps take every failure path of the training step on the four backends, where
 # memory bugs hide: they found a heap-use-after-free in the simulated collectives (RELIABILITY.md,
 # defect 22) only under the sanitizer reliably. Leak checking off here: the sweeps account for
 # every object themselves (live counters), their planted leak leaks on purpose, and a release a
 # failed call left to the runtime stays with it.
-step "fault sweeps (CPU, and CUDA, HIP, Ascend on their simulated runtimes)"
-ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" $CARGO test -q --target "$TRIPLE" --test fault_sweep
+fault_sweeps() {
+    ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" sanitized_cargo test -q --test fault_sweep
+}
+
+# The slice beside the CPU suite: a backend's suite, or its tests.
+SLICE_RUN=slice_tests
+if ${SLICE[1]}; then SLICE_RUN=cuda_suite; fi
+if ${SLICE[3]}; then SLICE_RUN=hip_suite; fi
+if ${SLICE[5]}; then SLICE_RUN=ascend_suite; fi
+if [ "${UNIHAL_CI_SLICE:-}" = all ]; then SLICE_RUN="slice_tests; cuda_suite; hip_suite; ascend_suite"; fi
+step "the CPU suite beside the slice ($SLICE_RUN)"
+side_by_side cpu_suite "$SLICE_RUN"
+step "gloo one rank per process beside the fault sweeps (CPU, and CUDA, HIP, Ascend on their simulated runtimes)"
+side_by_side gloo_spmd fault_sweeps
 step "done"

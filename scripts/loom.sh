@@ -14,6 +14,11 @@
 # thousands of executions. Exits non-zero when a model fails (a race, a deadlock, a failed
 # assertion) or when the planted bug goes unreported. Environment: LOOM_* variables (see loom's
 # docs), e.g. LOOM_LOG=1 or LOOM_LOCATION=1 to investigate a failure.
+#
+# Every run takes the three builds, every planted defect and the quick models; the CPU backend's
+# two costly groups (the stream worker's models, about 30 s; the rendezvous abort and timeout
+# models, about 45 s) rotate, one per submission (matrix `loom` of .ci/slices;
+# UNIHAL_CI_SLICE=all runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +27,12 @@ export CARGO_TARGET_DIR=target/loom
 
 echo "== loom: unihal-hal (host buffer, buffer lease) ($(date +%T))"
 cargo test --release -p unihal-hal --features planted-defects --test loom --test loom_lease -- --nocapture
-echo "== loom: unihal-cpu (stream worker, collective rendezvous) ($(date +%T))"
-cargo test --release -p unihal-cpu --test loom
+source scripts/lib/rotation.sh
+CPU_MODELS=(planted_ rendezvous_success rendezvous_one_rank_fails compute_pool_jobs)
+if in_slice loom 0; then CPU_MODELS+=(worker_); fi
+if in_slice loom 1; then CPU_MODELS+=(rendezvous_abort rendezvous_timeout); fi
+echo "== loom: unihal-cpu (stream worker, collective rendezvous, compute pool: ${CPU_MODELS[*]}) ($(date +%T))"
+cargo test --release -p unihal-cpu --test loom -- "${CPU_MODELS[@]}"
 echo "== loom: unihal-plugin (recycled host callback nodes) ($(date +%T))"
 cargo test --release -p unihal-plugin --features planted-defects --test loom -- --nocapture
 echo "== loom: all models passed ($(date +%T))"

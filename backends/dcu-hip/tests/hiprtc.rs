@@ -1,5 +1,6 @@
 //! The HIP backend's compile path against AMD's real hiprtc (Debian's ROCm 5.2, installed by
-//! .ci/run; feature `hiprtc-gates`, fails when hiprtc is missing):
+//! .ci/run; ignored unless asked for with `--ignored`, as CI does, and then fails when hiprtc is
+//! missing):
 //! * the test kernels and the portable library compile for gfx906 (a Hygon-class DCU) and gfx90a
 //!   (an AMD Instinct) in this process, and their code objects' metadata gives every kernel's
 //!   explicit argument sizes;
@@ -18,6 +19,7 @@ fn cache_off() {
 }
 
 #[test]
+#[ignore = "needs AMD's hiprtc (Debian's libamdhip64-5): run with --ignored (CI does)"]
 fn test_kernels_and_library_compile_with_their_argument_sizes() {
     cache_off();
     let rtc = loader::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
@@ -49,6 +51,7 @@ fn test_kernels_and_library_compile_with_their_argument_sizes() {
 }
 
 #[test]
+#[ignore = "needs AMD's hiprtc (Debian's libamdhip64-5): run with --ignored (CI does)"]
 fn an_architecture_hiprtc_aborts_on_is_an_error_naming_it() {
     cache_off();
     loader::hiprtc().unwrap_or_else(|e| panic!("hiprtc must be installed: {e}"));
