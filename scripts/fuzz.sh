@@ -12,8 +12,9 @@
 #    executions (its seeds reach it at once: a slice dropped at once, an all_to_allv);
 # 3. every committed corpus input and crash reproducer (fuzz/corpus/<target>,
 #    fuzz/regressions/<target>) replays without a failure: they are the regression tests;
-# 4. FUZZ_RUNS executions from its corpus of one target by rotation (matrix `fuzz` of .ci/slices;
-#    every target with UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets).
+# 4. one target by rotation (matrix `fuzz` of .ci/slices; every target with UNIHAL_CI_SLICE=all,
+#    as scripts/full-matrix.sh sets) fuzzed from its corpus and reproducers: libFuzzer executes
+#    every one of them first (that is the target's replay, 3.), then FUZZ_MUTATIONS new inputs.
 # The fuzz targets come from the sanitized build scripts/asan.sh runs from (scripts/lib/sanitized.sh:
 # AddressSanitizer and libFuzzer's coverage instrumentation, the nightly toolchain), built here
 # when that build is not there yet: one compilation of the stack serves both tools. The planted
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
-FUZZ_RUNS="${FUZZ_RUNS:-20000}"
+FUZZ_MUTATIONS="${FUZZ_MUTATIONS:-2000}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-}"
 PLANTED_RUNS=200000
 SEED=1
@@ -99,25 +100,32 @@ replay() {
     "$OUT/$t" -detect_leaks=0 -runs=0 -timeout=30 "corpus/$t" "regressions/$t"
 }
 TARGETS=(cpu_hal alloc_blocks cuda_sim_hal)
-# The longest replay on one side; the planted checks and every other target's replay on the other.
-LONGEST=cuda_sim_hal REST="planted_panic; planted_uncounted_view"
-# (cpu_hal's replay is part of planted_panic.)
-for t in "${TARGETS[@]}"; do [ "$t" = "$LONGEST" ] || [ "$t" = cpu_hal ] || REST+="; replay $t"; done
-side_by_side "replay $LONGEST" "$REST"
 source ../scripts/lib/rotation.sh
-for i in "${!TARGETS[@]}"; do
-    t="${TARGETS[$i]}"
+FUZZED=()
+for i in "${!TARGETS[@]}"; do if in_slice fuzz "$i"; then FUZZED+=("${TARGETS[$i]}"); fi; done
+fuzzed() { [[ " ${FUZZED[*]} " == *" $1 "* ]]; }
+# The targets not fuzzed this run replay; the planted checks run beside the longest replay.
+# (cpu_hal's replay is part of planted_panic.)
+REPLAYS=()
+for t in "${TARGETS[@]}"; do fuzzed "$t" || [ "$t" = cpu_hal ] || REPLAYS+=("replay $t"); done
+if [ "${#REPLAYS[@]}" = 0 ]; then REPLAYS=(true); fi
+side_by_side "${REPLAYS[0]}" "planted_panic; planted_uncounted_view$(printf '; %s' "${REPLAYS[@]:1}")"
+for t in "${FUZZED[@]}"; do
     # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
-    mkdir -p "target/work-corpus/$t"
-    in_slice fuzz "$i" || continue
-    if [ -n "$FUZZ_SECONDS" ]; then bound=(-max_total_time="$FUZZ_SECONDS"); else bound=(-seed=$SEED -runs="$FUZZ_RUNS"); fi
-    step "$t: ${bound[*]} from the corpus"
+    mkdir -p "target/work-corpus/$t" "regressions/$t"
     cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
+    if [ -n "$FUZZ_SECONDS" ]; then
+        bound=(-max_total_time="$FUZZ_SECONDS")
+    else
+        # libFuzzer counts the corpus's executions in -runs: the new inputs come on top.
+        bound=(-seed=$SEED -runs=$(($(ls "target/work-corpus/$t" "regressions/$t" | wc -l) + FUZZ_MUTATIONS)))
+    fi
+    step "$t: its corpus and reproducers, then ${bound[*]}"
     rm -f target/artifacts-"$t"-*
-    "$OUT/$t" "${extra[@]}" "target/work-corpus/$t" "${bound[@]}" -timeout=30 \
+    "$OUT/$t" "${extra[@]}" "target/work-corpus/$t" "regressions/$t" "${bound[@]}" -timeout=30 \
         -rss_limit_mb=6144 -max_len=1024 -print_final_stats=1 -artifact_prefix="target/artifacts-$t-" \
-        2>&1 | grep -E "^#[0-9]+\s+DONE|^Done|stat::number_of_executed_units|ERROR|panicked" || true
+        2>&1 | grep -E "^#[0-9]+\s+(INITED|DONE)|^Done|stat::number_of_executed_units|ERROR|panicked" || true
     if ls target/artifacts-"$t"-* >/dev/null 2>&1; then
         echo "the fuzzer found a failure in $t: target/artifacts-$t-*" >&2; exit 1
     fi

@@ -43,6 +43,7 @@ impl DType {
     ];
 
     /// Size of one element in bytes (bool is one byte, 0 or 1).
+    #[inline]
     pub const fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,

@@ -16,9 +16,16 @@ fn selected(all: &[&'static str]) -> Vec<&'static str> {
     let Ok(list) = std::env::var("UNIHAL_RTC_ARCHS") else {
         return all.to_vec();
     };
-    let wanted: Vec<&str> = list.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
+    let wanted: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
     for a in &wanted {
-        assert!(KNOWN.contains(a), "UNIHAL_RTC_ARCHS names {a:?}: not one of {KNOWN:?}");
+        assert!(
+            KNOWN.contains(a),
+            "UNIHAL_RTC_ARCHS names {a:?}: not one of {KNOWN:?}"
+        );
     }
     let chosen: Vec<_> = all.iter().copied().filter(|a| wanted.contains(a)).collect();
     eprintln!("UNIHAL_RTC_ARCHS={list}: compiling for {chosen:?} of {all:?}");

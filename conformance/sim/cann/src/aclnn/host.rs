@@ -28,6 +28,7 @@ pub fn addrs(t: &Tensor) -> Vec<u64> {
 ///
 /// # Safety
 /// `a` is a live element of dtype `d` (checked against the allocation table at enqueue).
+#[inline]
 pub unsafe fn read(a: u64, d: DType) -> f64 {
     // SAFETY: the caller's contract; unaligned reads are allowed.
     unsafe {
@@ -51,6 +52,7 @@ pub unsafe fn read(a: u64, d: DType) -> f64 {
 ///
 /// # Safety
 /// As [`read`], for a write.
+#[inline]
 pub unsafe fn write(a: u64, d: DType, v: f64) {
     // SAFETY: the caller's contract; unaligned writes are allowed.
     unsafe {

@@ -44,18 +44,21 @@ struct V4 {
 }
 
 impl V4 {
+    #[inline]
     fn at(&self, i: [usize; 4]) -> u64 {
         let e: i64 = self.offset + (0..4).map(|k| i[k] as i64 * self.strides[k]).sum::<i64>();
         self.data + e as u64 * self.dtype.size() as u64
     }
     /// # Safety
     /// `i` is inside the view (checked at phase 1), live at enqueue.
+    #[inline]
     unsafe fn get(&self, i: [usize; 4]) -> f64 {
         // SAFETY: the caller's contract.
         unsafe { read(self.at(i), self.dtype) }
     }
     /// # Safety
     /// As [`V4::get`], for a write.
+    #[inline]
     unsafe fn set(&self, i: [usize; 4], v: f64) {
         // SAFETY: the caller's contract.
         unsafe { write(self.at(i), self.dtype, v) }
