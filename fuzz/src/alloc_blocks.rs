@@ -214,7 +214,7 @@ impl World {
                 let l = self.handles[h].buf.len();
                 let off = span(inp, l);
                 let len = span(inp, l - off);
-                let keep = inp.u8() % 2 == 0 && self.handles.len() < MAX_HANDLES;
+                let keep = inp.u8().is_multiple_of(2) && self.handles.len() < MAX_HANDLES;
                 self.log.push(format!(
                     "slice handle {h} (block {}) at {off}, {len} bytes, {}",
                     self.handles[h].block,
@@ -439,7 +439,7 @@ impl World {
         let mut pick = [(0, 0); 2];
         for (r, p) in pick.iter_mut().enumerate() {
             let a = on[r][inp.pick(on[r].len())];
-            let b = if inp.u8() % 2 == 0 {
+            let b = if inp.u8().is_multiple_of(2) {
                 a
             } else {
                 on[r][inp.pick(on[r].len())]

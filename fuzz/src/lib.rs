@@ -226,7 +226,7 @@ impl<'t> State<'t> {
                 self.hosts.swap_remove(i);
             }
             4 | 5 if !self.bufs.is_empty() && !self.hosts.is_empty() => {
-                let h2d = inp.u8() % 2 == 0;
+                let h2d = inp.u8().is_multiple_of(2);
                 let (si, s) = match self.stream(inp) {
                     Some(v) => v,
                     None => return,
@@ -337,9 +337,9 @@ impl<'t> State<'t> {
                 match h.buf.map() {
                     Ok(mut m) => {
                         if let Known::Bytes(want) = &h.model {
-                            assert!(&m[..] == &want[..], "host buffer differs from the model");
+                            assert!(m[..] == want[..], "host buffer differs from the model");
                         }
-                        if write % 2 == 0 {
+                        if write.is_multiple_of(2) {
                             m.fill(write);
                             h.model = Known::Bytes(vec![write; m.len()]);
                         }
@@ -367,7 +367,7 @@ impl<'t> State<'t> {
             }
             13 if !self.events.is_empty() => {
                 let e = self.events[inp.pick(self.events.len())].clone();
-                if inp.u8() % 2 == 0 {
+                if inp.u8().is_multiple_of(2) {
                     let _ = check(t, "event synchronize", e.synchronize());
                 } else {
                     let _ = check(t, "event query", e.query());
@@ -375,7 +375,7 @@ impl<'t> State<'t> {
             }
             14 => {
                 if let Some((_, s)) = self.stream(inp) {
-                    if inp.u8() % 2 == 0 {
+                    if inp.u8().is_multiple_of(2) {
                         let _ = check(t, "synchronize", s.synchronize());
                     } else {
                         let _ = check(t, "query", s.query());
@@ -397,7 +397,7 @@ impl<'t> State<'t> {
             16 if !self.bufs.is_empty() => {
                 if let Some((_, s)) = self.stream(inp) {
                     let i = inp.pick(self.bufs.len());
-                    let keep = inp.u8() % 2 == 0;
+                    let keep = inp.u8().is_multiple_of(2);
                     let _ = check(t, "free_async", s.free_async(&self.bufs[i].buf));
                     if keep {
                         // The handle stays, unusable: every use must be FreeEnqueued.
@@ -483,7 +483,7 @@ impl<'t> State<'t> {
             TensorView::contiguous(b, d, &shape).strided(off, &strides)
         };
         let (x, y) = (view(inp, &self.bufs), view(inp, &self.bufs));
-        let call = if inp.u8() % 2 == 0 {
+        let call = if inp.u8().is_multiple_of(2) {
             OpCall::unary(UNARY[inp.pick(UNARY.len())], x, y.clone())
         } else {
             let z = view(inp, &self.bufs);
