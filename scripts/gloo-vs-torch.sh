@@ -4,10 +4,10 @@
 # counts, each side's per-call mean of its slowest rank, ROUNDS interleaved rounds, medians and
 # the ratio printed (docs/BENCHMARKS.md).
 #   scripts/gloo-vs-torch.sh [UNIHAL_BINARY]   (a build with --features gloo; default
-#   target/checked/unihal), with UNIHAL_TORCH_VENV naming PyTorch 2.15.0's venv.
+#   target/release/unihal: `cargo build --release --features gloo`), with UNIHAL_TORCH_VENV naming PyTorch 2.15.0's venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN="${1:-target/checked/unihal}"
+BIN="${1:-target/release/unihal}"
 VENV="${UNIHAL_TORCH_VENV:?set UNIHAL_TORCH_VENV to a venv with torch 2.15.0}"
 ROUNDS="${ROUNDS:-5}" ITERS="${ITERS:-200}" WARM="${WARM:-20}"
 SIZES="4,64,1024,16384,262144,4194304"

@@ -16,7 +16,7 @@
 #
 # Needs root (ip netns), iproute2, Open MPI, PyTorch's torchrun and a build with the mpi and gloo
 # features. Fails, never skips, when any is missing.
-#   scripts/two-hosts.sh BIN_DIR CUDA_SIM_LIB     (e.g. target/checked target/checked/libunihal_sim_cuda.so)
+#   scripts/two-hosts.sh BIN_DIR CUDA_SIM_LIB     (e.g. target/debug target/debug/libunihal_sim_cuda.so)
 # Environment: UNIHAL_TORCHRUN (torchrun), TWO_HOSTS_OUT (reports and logs; target/two-hosts),
 # TWO_HOSTS_STEPS (4).
 set -euo pipefail

@@ -11,8 +11,8 @@
 #
 # `sanitized_cargo SUBCOMMAND ARGS...` runs cargo on this build. Every command resolves features
 # once for the whole workspace (nightly's workspace-wide unification, dev-dependencies included)
-# with one feature set (the fuzz crate's `libfuzzer`, which gives the HAL its run-time
-# planted-defect switches, and the CPU backend's gloo engine), so that no command resolves another
+# with one feature set (the fuzz crate's `sanitized-build`: its targets, the HAL's run-time
+# planted-defect switches, the CPU backend's gloo engine), so that no command resolves another
 # and compiles the sanitized stack a second time (each did: the root package's dev-dependencies
 # gave serde and everything above it other features). Every command also builds a target that needs the
 # dev-dependencies (a test or an example), as the workspace-wide resolution then includes them.
@@ -32,5 +32,5 @@ sanitized_cargo() {
     RUSTDOCFLAGS="-Zsanitizer=address" \
     CARGO_RESOLVER_FEATURE_UNIFICATION=workspace CARGO_UNSTABLE_FEATURE_UNIFICATION=true \
         cargo +nightly "$sub" --target "$SANITIZED_TRIPLE" -p unihal-fuzz \
-        --features unihal-fuzz/libfuzzer,unihal/gloo "$@"
+        --features unihal-fuzz/sanitized-build "$@"
 }

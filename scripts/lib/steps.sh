@@ -12,11 +12,15 @@
 # prints the table so far and fails, naming the step it stopped in (CI's own limit is 90 minutes:
 # a clear failure beats a run killed with nothing said).
 #
-#   ci_begin                  start the clock, the watchdog and the report (once, at the top)
+#   ci_begin                  check the budgets' sum, start the clock, the watchdog and the report
+#                             (once, at the top)
 #   ci_step NAME BUDGET_S     close the open step and open the next
 #   ci_build CMD...           run CMD, counting its time as build time of the open step
 
 CI_LIMIT_S="${CI_LIMIT_S:-4800}"
+# The sum of every step's budget may not pass this (45 minutes): a new step takes its seconds from
+# another step's budget or from a rotation (CONTRIBUTING.md).
+CI_BUDGETS_MAX_S=2700
 CI_STEPS_FILE=""
 CI_STEP_NAME=""
 CI_STEP_BUDGET=0
@@ -96,7 +100,20 @@ ci_on_exit() {
     exit "$rc"
 }
 
+# The budgets declared in the calling script (every `ci_step "NAME" SECONDS` line) add up to at
+# most CI_BUDGETS_MAX_S; a script over it fails before anything runs.
+ci_check_budgets() {
+    local sum
+    sum="$(sed -n 's/^ci_step ".*" \([0-9][0-9]*\)$/\1/p' "$1" | awk '{ s += $1 } END { print s + 0 }')"
+    if [ "$sum" -gt "$CI_BUDGETS_MAX_S" ]; then
+        echo "== ci: the steps' budgets in $1 add up to $sum s, over $CI_BUDGETS_MAX_S s: take the new seconds from another step or a rotation (CONTRIBUTING.md)" >&2
+        exit 1
+    fi
+    echo "== ci: the steps' budgets add up to $sum s (at most $CI_BUDGETS_MAX_S s)"
+}
+
 ci_begin() {
+    ci_check_budgets "$0"
     CI_START=$(ci_now)
     mkdir -p target
     CI_STEPS_FILE="$PWD/target/ci-steps.tsv"
