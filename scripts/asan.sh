@@ -162,7 +162,7 @@ slice_tests() {
 # every object themselves (live counters), their planted leak leaks on purpose, and a release a
 # failed call left to the runtime stays with it.
 fault_sweeps() {
-    ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" sanitized_cargo test -q --test fault_sweep
+    ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" sanitized_cargo test -q -p unihal --test fault_sweep
 }
 
 # The slice beside the CPU suite: a backend's suite, or its tests.
