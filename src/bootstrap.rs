@@ -151,10 +151,13 @@ pub fn init_world(
         }
     }
     // Once every rank has read every process, the store (rank 0's) may go away with an error.
-    if store.add("unihal/world/processes-read", 1)? == info.world_size as i64 {
-        store.set("unihal/world/processes-read-by-all", b"1")?;
-    }
+    let read_by_all = store.add("unihal/world/processes-read", 1)? == info.world_size as i64;
     if let (false, Some((r, other))) = (caps.crosses_processes, elsewhere) {
+        if read_by_all {
+            // The store's rank may end as soon as it sees this key, before the ping behind the
+            // set is answered: this rank fails with the engine's error either way.
+            let _ = store.set("unihal/world/processes-read-by-all", b"1");
+        }
         if job.serves() {
             let _ = store.wait(&["unihal/world/processes-read-by-all"], timeout);
         }

@@ -6,7 +6,7 @@
 //! Each hostile plugin is the CPU backend's plugin table with one or two entries replaced by a
 //! wrapper, built here in Rust and loaded through `host::load_entry`.
 
-mod support;
+use crate::support;
 
 use std::ffi::{c_char, c_void};
 use std::ptr::null_mut;

@@ -6,7 +6,7 @@
 //! whose plugin was refused, named with the refusal instead of "not registered" or of testing a
 //! built-in backend of the same name.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use unihal_hal::{HalError, Registry};

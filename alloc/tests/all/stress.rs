@@ -8,7 +8,7 @@ use std::sync::Arc;
 use unihal_alloc::{AllocatorConfig, CachingAllocator};
 use unihal_hal::{Backend, Buffer, EventFlags, FillValue, Stream};
 
-mod support;
+use crate::support;
 use support::Rng;
 
 fn check(s: &Arc<dyn Stream>, b: &Buffer, byte: u8) {

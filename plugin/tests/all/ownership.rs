@@ -3,7 +3,7 @@
 //! (Found by AddressSanitizer on the suite's blocker: a launch's buffers cross as bare
 //! addresses, so the plugin cannot keep them; the host must.)
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Condvar, Mutex};
 use unihal_hal::{Device, KernelArgs, LaunchConfig, Registry, Stream};

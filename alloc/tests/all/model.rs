@@ -36,7 +36,7 @@ const STREAMS: usize = 3;
 /// The planted switches are process-wide: one model run at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-mod support;
+use crate::support;
 use support::Rng;
 
 /// One block the model knows of: what it asked for and what its fills wrote.
@@ -567,6 +567,10 @@ fn random_sequences_keep_the_allocator_equal_to_its_model() {
 #[cfg(feature = "planted-defects")]
 #[test]
 fn the_model_catches_a_planted_uncounted_view() {
+    // The planted switches are process-wide: the other modules' tests must not see them.
+    if crate::own_process() {
+        return;
+    }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     unihal_hal::planted::set_uncounted_slice(true);
     let found = (1..=12).find_map(|seed| run(seed, config(seed), 400).err());
@@ -588,6 +592,10 @@ fn the_model_catches_a_planted_uncounted_view() {
 #[cfg(feature = "planted-defects")]
 #[test]
 fn the_model_catches_a_planted_search_of_the_new_segment() {
+    // The planted switches are process-wide: the other modules' tests must not see them.
+    if crate::own_process() {
+        return;
+    }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     unihal_alloc::planted::set_search_new_segment(true);
     let twenty = AllocatorConfig {

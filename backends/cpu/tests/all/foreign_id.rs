@@ -28,7 +28,7 @@ fn an_id_from_another_process_is_refused_at_once() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "an_id_from_another_process_is_refused_at_once",
+            "foreign_id::an_id_from_another_process_is_refused_at_once",
             "--nocapture",
         ])
         .env(CHILD, "1")
