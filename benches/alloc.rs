@@ -4,7 +4,7 @@
 //! * `alloc_free/caching_hit/<size>` vs `alloc_free/device/<size>`: allocate and free one buffer
 //!   from a warm cache, against `Device::alloc` and drop on the CPU backend (an aligned `calloc`
 //!   with accounting).
-//! * `mlp_trace` (printed before the timings): the allocation trace of `tests/mlp_training.rs`
+//! * `mlp_trace` (printed before the timings): the allocation trace of `tests/all/mlp_training.rs`
 //!   (its first 10 steps, recorded by the allocator), every size scaled so the peak allocation
 //!   passes 1 GiB, replayed on a fresh allocator (`mlp::trace_replay`): peak allocated / peak
 //!   reserved, and `Device::alloc` calls per step, against PyTorch's best-fit rule

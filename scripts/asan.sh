@@ -61,13 +61,15 @@ SLICE_TESTS=()
 if ${SLICE[0]}; then SLICE_TESTS+=("-p unihal-hal -p unihal-cpu"); fi
 if ${SLICE[2]}; then
     # (Not DLPack's numpy test: Python would load a sanitized library.)
-    SLICE_TESTS+=("-p unihal-alloc" "-p unihal-dlpack --lib --test roundtrip"
-        "-p unihal-plugin --test ownership --test export_boundary --test refusals --test c_plugin --test c_async_plugin --test template_plugin")
+    SLICE_TESTS+=("-p unihal-alloc" "-p unihal-dlpack --lib" "-p unihal-dlpack --test all -- roundtrip::"
+        "-p unihal-plugin --test all -- ownership:: export_boundary:: refusals::"
+        "-p unihal-plugin --test c_plugin --test c_async_plugin --test template_plugin")
 fi
 if ${SLICE[4]}; then SLICE_TESTS+=("-p unihal-sim-cann" "-p unihal-ascend"); fi
+# (An entry is cargo's arguments, then `--` and the test binary's name filters where it has any.)
 for t in "${SLICE_TESTS[@]}"; do
     # shellcheck disable=SC2086
-    sanitized_cargo test -q $t --no-run
+    sanitized_cargo test -q ${t%% -- *} --no-run
 done
 SIM="$BIN/libunihal_sim_cuda.so"
 HIP_SIM="$BIN/libunihal_sim_hip.so"

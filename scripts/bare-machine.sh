@@ -15,7 +15,7 @@
 # must report the HIP and CUDA backends unavailable, naming their runtime libraries, and neither
 # numpy nor mpirun may work. Then it reruns, with the README's command and the same workspace
 # selection (`cargo test --workspace`, so feature resolution and the build are the same), the
-# test targets that look for vendor components: every one of them must pass, taking its "not
+# tests that look for vendor components: every one of them must pass, taking its "not
 # installed" path. Fails, never skips, when unshare or root is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,10 +25,10 @@ command -v unshare >/dev/null || { echo "bare-machine.sh needs unshare (util-lin
 unshare -m --propagation private true \
     || { echo "bare-machine.sh cannot make a private mount namespace (unshare -m): it needs root with CAP_SYS_ADMIN" >&2; exit 1; }
 
-# The test targets whose code opens a vendor library, compiler, Python or MPI when it finds one
-# (the rest run the same either way). Names are per workspace: a name several packages have runs
-# in each.
-VENDOR_TESTS=(
+# The tests whose code opens a vendor library, compiler, Python or MPI when it finds one (the rest
+# run the same either way): modules of the crates' gathered test binaries (`--test all`), given as
+# name filters (a module several crates have runs in each), and the fault sweeps' own binary.
+VENDOR_MODULES=(
     # unihal-hip: the real runtime's absence, the simulated runtime with and without hiprtc
     unavailable simulated simulated_legacy simulated_init_fails blas_keep blas_without_compiler
     # unihal-cuda: the simulated driver and NCCL, with NVRTC when found
@@ -40,13 +40,13 @@ VENDOR_TESTS=(
     torch_store
     # unihal-alloc: PyTorch's memory_summary over unihal's statistics
     torch_memory
-    # unihal: `unihal devices`, the fault sweeps and backend preference over every backend
-    cli fault_sweep open_preferred
+    # unihal: `unihal devices` and backend preference over every backend
+    cli open_preferred
     # unihal-sim: the simulated core's kernels (the NVRTC-compiled library when found)
     core kernels
 )
-TEST_ARGS=()
-for t in "${VENDOR_TESTS[@]}"; do TEST_ARGS+=(--test "$t"); done
+FILTERS=()
+for m in "${VENDOR_MODULES[@]}"; do FILTERS+=("$m::"); done
 
 # Every regular file of the vendor packages that are installed.
 PACKAGES=(libamdhip64-5 libamdhip64-dev libamd-comgr2 libamd-comgr-dev libhsa-runtime64-1
@@ -96,6 +96,7 @@ for backend, lib in (("hip", "libamdhip64"), ("cuda", "libcuda")):
         sys.exit(f"unihal devices does not report {backend} missing ({lib}): {b}")
     print(f"bare machine: {backend} unavailable: {reason}")
 PY
-    cargo test --workspace "$@"
-' bare-machine "${HIDE_DIRS[@]}" -- "${TEST_ARGS[@]}"
+    cargo test --workspace --test all -- "$@"
+    cargo test --workspace --test fault_sweep
+' bare-machine "${HIDE_DIRS[@]}" -- "${FILTERS[@]}"
 rm -f "$HIDE_LIST"

@@ -8,8 +8,12 @@
 //! In CI the simulated GPU runtimes run with their compilers (NVRTC, hiprtc) on the path, so the
 //! step's library ops run too; without them the step moves the same data with copies and fills.
 
+#[path = "support/isolation.rs"]
+mod isolation;
 #[path = "support/simulated.rs"]
 mod simulated;
+
+use isolation::own_process;
 
 use simulated::{ascend, ascend_library, cpu, cuda, cuda_library, hip, hip_library, quiesce};
 use std::sync::Arc;
@@ -18,37 +22,6 @@ use unihal_conformance::faults::{self, sim::SimInjector, Code, Injector, Live, S
 
 /// One sweep at a time: the controls are process-wide.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Set in the child process that runs one sweep on its own (see [`in_own_process`]).
-const CHILD: &str = "UNIHAL_FAULT_SWEEP_CHILD";
-
-/// Runs the test `name` of this binary in a child process and fails if it fails there; returns
-/// false in that child, where the caller runs the sweep itself. A sweep in its own process has
-/// its own fault controls (the CPU backend's statics, each simulated library's), so it runs
-/// beside this process's sweeps without seeing their injections: the Ascend sweep, most of the
-/// sweeps' time (each trial opens a fresh backend whose operator probe makes thousands of
-/// calls), no longer waits for the others to finish.
-fn in_own_process(name: &str) -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        return false;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let out = std::process::Command::new(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("the sweep's child process starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    eprint!("{stdout}");
-    // A filter that matched nothing would pass with 0 tests: the child must have run this one.
-    assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{name} failed in its own process ({}); its output is above",
-        out.status
-    );
-    true
-}
 
 fn check(report: &faults::SweepReport) {
     eprintln!("{report}");
@@ -190,7 +163,11 @@ fn every_failure_to_make_a_device_current_surfaces_on_hip_and_cuda() {
 
 #[test]
 fn every_failure_of_the_simulated_cann_stack_surfaces() {
-    if in_own_process("every_failure_of_the_simulated_cann_stack_surfaces") {
+    // In a process of its own, with its own fault controls (the CPU backend's statics, each
+    // simulated library's), it runs beside this process's sweeps without seeing their
+    // injections: the Ascend sweep, most of the sweeps' time (each trial opens a fresh backend
+    // whose operator probe makes thousands of calls), does not wait for the others to finish.
+    if own_process() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -102,7 +102,7 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_CONFORMANCE_VERIFY", "1 or 0 (or true, false, yes, no, on, off)", "0", "fail on an unexpected pass of a case the manifest marks xfail", User),
     s("UNIHAL_PROGRESS", "0 (or off, false, no), plain, or 1 (or on, true, yes, auto)", "auto: a line redrawn on a terminal, plain lines every 10 s elsewhere", "the conformance run's progress on standard error", User),
     s("UNIHAL_GPT_BACKEND", "a backend name", "the preferred backend", "the backend of the GPT example's tests", User),
-    s("UNIHAL_GRAPH_BACKEND", "a backend name", "cpu", "the backend of the captured training step's test (tests/graph_step.rs)", User),
+    s("UNIHAL_GRAPH_BACKEND", "a backend name", "cpu", "the backend of the captured training step's test (tests/all/graph_step.rs)", User),
     s("UNIHAL_SOCKET_IFNAME", "interface-name prefixes, comma-separated (^ excludes, = exact), as NCCL_SOCKET_IFNAME", "unset: the host name's address", "the network interface the gloo engine's sockets use (GLOO_SOCKET_IFNAME wins); logged at bootstrap", User),
     s("UNIHAL_SIM_MODE", "deferred, eager or concurrent", "deferred", "how a simulated GPU runtime runs device work", Simulator),
     s("UNIHAL_SIM_DEVICES", "an integer of 1 or more", "2", "a simulated runtime's number of devices", Simulator),
@@ -136,10 +136,10 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_CI_SLICE", "all, or a submission number", ".ci/submission", "which slices of CI's rotated matrices run", Test),
     s("UNIHAL_TORCH_VENV", "a directory", "~/.cache/unihal/venv-torch-2.15.0", "PyTorch's venv of .ci/run and its scripts", Test),
     s("UNIHAL_FUZZ_PLANTED", "1", "0", "plant a bug for the fuzzers to find", Test),
-    s("UNIHAL_FAULT_SWEEP_CHILD", "set by the fault sweep", "", "marks a fault sweep's child process", Test),
+    s("UNIHAL_OWN_PROCESS_CHILD", "set by tests/support/isolation.rs", "", "marks the child process of a test that runs in a process of its own", Test),
     s("UNIHAL_CONFORMANCE_CHILD", "set by the conformance runner", "", "marks an isolated case's child process", Test),
-    s("UNIHAL_SIM_CCL_TEST_CHILD", "set by conformance/sim/tests/ccl_processes.rs", "", "the scenario, rank and unique id of a child rank process", Test),
-    s("UNIHAL_SIM_CCL_TEST_POSTED", "set by conformance/sim/tests/ccl_processes.rs", "", "the file a child rank writes once its part is posted", Test),
+    s("UNIHAL_SIM_CCL_TEST_CHILD", "set by conformance/sim/tests/all/ccl_processes.rs", "", "the scenario, rank and unique id of a child rank process", Test),
+    s("UNIHAL_SIM_CCL_TEST_POSTED", "set by conformance/sim/tests/all/ccl_processes.rs", "", "the file a child rank writes once its part is posted", Test),
 ];
 
 /// The table's row for `name` (a `*` row matches any suffix).

@@ -5,7 +5,7 @@
 //! device accepts for which this crate has an implementation: the host symbol table (the CPU
 //! backend) or PTX (NVIDIA GPUs, and the simulated CUDA driver, which runs the host kernels of the
 //! same names). The PTX is NVRTC's output for `device/uh_testing.cu`, committed so that no compiler
-//! is needed to run the suite; a CI gate (`tests/rtc_gates.rs`) keeps it in step with the source.
+//! is needed to run the suite; a CI gate (`tests/all/rtc_gates.rs`) keeps it in step with the source.
 //!
 //! Host kernels run one block per call (see [`unihal_hal::HostLaunchCtx`]) and loop over the block's
 //! threads themselves. They read parameters through CUDA's `kernelParams` convention.

@@ -1,4 +1,4 @@
-"""PyTorch's own TCPStore against unihal's (launch/tests/torch_store.rs).
+"""PyTorch's own TCPStore against unihal's (launch/tests/all/torch_store.rs).
 
 client PORT: torch's client against unihal's server: every request torch's workers make.
 serve PORT: torch's server (the one torchrun's agent runs) for unihal's client; waits for the

@@ -1,4 +1,4 @@
-//! The MLP of `tests/mlp_training.rs` (and, on the Ascend backend, `tests/mlp_ascend.rs`),
+//! The MLP of `tests/all/mlp_training.rs` (and, on the Ascend backend, `tests/all/mlp_ascend.rs`),
 //! shared with `benches/alloc.rs`, which replays its allocation trace: a two-layer MLP trained
 //! with nothing but the op catalogue (on the CPU backend by default), on synthetic data from a fixed random teacher network. Full-batch steps of forward
 //! (matmul, bias add, relu, cross-entropy), backward (cross-entropy and relu gradients, transposed

@@ -1,5 +1,5 @@
 //! The CPU backend and the three GPU backends on their simulated runtimes, for tests that run
-//! one workload on every backend (tests/fault_sweep.rs, tests/stress.rs). Each simulated
+//! one workload on every backend (tests/fault_sweep.rs, tests/all/stress.rs). Each simulated
 //! runtime reads its settings when it loads, once per test binary: two devices, kernels on their
 //! own threads as on a GPU.
 

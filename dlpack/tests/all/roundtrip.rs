@@ -1,6 +1,6 @@
 //! DLPack on the CPU backend without Python: unihal's own export read back through its own
 //! import (as a consumer would), lifetimes, both structs, host buffers, unaligned and malformed
-//! tensors. The numpy proof is `tests/numpy_dlpack.py`, run by `tests/numpy.rs`.
+//! tensors. The numpy proof is `tests/numpy_dlpack.py`, run by `tests/all/numpy.rs`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The c10d TCPStore wire protocol, as PyTorch 2.15.0's `TCPStore` client and its libuv server
 //! speak it (`torch/csrc/distributed/c10d/TCPStore*.cpp`), checked against that release by
-//! `launch/tests/torch_store.rs`.
+//! `launch/tests/all/torch_store.rs`.
 //!
 //! A connection opens with `VALIDATE` and the 32-bit magic number (no reply; a server that does
 //! not recognise it closes the connection). Every request is one query byte and its arguments;

@@ -1,5 +1,5 @@
 //! Stream capture and graphs through the simulated CUDA driver's C entry points, shared by the
-//! deferred-mode (`tests/graph.rs`) and concurrent-mode (`tests/graph_concurrent.rs`) binaries.
+//! deferred-mode (`tests/all/graph.rs`) and concurrent-mode (`tests/all/graph_concurrent.rs`) binaries.
 //! Tests of one binary run one at a time: a global-mode capture refuses other threads' unsafe
 //! calls, as on CUDA.
 #![allow(dead_code)]
