@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # AddressSanitizer and LeakSanitizer over the code paths that matter most when something fails,
 # from the one sanitized build the fuzzers share (scripts/lib/sanitized.sh).
-# Every run (the core): the planted bugs must be reported (proof the sanitizer works), the CPU
-# conformance suite (collectives included), the gloo engine one rank per process with killed
-# ranks, and the fault sweeps of every backend (every failure path of the training step on CPU,
-# CUDA, HIP and Ascend). By rotation, one slice of six per submission (matrix `asan` of
-# .ci/slices; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh sets, runs all):
-#   0: the unit and integration tests of hal and the CPU backend (collective early-leave tests
-#      included);
+# Every run (the core): the planted bugs must be reported (proof the sanitizer works), the gloo
+# engine one rank per process with killed ranks, and the fault sweeps of every backend (every
+# failure path of the training step on CPU, CUDA, HIP and Ascend). By rotation, one slice of six
+# per submission (matrix `asan` of .ci/slices; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh
+# sets, runs all):
+#   0: the CPU conformance suite (collectives included), the unit and integration tests of hal
+#      and the CPU backend (collective early-leave tests included);
 #   1: the CUDA backend's whole suite on the simulated driver and NCCL;
 #   2: the caching allocator and DLPack tests, and the plugin boundary's tests;
 #   3: the HIP backend's whole suite on the simulated runtime, RCCL and rocBLAS;
 #   4: the simulated CANN stack's and the Ascend backend's tests;
 #   5: the Ascend backend's whole suite on the simulated CANN stack and HCCL.
-# The runs are independent processes, two at a time (scripts/lib/side-by-side.sh): the CPU suite
-# beside the slice, the gloo processes beside the fault sweeps.
+# The runs are independent processes, two at a time (scripts/lib/side-by-side.sh): the slice
+# beside the core's runs (the gloo processes, then the fault sweeps).
 #
 # Suppressions (scripts/lsan.supp) only for vendor and system libraries, each with its reason.
 # Fails, never skips, when the nightly toolchain or NVRTC is missing.
@@ -167,14 +167,21 @@ fault_sweeps() {
     ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" sanitized_cargo test -q -p unihal --test fault_sweep
 }
 
-# The slice beside the CPU suite: a backend's suite, or its tests.
+# The slice: a backend's suite, or tests.
 SLICE_RUN=slice_tests
+if ${SLICE[0]}; then SLICE_RUN="cpu_suite; slice_tests"; fi
 if ${SLICE[1]}; then SLICE_RUN=cuda_suite; fi
 if ${SLICE[3]}; then SLICE_RUN=hip_suite; fi
 if ${SLICE[5]}; then SLICE_RUN=ascend_suite; fi
-if [ "${UNIHAL_CI_SLICE:-}" = all ]; then SLICE_RUN="slice_tests; cuda_suite; hip_suite; ascend_suite"; fi
-step "the CPU suite beside the slice ($SLICE_RUN)"
-side_by_side cpu_suite "$SLICE_RUN"
-step "gloo one rank per process beside the fault sweeps (CPU, and CUDA, HIP, Ascend on their simulated runtimes)"
-side_by_side gloo_spmd fault_sweeps
+if [ "${UNIHAL_CI_SLICE:-}" = all ]; then
+    SLICE_RUN="cpu_suite; slice_tests; cuda_suite; hip_suite; ascend_suite"
+fi
+# The core: gloo one rank per process (its collective timeout in a subshell of its own), then the
+# fault sweeps.
+core_runs() {
+    ( gloo_spmd )
+    fault_sweeps
+}
+step "the slice ($SLICE_RUN) beside the core (gloo one rank per process, then the fault sweeps of the CPU, and CUDA, HIP, Ascend on their simulated runtimes)"
+side_by_side "$SLICE_RUN" core_runs
 step "done"

@@ -4,9 +4,7 @@
 //! a 1.5 s margin. (The MPI engine's ranks are processes; Open MPI 4 ends the whole job when one
 //! dies: README, "Under MPI".)
 
-#[path = "../support/simulated.rs"]
-#[allow(dead_code)] // no quiesce here
-mod simulated;
+use crate::simulated;
 
 use std::sync::Arc;
 use unihal::Backend;

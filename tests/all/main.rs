@@ -8,6 +8,14 @@
 mod isolation;
 use isolation::own_process;
 
+// Shared by several modules.
+#[path = "../support/mlp.rs"]
+#[allow(dead_code)] // each backend's MLP test uses what it needs
+mod mlp;
+#[path = "../support/simulated.rs"]
+#[allow(dead_code)] // quiesce is the fault sweeps'
+mod simulated;
+
 mod bench_format;
 mod bootstrap;
 mod cli;

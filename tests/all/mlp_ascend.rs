@@ -7,9 +7,7 @@
 //! f16 it would not be f32), and none of the AMP operators the bf16 variant uses.
 
 // The allocation-trace replay of the shared MLP is the CPU test's.
-#[allow(dead_code)]
-#[path = "../support/mlp.rs"]
-mod mlp;
+use crate::mlp;
 
 use std::sync::Arc;
 use unihal::{Backend, DType, Device};

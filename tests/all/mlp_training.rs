@@ -3,8 +3,7 @@
 //! `Device::alloc` (every buffer of a step comes from the allocator's cache). Its allocation
 //! trace, scaled to a 1 GiB peak, must keep at least 90% of the reserved memory allocated.
 
-#[path = "../support/mlp.rs"]
-mod mlp;
+use crate::mlp;
 
 use unihal::DType;
 

@@ -6,9 +6,7 @@
 //! debug build on 2 cores); `UNIHAL_STRESS_OPS=N` changes it. Figures: docs/RELIABILITY.md,
 //! from `cargo test --test all -- --nocapture stress::`.
 
-#[path = "../support/simulated.rs"]
-#[allow(dead_code)] // the stress test needs no quiesce
-mod simulated;
+use crate::simulated;
 
 use std::sync::Arc;
 use unihal::Backend;

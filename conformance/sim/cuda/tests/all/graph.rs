@@ -2,8 +2,7 @@
 //! memory nodes, and every rule of capture with its documented code, each illegal call
 //! invalidating the capture so that its end fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
 
-#[path = "../support/graph_cases.rs"]
-mod cases;
+use crate::cases;
 
 use cases::*;
 use std::ffi::c_void;

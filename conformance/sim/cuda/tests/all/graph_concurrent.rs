@@ -1,7 +1,6 @@
 //! Capture and replay in concurrent mode (kernel and host nodes of a replay on kernel threads).
 
-#[path = "../support/graph_cases.rs"]
-mod cases;
+use crate::cases;
 
 #[test]
 fn concurrent_capture_and_replay() {

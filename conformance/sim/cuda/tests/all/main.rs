@@ -8,6 +8,10 @@ use isolation::own_process;
 #[path = "../support/mod.rs"]
 mod support;
 
+// The graph cases, in deferred mode (graph.rs) and concurrent mode (graph_concurrent.rs).
+#[path = "../support/graph_cases.rs"]
+mod cases;
+
 mod driver;
 mod graph;
 mod graph_concurrent;
