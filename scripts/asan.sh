@@ -5,14 +5,18 @@
 # engine one rank per process with killed ranks, and the fault sweeps of every backend (every
 # failure path of the training step on CPU, CUDA, HIP and Ascend). By rotation, one slice of six
 # per submission (matrix `asan` of .ci/slices; UNIHAL_CI_SLICE=all, as scripts/full-matrix.sh
-# sets, runs all):
-#   0: the CPU conformance suite (collectives included), the unit and integration tests of hal
-#      and the CPU backend (collective early-leave tests included);
-#   1: the CUDA backend's whole suite on the simulated driver and NCCL;
-#   2: the caching allocator and DLPack tests, and the plugin boundary's tests;
-#   3: the HIP backend's whole suite on the simulated runtime, RCCL and rocBLAS;
-#   4: the simulated CANN stack's and the Ascend backend's tests;
-#   5: the Ascend backend's whole suite on the simulated CANN stack and HCCL.
+# sets, runs all). A GPU backend's suite takes about eight minutes here, so each is split in two
+# shares (`unihal conformance --partition K/2`: every other case), one per slice, and the shares
+# of the slices are about equal:
+#   0: the CUDA backend's suite on the simulated driver and NCCL, share 1/2; the unit and
+#      integration tests of hal and the CPU backend (collective early-leave tests included);
+#   1: the CUDA suite, share 2/2; the simulated CANN stack's and the Ascend backend's tests;
+#   2: the HIP backend's suite on the simulated runtime, RCCL and rocBLAS, share 1/2; the caching
+#      allocator and DLPack tests, and the plugin boundary's tests;
+#   3: the HIP suite, share 2/2;
+#   4: the Ascend backend's suite on the simulated CANN stack and HCCL, share 1/2; the CPU
+#      conformance suite (collectives included), share 1/2;
+#   5: the Ascend suite and the CPU suite, share 2/2.
 # The runs are independent processes, two at a time (scripts/lib/side-by-side.sh): the slice
 # beside the core's runs (the gloo processes, then the fault sweeps).
 #
@@ -59,13 +63,13 @@ sanitized_cargo build -q -p unihal-sim-cuda -p unihal-sim-hip -p unihal-sim-cann
 "$BIN/examples/make_layout" "$PWD/target/asan-cann" "$BIN/libunihal_sim_cann.so" >/dev/null
 SLICE_TESTS=()
 if ${SLICE[0]}; then SLICE_TESTS+=("-p unihal-hal -p unihal-cpu"); fi
+if ${SLICE[1]}; then SLICE_TESTS+=("-p unihal-sim-cann" "-p unihal-ascend"); fi
 if ${SLICE[2]}; then
     # (Not DLPack's numpy test: Python would load a sanitized library.)
     SLICE_TESTS+=("-p unihal-alloc" "-p unihal-dlpack --lib" "-p unihal-dlpack --test all -- roundtrip::"
         "-p unihal-plugin --test all -- ownership:: export_boundary:: refusals::"
         "-p unihal-plugin --test c_plugin --test c_async_plugin --test template_plugin")
 fi
-if ${SLICE[4]}; then SLICE_TESTS+=("-p unihal-sim-cann" "-p unihal-ascend"); fi
 # (An entry is cargo's arguments, then `--` and the test binary's name filters where it has any.)
 for t in "${SLICE_TESTS[@]}"; do
     # shellcheck disable=SC2086
@@ -76,32 +80,24 @@ HIP_SIM="$BIN/libunihal_sim_hip.so"
 test -e "$SIM" || { echo "no sanitized simulated driver at $SIM" >&2; exit 1; }
 
 # The suites through the sanitized `unihal` binary, each case on device 0 (the other devices take
-# part as peer ranks): the whole suite once, at a quarter of the per-device run's time.
-cpu_suite() {
-    "$BIN/unihal" conformance --backend cpu --max-devices 1 --report target/asan-conformance-cpu
+# part as peer ranks), one share of two (`--partition K/2`; the argument).
+suite() {  # BACKEND SHARE [VAR=VALUE ...]
+    local backend="$1" share="$2"; shift 2
+    local report="target/asan-conformance-$backend-${share/\//of}"
+    env "$@" UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+        "$BIN/unihal" conformance --backend "$backend" --max-devices 1 --partition "$share" --report "$report"
+    if [ "$backend" != cpu ]; then
+        grep -q '"simulated": true' "$report/conformance.json" \
+            || { echo "the sanitized $backend run did not use its simulated runtime" >&2; exit 1; }
+    fi
 }
-cuda_suite() {
-    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_CUDA_LIB="$SIM" UNIHAL_NCCL_LIB="$SIM" \
-        UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
-        "$BIN/unihal" conformance --backend cuda --max-devices 1 --report target/asan-conformance-cuda
-    grep -q '"simulated": true' target/asan-conformance-cuda/conformance.json \
-        || { echo "the sanitized CUDA run did not use the simulated driver" >&2; exit 1; }
-}
+cpu_suite() { suite cpu "$1"; }
+cuda_suite() { suite cuda "$1" UNIHAL_CUDA_LIB="$SIM" UNIHAL_NCCL_LIB="$SIM"; }
 hip_suite() {
-    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" \
-        UNIHAL_ROCBLAS_LIB="$HIP_SIM" \
-        UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906 \
-        UNIHAL_KERNEL_CACHE="$PWD/target/kernel-cache" \
-        "$BIN/unihal" conformance --backend hip --max-devices 1 --report target/asan-conformance-hip
-    grep -q '"simulated": true' target/asan-conformance-hip/conformance.json \
-        || { echo "the sanitized HIP run did not use the simulated runtime" >&2; exit 1; }
+    suite hip "$1" UNIHAL_HIP_LIB="$HIP_SIM" UNIHAL_RCCL_LIB="$HIP_SIM" UNIHAL_ROCBLAS_LIB="$HIP_SIM" \
+        UNIHAL_SIM_NCCL_FLAVOR=rccl UNIHAL_SIM_HIP_NUMBERING=legacy UNIHAL_SIM_HIP_ARCH=gfx906
 }
-ascend_suite() {
-    UNIHAL_SIM_MODE=concurrent UNIHAL_SIM_DEVICES=4 UNIHAL_ASCEND_LIB="$PWD/target/asan-cann/classic/lib64" \
-        "$BIN/unihal" conformance --backend ascend --max-devices 1 --report target/asan-conformance-ascend
-    grep -q '"simulated": true' target/asan-conformance-ascend/conformance.json \
-        || { echo "the sanitized Ascend run did not use the simulated CANN stack" >&2; exit 1; }
-}
+ascend_suite() { suite ascend "$1" UNIHAL_ASCEND_LIB="$PWD/target/asan-cann/classic/lib64"; }
 # The gloo engine one rank per process (the binary's CPU backend has it; libgloo itself is not
 # instrumented, but ASan checks every range its `read`/`recv` write into): the collective suite on
 # two processes meeting through rank 0's c10d store, then dead ranks, the failure path where a
@@ -167,15 +163,16 @@ fault_sweeps() {
     ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" sanitized_cargo test -q -p unihal --test fault_sweep
 }
 
-# The slice: a backend's suite, or tests.
-SLICE_RUN=slice_tests
-if ${SLICE[0]}; then SLICE_RUN="cpu_suite; slice_tests"; fi
-if ${SLICE[1]}; then SLICE_RUN=cuda_suite; fi
-if ${SLICE[3]}; then SLICE_RUN=hip_suite; fi
-if ${SLICE[5]}; then SLICE_RUN=ascend_suite; fi
-if [ "${UNIHAL_CI_SLICE:-}" = all ]; then
-    SLICE_RUN="cpu_suite; slice_tests; cuda_suite; hip_suite; ascend_suite"
-fi
+# The slice: suite shares, then its tests (UNIHAL_CI_SLICE=all: every share and every test).
+SLICE_RUNS=()
+if ${SLICE[0]}; then SLICE_RUNS+=("cuda_suite 1/2"); fi
+if ${SLICE[1]}; then SLICE_RUNS+=("cuda_suite 2/2"); fi
+if ${SLICE[2]}; then SLICE_RUNS+=("hip_suite 1/2"); fi
+if ${SLICE[3]}; then SLICE_RUNS+=("hip_suite 2/2"); fi
+if ${SLICE[4]}; then SLICE_RUNS+=("ascend_suite 1/2" "cpu_suite 1/2"); fi
+if ${SLICE[5]}; then SLICE_RUNS+=("ascend_suite 2/2" "cpu_suite 2/2"); fi
+if [ "${#SLICE_TESTS[@]}" -gt 0 ]; then SLICE_RUNS+=(slice_tests); fi
+SLICE_RUN="$(IFS=';'; echo "${SLICE_RUNS[*]}")"
 # The core: gloo one rank per process (its collective timeout in a subshell of its own), then the
 # fault sweeps.
 core_runs() {

@@ -7,6 +7,11 @@
 //!
 //! In CI the simulated GPU runtimes run with their compilers (NVRTC, hiprtc) on the path, so the
 //! step's library ops run too; without them the step moves the same data with copies and fills.
+//!
+//! Each sweep runs in a process of its own (`own_process`), with its own fault controls (the CPU
+//! backend's statics, each simulated library's): the sweeps run side by side without seeing each
+//! other's injections, and the Ascend sweep, the longest (each trial opens a fresh backend whose
+//! operator probe makes thousands of calls), does not wait for the others.
 
 #[path = "support/isolation.rs"]
 mod isolation;
@@ -19,9 +24,6 @@ use simulated::{ascend, ascend_library, cpu, cuda, cuda_library, hip, hip_librar
 use std::sync::Arc;
 use unihal::Backend;
 use unihal_conformance::faults::{self, sim::SimInjector, Code, Injector, Live, SweepOptions};
-
-/// One sweep at a time: the controls are process-wide.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn check(report: &faults::SweepReport) {
     eprintln!("{report}");
@@ -93,7 +95,9 @@ impl Injector for CpuInjector {
 
 #[test]
 fn every_failure_of_the_cpu_backends_own_calls_surfaces() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if own_process() {
+        return;
+    }
     check(&faults::sweep(
         Arc::new(CpuInjector),
         cpu,
@@ -104,7 +108,9 @@ fn every_failure_of_the_cpu_backends_own_calls_surfaces() {
 
 #[test]
 fn every_failure_of_the_simulated_cuda_driver_and_nccl_surfaces() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if own_process() {
+        return;
+    }
     let inj = SimInjector::open(cuda_library(), "the simulated CUDA driver and NCCL")
         .unwrap()
         .with_quiesce(|| quiesce(cuda));
@@ -118,7 +124,9 @@ fn every_failure_of_the_simulated_cuda_driver_and_nccl_surfaces() {
 
 #[test]
 fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if own_process() {
+        return;
+    }
     let inj = SimInjector::open(hip_library(), "the simulated HIP runtime, RCCL and rocBLAS")
         .unwrap()
         .with_quiesce(|| quiesce(hip));
@@ -136,7 +144,9 @@ fn every_failure_of_the_simulated_hip_runtime_rccl_and_rocblas_surfaces() {
 /// defect 24: a 256-byte buffer freed under a queued GEMM, the free refused, the memory leaked).
 #[test]
 fn every_failure_to_make_a_device_current_surfaces_on_hip_and_cuda() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if own_process() {
+        return;
+    }
     let every = |point: &str| SweepOptions {
         only: vec![point.to_string()],
         ..SweepOptions::default()
@@ -163,14 +173,9 @@ fn every_failure_to_make_a_device_current_surfaces_on_hip_and_cuda() {
 
 #[test]
 fn every_failure_of_the_simulated_cann_stack_surfaces() {
-    // In a process of its own, with its own fault controls (the CPU backend's statics, each
-    // simulated library's), it runs beside this process's sweeps without seeing their
-    // injections: the Ascend sweep, most of the sweeps' time (each trial opens a fresh backend
-    // whose operator probe makes thousands of calls), does not wait for the others to finish.
     if own_process() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let inj = SimInjector::open(
         ascend_library(),
         "the simulated CANN stack (ACL, aclnn, HCCL)",
@@ -214,7 +219,6 @@ fn hangs_on_failure(b: &Arc<dyn Backend>) -> unihal::Result<Vec<u8>> {
 }
 
 fn planted(workload: faults::Workload) -> faults::SweepReport {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let opts = SweepOptions {
         max_n_per_point: 1,
         only: vec!["alloc".into()],
@@ -226,6 +230,9 @@ fn planted(workload: faults::Workload) -> faults::SweepReport {
 
 #[test]
 fn the_sweep_catches_a_planted_leak() {
+    if own_process() {
+        return;
+    }
     let r = planted(leaks_on_failure);
     assert!(
         r.problems.iter().any(|p| p.contains("leaked")),
@@ -235,6 +242,9 @@ fn the_sweep_catches_a_planted_leak() {
 
 #[test]
 fn the_sweep_catches_a_planted_swallowed_error() {
+    if own_process() {
+        return;
+    }
     let r = planted(swallows_failures);
     assert!(
         r.problems.iter().any(|p| p.contains("swallowed")),
@@ -244,6 +254,9 @@ fn the_sweep_catches_a_planted_swallowed_error() {
 
 #[test]
 fn the_sweep_catches_a_planted_hang() {
+    if own_process() {
+        return;
+    }
     let r = planted(hangs_on_failure);
     assert!(
         r.problems.iter().any(|p| p.contains("hang")),

@@ -25,6 +25,7 @@ pub fn options_from_env() -> unihal_hal::Result<RunOptions> {
     let flag = |name| settings::parse(name, settings::switch).map(|v| v.unwrap_or(false));
     Ok(RunOptions {
         filter: None,
+        partition: None,
         verify: flag("UNIHAL_CONFORMANCE_VERIFY")?,
         isolate: flag("UNIHAL_CONFORMANCE_ISOLATE")?,
         timeout: settings::parse("UNIHAL_CONFORMANCE_TIMEOUT_S", settings::seconds)?
@@ -130,6 +131,7 @@ pub fn libtest_main_on_first(registry: &Registry, max_devices: usize) -> ! {
             verify: opts.verify,
             isolate: opts.isolate,
             filter: args.filter.clone(),
+            partition: None,
             unavailable,
             targets: targets
                 .iter()

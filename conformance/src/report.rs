@@ -149,6 +149,9 @@ pub struct Report {
     pub isolate: bool,
     /// The `--filter` text, if any.
     pub filter: Option<String>,
+    /// The share of the selected cases that ran (`--partition K/N`), if not all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
     /// Backends (or devices) that could not be tested, with the reasons.
     pub unavailable: Vec<UnavailableBackend>,
     /// One per device, in the order they ran.

@@ -24,6 +24,8 @@ pub const CHILD_MARKER: &str = "UNIHAL-CONFORMANCE-OUTCOME ";
 pub struct RunOptions {
     /// Only cases whose id contains this text.
     pub filter: Option<String>,
+    /// Only one share of the cases the filter selects (`--partition K/N`).
+    pub partition: Option<Partition>,
     /// Treat an unexpected pass of an `xfail` case as a failure.
     pub verify: bool,
     /// Run each case in its own process.
@@ -36,6 +38,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             filter: None,
+            partition: None,
             verify: false,
             isolate: false,
             timeout: Duration::from_secs(60),
@@ -521,6 +524,49 @@ fn execute(case: &Case, target: &Target, opts: &RunOptions, timeout: Duration) -
     }
 }
 
+/// The `index`th of `count` shares of a run's cases (`K/N`, 1 ≤ K ≤ N): the cases the filter
+/// selects, in the suite's order, dealt out in turn (case i goes to share i mod N + 1), so each
+/// share takes some of every group and the N shares together run every case once. CI splits a
+/// long suite across runs this way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    /// Which share, from 1.
+    pub index: usize,
+    /// How many shares.
+    pub count: usize,
+}
+
+impl Partition {
+    /// True when the `position`th selected case (from 0) is in this share.
+    pub fn takes(&self, position: usize) -> bool {
+        position % self.count == self.index - 1
+    }
+}
+
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for Partition {
+    type Err = String;
+
+    /// `K/N` with 1 ≤ K ≤ N.
+    fn from_str(s: &str) -> Result<Partition, String> {
+        let bad = || format!("{s:?} is not a share K/N of the cases (1 <= K <= N, e.g. 1/2)");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (
+            k.trim().parse::<usize>().map_err(|_| bad())?,
+            n.trim().parse::<usize>().map_err(|_| bad())?,
+        );
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Partition { index, count })
+    }
+}
+
 /// True when `id` passes the run's filter.
 pub fn selected(id: &str, opts: &RunOptions) -> bool {
     opts.filter.as_deref().is_none_or(|f| id.contains(f))
@@ -559,7 +605,13 @@ pub fn run_with_progress(
     let targets = targets
         .iter()
         .map(|t| {
-            let chosen: Vec<&Case> = cases.iter().filter(|c| selected(&c.id, opts)).collect();
+            let chosen: Vec<&Case> = cases
+                .iter()
+                .filter(|c| selected(&c.id, opts))
+                .enumerate()
+                .filter(|(i, _)| opts.partition.is_none_or(|p| p.takes(*i)))
+                .map(|(_, c)| c)
+                .collect();
             let label = match &t.world {
                 Some(w) => format!("{} rank {}/{}", t.device.id(), w.rank(), w.size()),
                 None => t.device.id().to_string(),
@@ -588,6 +640,7 @@ pub fn run_with_progress(
         verify: opts.verify,
         isolate: opts.isolate,
         filter: opts.filter.clone(),
+        partition: opts.partition.map(|p| p.to_string()),
         unavailable,
         targets,
     }

@@ -22,15 +22,23 @@ SANITIZED_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/target/asan"
 # The binaries: "$SANITIZED_BIN/unihal", "$SANITIZED_BIN/cpu_hal", ...
 SANITIZED_BIN="$SANITIZED_DIR/$SANITIZED_TRIPLE/debug"
 
+# libFuzzer's coverage instrumentation for the workspace's crates only (nightly's profile
+# rustflags: the dev profile's for every package, none for the dependencies, `"*"`, and none for
+# build scripts and proc macros): the fuzzers steer by our code's branches, and the dependencies
+# (faer's generated GEMM kernels above all) compile without it, in about half the time. ASan
+# itself is in RUSTFLAGS, for every crate (its flag must agree across a binary's crates).
+SANCOV='["-Cpasses=sancov-module", "-Cllvm-args=-sanitizer-coverage-level=4",
+"-Cllvm-args=-sanitizer-coverage-inline-8bit-counters", "-Cllvm-args=-sanitizer-coverage-pc-table",
+"-Cllvm-args=-sanitizer-coverage-trace-compares"]'
+
 sanitized_cargo() {
     local sub="$1"; shift
     CARGO_TARGET_DIR="$SANITIZED_DIR" \
-    RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes -Clink-arg=-Wl,--export-dynamic \
--Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
--Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
--Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing" \
+    RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes -Clink-arg=-Wl,--export-dynamic --cfg fuzzing" \
     RUSTDOCFLAGS="-Zsanitizer=address" \
     CARGO_RESOLVER_FEATURE_UNIFICATION=workspace CARGO_UNSTABLE_FEATURE_UNIFICATION=true \
-        cargo +nightly "$sub" --target "$SANITIZED_TRIPLE" -p unihal-fuzz \
+        cargo +nightly -Zprofile-rustflags --config "profile.dev.rustflags=$SANCOV" \
+        --config 'profile.dev.package."*".rustflags=[]' --config 'profile.dev.build-override.rustflags=[]' \
+        "$sub" --target "$SANITIZED_TRIPLE" -p unihal-fuzz \
         --features unihal-fuzz/sanitized-build "$@"
 }

@@ -60,6 +60,10 @@ enum Cmd {
         /// Only cases whose id contains this text.
         #[arg(long)]
         filter: Option<String>,
+        /// Only the Kth of N shares of the selected cases (K/N, 1 <= K <= N): case i of the
+        /// selection runs in share i mod N + 1, so the N shares together run every case once.
+        #[arg(long, value_name = "K/N")]
+        partition: Option<unihal_conformance::runner::Partition>,
         /// Write conformance.json, conformance.xml (JUnit) and summary.txt into this directory.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -645,6 +649,7 @@ fn main() -> ExitCode {
             list: None,
             backend,
             filter,
+            partition,
             report,
             isolate,
             verify,
@@ -654,6 +659,7 @@ fn main() -> ExitCode {
             backend,
             RunOptions {
                 filter,
+                partition,
                 verify,
                 isolate,
                 timeout: timeout_s,

@@ -154,6 +154,64 @@ fn unknown_backends_and_empty_filters_are_errors() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// The ids a report ran, in order.
+fn report_ids(dir: &std::path::Path) -> Vec<String> {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("conformance.json")).unwrap())
+            .unwrap();
+    json["targets"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn conformance_partitions_run_every_selected_case_once() {
+    let base = std::env::temp_dir().join(format!("unihal-cli-partition-{}", std::process::id()));
+    let run = |name: &str, extra: &[&str]| {
+        let dir = base.join(name);
+        let mut args = vec!["conformance", "--filter", "memory.", "--report"];
+        args.push(dir.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let o = unihal(&args, "1");
+        assert!(o.status.success(), "{}", text(&o));
+        report_ids(&dir)
+    };
+    let all = run("all", &[]);
+    let shares: Vec<Vec<String>> = (1..=3)
+        .map(|k| run(&format!("{k}"), &["--partition", &format!("{k}/3")]))
+        .collect();
+    assert!(shares.iter().all(|s| !s.is_empty() && s.len() < all.len()));
+    let mut joined: Vec<String> = shares.concat();
+    joined.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(
+        joined, expected,
+        "the shares together are not the whole selection, once"
+    );
+    // Each id in the share its position deals it to.
+    for (i, id) in all.iter().enumerate() {
+        assert!(
+            shares[i % 3].contains(id),
+            "{id} (position {i}) not in share {}",
+            i % 3 + 1
+        );
+    }
+    for bad in ["0/2", "3/2", "1", "a/b"] {
+        let o = unihal(&["conformance", "--partition", bad], "1");
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(
+            text(&o).contains("is not a share K/N"),
+            "{bad}: {}",
+            text(&o)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Parses nccl-tests-style rows: (size, count, type, redop, root, [time, algbw, busbw, wrong] x2).
 fn bench_rows(out: &str) -> Vec<Vec<String>> {
     out.lines()

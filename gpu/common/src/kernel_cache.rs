@@ -16,17 +16,29 @@
 //! recompiled, never loaded. Writes go to a temporary file renamed into place, so concurrent
 //! processes never read half an entry.
 //!
-//! Thread safety: [`KernelCache`] is `Send + Sync`; two threads asking for one key at once may
-//! both compile (the result is the same), and one entry wins.
+//! One compile per key: a lookup that misses memory takes an exclusive advisory lock on the
+//! entry's `<entry>.lock` file (`flock`) before it reads the disk and compiles, so the threads
+//! and processes that start together (the ranks of a job on one node, tests run side by side)
+//! compile a key once; the others wait, then read the entry. The wait is bounded
+//! ([`LOCK_WAIT`]: a holder that hangs cannot hang the others, who then compile unlocked), and a
+//! directory where the lock file cannot be made compiles unlocked.
+//!
+//! Thread safety: [`KernelCache`] is `Send + Sync`. Without a disk directory two threads asking
+//! for one key at once may both compile (the result is the same), and one entry wins.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use unihal_hal::Result;
 use unihal_kernels::source::fnv1a;
 
 const MAGIC: &[u8] = b"UNIHAL-KERNEL-CACHE 1\n";
+
+/// How long a lookup waits for another thread's or process's compile of the same entry before it
+/// compiles on its own.
+pub const LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// Everything a compiled image depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -197,6 +209,9 @@ impl KernelCache {
             return Ok((p.clone(), Source::Memory));
         }
         let path = self.dir.as_ref().map(|d| d.join(key.file_name()));
+        // Held until the entry is on disk: a concurrent lookup of the same key waits here and
+        // then reads it instead of compiling it again.
+        let _lock = path.as_deref().and_then(EntryLock::acquire);
         if let Some(path) = &path {
             match std::fs::read(path) {
                 Ok(data) => match decode(key, &data) {
@@ -236,6 +251,58 @@ impl KernelCache {
             Some(d) if d.exists() => std::fs::remove_dir_all(d),
             _ => Ok(()),
         }
+    }
+}
+
+/// An exclusive advisory lock on an entry's `.lock` file, released when dropped (or when the
+/// process ends, however it ends).
+struct EntryLock {
+    _file: std::fs::File,
+}
+
+impl EntryLock {
+    /// Locks the entry at `path`, waiting up to [`LOCK_WAIT`]; None (compile unlocked) when the
+    /// lock file cannot be made or the wait ran out.
+    #[cfg(unix)]
+    fn acquire(path: &Path) -> Option<EntryLock> {
+        use std::os::fd::AsRawFd;
+        let lock_path = path.with_extension("lock");
+        let file = std::fs::create_dir_all(path.parent()?)
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+            })
+            .inspect_err(|e| {
+                tracing::warn!(target: "unihal::kernel",
+                    "kernel cache lock {}: {e}: compiling unlocked", lock_path.display());
+            })
+            .ok()?;
+        let deadline = Instant::now() + LOCK_WAIT;
+        loop {
+            // SAFETY: flock(2) on a descriptor `file` owns and keeps open for the call; no memory
+            // is passed. The lock belongs to this open file description: it is released when
+            // `file` is closed (the EntryLock dropped) or the process ends.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Some(EntryLock { _file: file });
+            }
+            let e = std::io::Error::last_os_error();
+            let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
+            if !busy || Instant::now() >= deadline {
+                tracing::warn!(target: "unihal::kernel",
+                    "kernel cache lock {}: {}: compiling unlocked", lock_path.display(),
+                    if busy { format!("still held after {LOCK_WAIT:?}") } else { e.to_string() });
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn acquire(_path: &Path) -> Option<EntryLock> {
+        None
     }
 }
 
@@ -306,6 +373,33 @@ mod tests {
             variants.iter().map(CacheKey::file_name).collect();
         assert_eq!(names.len(), variants.len(), "{names:?}");
         assert!(k.file_name().starts_with("0000000000001234-sm_90-"));
+    }
+
+    #[test]
+    fn lookups_that_start_together_compile_once() {
+        // Two caches over one directory stand for two processes; two threads of each.
+        let dir = temp_dir("together");
+        let compiles = std::sync::atomic::AtomicUsize::new(0);
+        let caches = [
+            KernelCache::new(Some(dir.clone())),
+            KernelCache::new(Some(dir.clone())),
+        ];
+        std::thread::scope(|s| {
+            for cache in caches.iter().chain(caches.iter()) {
+                s.spawn(|| {
+                    let (p, _) = cache
+                        .get_or_compile(&key(), || {
+                            compiles.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(200));
+                            Ok(parts())
+                        })
+                        .unwrap();
+                    assert_eq!(*p, parts());
+                });
+            }
+        });
+        assert_eq!(compiles.into_inner(), 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

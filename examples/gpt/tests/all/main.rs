@@ -3,6 +3,10 @@
 //! on a simulated stack by rotation). The MPI, torchrun and vendor-process tests (features) have
 //! binaries of their own.
 
+#[path = "../../../../tests/support/isolation.rs"]
+mod isolation;
+use isolation::own_process;
+
 #[path = "../support/mod.rs"]
 mod support;
 
