@@ -44,7 +44,9 @@ fn traced_step_agrees_with_the_gpt(backend: Arc<dyn Backend>) {
         ok.flows > 0,
         "{name}: the compute stream waits on the all-reduces' events"
     );
-    let summary = summarize(&doc, 10).unwrap();
+    // Every op (the GPT has about 30): the all-reduces must be there, whatever their rank by
+    // time (on the simulated HIP runtime ten others each took longer).
+    let summary = summarize(&doc, 100).unwrap();
     // The GPT's own measure (rank 0's): the time its compute stream waited for the all-reduces,
     // from two events around its wait on the communication stream's last record.
     let gpt_wait: f64 = report.steps.iter().map(|s| s.comm_wait_ms).sum();
