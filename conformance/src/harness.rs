@@ -1,11 +1,12 @@
 //! The `cargo test` face of the suite: one libtest trial per case per device (libtest-mimic), so
-//! `cargo test -p unihal-conformance -- <filter>` lists, filters and runs cases like ordinary tests.
+//! `cargo test -p unihal-conformance -- <filter>` lists, filters and runs cases like ordinary
+//! tests.
 //!
-//! Trials whose needs a device lacks are *ignored*, with the reason printed when the trial is forced
-//! to run (`--include-ignored`), never counted as passed. Environment:
-//! `UNIHAL_CONFORMANCE_VERIFY=1` (unexpected passes fail), `UNIHAL_CONFORMANCE_ISOLATE=1` (a process
-//! per case), `UNIHAL_CONFORMANCE_TIMEOUT_S` (watchdog, default 60), `UNIHAL_CONFORMANCE_REPORT=DIR`
-//! (write JSON, JUnit and summary reports there).
+//! Trials whose needs a device lacks are *ignored*, with the reason printed when the trial is
+//! forced to run (`--include-ignored`), never counted as passed. Environment:
+//! `UNIHAL_CONFORMANCE_VERIFY=1` (unexpected passes fail), `UNIHAL_CONFORMANCE_ISOLATE=1` (a
+//! process per case), `UNIHAL_CONFORMANCE_TIMEOUT_S` (watchdog, default 60),
+//! `UNIHAL_CONFORMANCE_REPORT=DIR` (write JSON, JUnit and summary reports there).
 
 use crate::report::{CaseReport, Outcome, Report, TargetReport};
 use crate::runner::{discover, plan, run_case, run_child_if_requested, Plan, RunOptions};

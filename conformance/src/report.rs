@@ -493,7 +493,8 @@ impl Report {
         x
     }
 
-    /// Writes `conformance.json`, `conformance.xml` and `summary.txt` into `dir` (created if needed).
+    /// Writes `conformance.json`, `conformance.xml` and `summary.txt` into `dir` (created if
+    /// needed).
     ///
     /// # Errors
     /// The first I/O error creating `dir` or writing a file (files written before it stay).

@@ -1,14 +1,15 @@
 //! Kernels used by the conformance suite's raw-launch, ordering and asynchrony cases.
 //!
 //! Every kernel has a stable entry name ([`names`]) and a parameter list that is the same in every
-//! module format, so a case is written once. [`module_for`] returns the module in the first format a
-//! device accepts for which this crate has an implementation: the host symbol table (the CPU
+//! module format, so a case is written once. [`module_for`] returns the module in the first format
+//! a device accepts for which this crate has an implementation: the host symbol table (the CPU
 //! backend) or PTX (NVIDIA GPUs, and the simulated CUDA driver, which runs the host kernels of the
 //! same names). The PTX is NVRTC's output for `device/uh_testing.cu`, committed so that no compiler
-//! is needed to run the suite; a CI gate (`tests/all/rtc_gates.rs`) keeps it in step with the source.
+//! is needed to run the suite; a CI gate (`tests/all/rtc_gates.rs`) keeps it in step with the
+//! source.
 //!
-//! Host kernels run one block per call (see [`unihal_hal::HostLaunchCtx`]) and loop over the block's
-//! threads themselves. They read parameters through CUDA's `kernelParams` convention.
+//! Host kernels run one block per call (see [`unihal_hal::HostLaunchCtx`]) and loop over the
+//! block's threads themselves. They read parameters through CUDA's `kernelParams` convention.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,8 +1,8 @@
 //! The root package's integration tests, one binary (one link): the `unihal` binary's commands, the
 //! benchmark's formats, settings, the bootstrap, dead ranks, the captured training step, the MLP on
-//! every backend and stress. Tests with process-wide state (a simulated runtime's settings) each run
-//! in a process of their own. The fault sweeps (which the sanitized build compiles alone) and the
-//! MPI and gloo tests (features) have binaries of their own.
+//! every backend and stress. Tests with process-wide state (a simulated runtime's settings) each
+//! run in a process of their own. The fault sweeps (which the sanitized build compiles alone) and
+//! the MPI and gloo tests (features) have binaries of their own.
 
 #[path = "../support/isolation.rs"]
 mod isolation;

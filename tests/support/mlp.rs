@@ -1,8 +1,9 @@
 //! The MLP of `tests/all/mlp_training.rs` (and, on the Ascend backend, `tests/all/mlp_ascend.rs`),
-//! shared with `benches/alloc.rs`, which replays its allocation trace: a two-layer MLP trained
-//! with nothing but the op catalogue (on the CPU backend by default), on synthetic data from a fixed random teacher network. Full-batch steps of forward
-//! (matmul, bias add, relu, cross-entropy), backward (cross-entropy and relu gradients, transposed
-//! matmuls, column sums) and a fused AdamW update.
+//! shared with `benches/alloc.rs`, which replays its allocation trace: a two-layer MLP trained with
+//! nothing but the op catalogue (on the CPU backend by default), on synthetic data from a fixed
+//! random teacher network. Full-batch steps of forward (matmul, bias add, relu, cross-entropy),
+//! backward (cross-entropy and relu gradients, transposed matmuls, column sums) and a fused AdamW
+//! update.
 //!
 //! Two precisions: f32, and bf16 compute with f32 master weights (AdamW writes the bf16 copies),
 //! dynamic loss scaling (scaled loss gradient, `amp_unscale`, `amp_update_scale`, skipped steps on

@@ -1,10 +1,10 @@
 //! PyTorch's own memory tools read unihal's allocator: `torch.cuda.memory_summary` over its
-//! statistics (every key of torch's `memory_stats()` is there, `MemoryStats::to_map`, and the
-//! table shows unihal's numbers), and `python -m torch.cuda._memory_viz stats` (its `segsum`) and `trace` over
-//! its pickled snapshot (`CachingAllocator::torch_snapshot`): segments, blocks and the recorded
-//! history in torch's layout. Python comes from `UNIHAL_TORCH_PYTHON`; without PyTorch the test says so and passes,
-//! unless `UNIHAL_TEST_TORCH=1` (set by `.ci/run`, which installs the pinned PyTorch): then it
-//! fails.
+//! statistics (every key of torch's `memory_stats()` is there, `MemoryStats::to_map`, and the table
+//! shows unihal's numbers), and `python -m torch.cuda._memory_viz stats` (its `segsum`) and `trace`
+//! over its pickled snapshot (`CachingAllocator::torch_snapshot`): segments, blocks and the
+//! recorded history in torch's layout. Python comes from `UNIHAL_TORCH_PYTHON`; without PyTorch the
+//! test says so and passes, unless `UNIHAL_TEST_TORCH=1` (set by `.ci/run`, which installs the
+//! pinned PyTorch): then it fails.
 
 use std::process::{Command, Stdio};
 use unihal_alloc::{AllocatorConfig, CachingAllocator};

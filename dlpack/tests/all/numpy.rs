@@ -1,7 +1,7 @@
-//! Runs `numpy_dlpack.py` (numpy as the DLPack consumer and producer) against the
-//! `numpy_fixture` example, a shared library that `cargo test` builds with the examples. Python comes from `UNIHAL_PYTHON` (default `python3`). Without numpy the test
-//! says so and passes, unless `UNIHAL_TEST_NUMPY=1` (set by `.ci/run`, which installs numpy):
-//! then a missing numpy fails it.
+//! Runs `numpy_dlpack.py` (numpy as the DLPack consumer and producer) against the `numpy_fixture`
+//! example, a shared library that `cargo test` builds with the examples. Python comes from
+//! `UNIHAL_PYTHON` (default `python3`). Without numpy the test says so and passes, unless
+//! `UNIHAL_TEST_NUMPY=1` (set by `.ci/run`, which installs numpy): then a missing numpy fails it.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,10 +1,9 @@
 //! CI gates with the vendors' real compilers: every library kernel compiles with NVIDIA's NVRTC to
 //! PTX and cubin for sm_80 and sm_90, and with AMD's hiprtc to code objects for gfx906, gfx908 and
-//! gfx90a. Ignored unless asked for (`cargo test -p unihal-kernels --test all -- --ignored rtc_gates::`),
-//! as `.ci/run` does after installing pinned versions: a missing compiler is then a failure, never a
-//! skip. `UNIHAL_RTC_ARCHS` (a comma-separated list, e.g.
-//! `sm_80,gfx908`) limits the gates to those architectures, as CI's rotation does; unset, every
-//! architecture is compiled.
+//! gfx90a. Ignored unless asked for (`cargo test -p unihal-kernels --test all -- --ignored
+//! rtc_gates::`), as `.ci/run` does after installing pinned versions: a missing compiler is then a
+//! failure, never a skip. `UNIHAL_RTC_ARCHS` (a comma-separated list, e.g. `sm_80,gfx908`) limits
+//! the gates to those architectures, as CI's rotation does; unset, every architecture is compiled.
 
 use unihal_kernels::rtc::{hiprtc::Hiprtc, nvrtc::Nvrtc, ptx_entries};
 use unihal_kernels::source::{entry_names, library_source, GpuTarget};

@@ -1,10 +1,10 @@
 //! What the loader refuses, each with a clear, typed error and no crash: a plugin of another ABI
 //! major (never called past its entry: every other entry of that build aborts the process), a
-//! plugin that refuses the host, a table without required entries, a library that is no plugin,
-//! a file that is no library, a plugin built for another architecture, a built-in name without the user's consent, relative paths;
-//! a status the ABI does not define, named with the entry that returned it; a selected backend
-//! whose plugin was refused, named with the refusal instead of "not registered" or of testing a
-//! built-in backend of the same name.
+//! plugin that refuses the host, a table without required entries, a library that is no plugin, a
+//! file that is no library, a plugin built for another architecture, a built-in name without the
+//! user's consent, relative paths; a status the ABI does not define, named with the entry that
+//! returned it; a selected backend whose plugin was refused, named with the refusal instead of "not
+//! registered" or of testing a built-in backend of the same name.
 
 use crate::support;
 

@@ -1,6 +1,6 @@
-//! The CUDA backend's integration tests, one binary (one link), on the simulated driver and NCCL and
-//! without a driver. Each test runs in a process of its own (the driver is opened once per process,
-//! with the settings its variables give).
+//! The CUDA backend's integration tests, one binary (one link), on the simulated driver and NCCL
+//! and without a driver. Each test runs in a process of its own (the driver is opened once per
+//! process, with the settings its variables give).
 
 #[path = "../../../../tests/support/isolation.rs"]
 mod isolation;

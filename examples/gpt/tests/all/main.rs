@@ -1,6 +1,6 @@
-//! The GPT's integration tests, one binary (one link): gradients, held-out loss, launches that
-//! must fail, processes, and the backend-under-test tests (ignored in the test command; CI runs them
-//! on a simulated stack by rotation). The MPI, torchrun and vendor-process tests (features) have
+//! The GPT's integration tests, one binary (one link): gradients, held-out loss, launches that must
+//! fail, processes, and the backend-under-test tests (ignored in the test command; CI runs them on
+//! a simulated stack by rotation). The MPI, torchrun and vendor-process tests (features) have
 //! binaries of their own.
 
 #[path = "../../../../tests/support/isolation.rs"]

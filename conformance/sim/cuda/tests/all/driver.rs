@@ -1,7 +1,8 @@
 //! The simulated CUDA driver through its C entry points (in process): device queries, memory,
 //! pageable copies, streams and events (a planted missing wait gives wrong results in the default
 //! deferred mode), PTX modules running a library kernel through `kernelParams`, a cubin rejected
-//! with CUDA_ERROR_INVALID_IMAGE, peer copies and waits across devices, and CUDA's codes for misuse.
+//! with CUDA_ERROR_INVALID_IMAGE, peer copies and waits across devices, and CUDA's codes for
+//! misuse.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;

@@ -105,8 +105,8 @@ const NCCL_SYMBOLS: &[&str] = &[
     "ncclRecv",
 ];
 
-/// The built object: `target/<profile>/deps/libunihal_sim_cuda.so` next to this test (`cargo test`), or
-/// `target/<profile>/libunihal_sim_cuda.so` (`cargo build`).
+/// The built object: `target/<profile>/deps/libunihal_sim_cuda.so` next to this test (`cargo
+/// test`), or `target/<profile>/libunihal_sim_cuda.so` (`cargo build`).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();

@@ -1,7 +1,7 @@
 //! Stream capture and graphs through the simulated CUDA driver's C entry points, shared by the
-//! deferred-mode (`tests/all/graph.rs`) and concurrent-mode (`tests/all/graph_concurrent.rs`) binaries.
-//! Tests of one binary run one at a time: a global-mode capture refuses other threads' unsafe
-//! calls, as on CUDA.
+//! deferred-mode (`tests/all/graph.rs`) and concurrent-mode (`tests/all/graph_concurrent.rs`)
+//! binaries. Tests of one binary run one at a time: a global-mode capture refuses other threads'
+//! unsafe calls, as on CUDA.
 #![allow(dead_code)]
 
 use std::ffi::c_void;
