@@ -14,10 +14,12 @@
 # 3. every crash reproducer (fuzz/regressions/<target>) of every target replays without a
 #    failure: they are the regression tests; so does cpu_hal's committed corpus (in 1., with the
 #    panic planted);
-# 4. one target by rotation (matrix `fuzz` of .ci/slices; every target with UNIHAL_CI_SLICE=all,
-#    as scripts/full-matrix.sh sets) fuzzed from its corpus and reproducers: libFuzzer executes
-#    every one of them first (the replay of its committed corpus, about two minutes for
-#    cuda_sim_hal's under ASan), then FUZZ_MUTATIONS new inputs.
+# 4. one slice by rotation (matrix `fuzz` of .ci/slices; every slice with UNIHAL_CI_SLICE=all,
+#    as scripts/full-matrix.sh sets): a target fuzzed from its corpus and reproducers. libFuzzer
+#    executes every one of them first (the replay), then FUZZ_MUTATIONS new inputs. cuda_sim_hal
+#    runs about 15 inputs a second under ASan (cpu_hal several hundred), so its corpus is replayed
+#    in two halves, a slice each (every other file by name), each followed by
+#    CUDA_SIM_MUTATIONS new inputs: two consecutive submissions replay all of it.
 # The fuzz targets come from the sanitized build scripts/asan.sh runs from (scripts/lib/sanitized.sh:
 # AddressSanitizer and libFuzzer's coverage instrumentation, the nightly toolchain), built here
 # when that build is not there yet: one compilation of the stack serves both tools. The planted
@@ -29,6 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
 FUZZ_MUTATIONS="${FUZZ_MUTATIONS:-2000}"
+CUDA_SIM_MUTATIONS="${CUDA_SIM_MUTATIONS:-300}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-}"
 PLANTED_RUNS=200000
 SEED=1
@@ -105,30 +108,46 @@ replay() {
     "$OUT/$t" -detect_leaks=0 -runs=0 -timeout=30 "regressions/$t"
 }
 TARGETS=(cpu_hal alloc_blocks cuda_sim_hal)
+# The slices of matrix `fuzz`, in .ci/slices' order: TARGET [PART/PARTS of its corpus].
+SLICES=(cpu_hal alloc_blocks "cuda_sim_hal 0/2" "cuda_sim_hal 1/2")
 source ../scripts/lib/rotation.sh
 FUZZED=()
-for i in "${!TARGETS[@]}"; do if in_slice fuzz "$i"; then FUZZED+=("${TARGETS[$i]}"); fi; done
-fuzzed() { [[ " ${FUZZED[*]} " == *" $1 "* ]]; }
+for i in "${!SLICES[@]}"; do if in_slice fuzz "$i"; then FUZZED+=("${SLICES[$i]}"); fi; done
+fuzzed() { [[ " ${FUZZED[*]} " == *" $1"* ]]; }
 # The targets not fuzzed this run replay their crash reproducers, beside the planted checks.
 # (cpu_hal's replay, its corpus too, is part of planted_panic.)
 REPLAYS=()
 for t in "${TARGETS[@]}"; do fuzzed "$t" || [ "$t" = cpu_hal ] || REPLAYS+=("replay $t"); done
 if [ "${#REPLAYS[@]}" = 0 ]; then REPLAYS=(true); fi
 side_by_side "${REPLAYS[0]}" "planted_panic; planted_uncounted_view$(printf '; %s' "${REPLAYS[@]:1}")"
-for t in "${FUZZED[@]}"; do
+for slice in "${FUZZED[@]}"; do
+    read -r t part <<<"$slice"
     # (see ASAN_OPTIONS above)
     extra=(-detect_leaks=0)
-    mkdir -p "target/work-corpus/$t" "regressions/$t"
-    cp -n "corpus/$t"/* "target/work-corpus/$t"/ 2>/dev/null || true
+    mkdir -p "regressions/$t"
+    mutations=$FUZZ_MUTATIONS
+    if [ -n "$part" ]; then
+        # A part of the committed corpus: every PARTS-th file by name from the PART-th, in a
+        # working directory of its own, so the replay is the same set in every run.
+        work="target/work-corpus/$t.part${part%/*}"
+        rm -rf "$work" && mkdir -p "$work"
+        ls "corpus/$t" | sort | awk -v k="${part%/*}" -v n="${part#*/}" '(NR - 1) % n == k' \
+            | while read -r f; do cp "corpus/$t/$f" "$work/"; done
+        mutations=$CUDA_SIM_MUTATIONS
+    else
+        work="target/work-corpus/$t"
+        mkdir -p "$work"
+        cp -n "corpus/$t"/* "$work"/ 2>/dev/null || true
+    fi
     if [ -n "$FUZZ_SECONDS" ]; then
         bound=(-max_total_time="$FUZZ_SECONDS")
     else
         # libFuzzer counts the corpus's executions in -runs: the new inputs come on top.
-        bound=(-seed=$SEED -runs=$(($(ls "target/work-corpus/$t" "regressions/$t" | wc -l) + FUZZ_MUTATIONS)))
+        bound=(-seed=$SEED -runs=$(($(ls "$work" "regressions/$t" | wc -l) + mutations)))
     fi
-    step "$t: its corpus and reproducers, then ${bound[*]}"
+    step "$t${part:+ (corpus part $part)}: its corpus and reproducers, then ${bound[*]}"
     rm -f target/artifacts-"$t"-*
-    "$OUT/$t" "${extra[@]}" "target/work-corpus/$t" "regressions/$t" "${bound[@]}" -timeout=30 \
+    "$OUT/$t" "${extra[@]}" "$work" "regressions/$t" "${bound[@]}" -timeout=30 \
         -rss_limit_mb=6144 -max_len=1024 -print_final_stats=1 -artifact_prefix="target/artifacts-$t-" \
         2>&1 | grep -E "^#[0-9]+\s+(INITED|DONE)|^Done|stat::number_of_executed_units|ERROR|panicked" || true
     if ls target/artifacts-"$t"-* >/dev/null 2>&1; then
