@@ -1,6 +1,7 @@
 //! Builds the portable kernel library for the CPU backend: `device/uh_cpu.cpp` compiled by the
-//! system C++ compiler, always at -O3 (whatever the cargo profile, so tests run the code that is
-//! benchmarked), never with -ffast-math (only -fno-math-errno and -fno-trapping-math, which change no value), without floating-point contraction (so every ISA variant
+//! system C++ compiler, the AVX2 and AVX-512 variants at -O3 whatever the cargo profile (so
+//! tests run the code that is benchmarked), the baseline (SSE2) one, which only a machine
+//! without AVX2 runs, at -O2 (half the compile time), never with -ffast-math (only -fno-math-errno and -fno-trapping-math, which change no value), without floating-point contraction (so every ISA variant
 //! and every backend round identically), once per ISA level for run-time dispatch. The variants
 //! compile side by side (one compiler process each), and with `UNIHAL_KERNELS_BUILD_CACHE` set
 //! their archives are reused by every other build that would compile them identically
@@ -41,11 +42,14 @@ fn main() {
     sources.push(out.join("uh_kernels.def"));
     let cache = build_cache::dir();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    let mut variants: Vec<(&str, &[&str])> = vec![("uh_base", &[])];
-    if arch == "x86_64" {
-        variants.push(("uh_avx2", &["-mavx2", "-mfma", "-mf16c"]));
+    // (name, optimisation level, flags). Without x86 variants the base one is all there is: -O3.
+    let x86 = arch == "x86_64";
+    let mut variants: Vec<(&str, u32, &[&str])> = vec![("uh_base", if x86 { 2 } else { 3 }, &[])];
+    if x86 {
+        variants.push(("uh_avx2", 3, &["-mavx2", "-mfma", "-mf16c"]));
         variants.push((
             "uh_avx512",
+            3,
             &[
                 "-mavx512f",
                 "-mavx512bw",
@@ -59,7 +63,7 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(unihal_x86_variants)");
     let builds: Vec<(&str, cc::Build)> = variants
         .into_iter()
-        .map(|(variant, flags)| {
+        .map(|(variant, opt, flags)| {
             let mut b = cc::Build::new();
             b.cpp(true)
                 .file("device/uh_cpu.cpp")
@@ -67,7 +71,7 @@ fn main() {
                 .include(&out)
                 .define("UH_CPU", "1")
                 .define("UH_VARIANT", variant)
-                .opt_level(3)
+                .opt_level(opt)
                 .debug(false)
                 .flag("-std=c++14")
                 .flag("-fno-exceptions")

@@ -3,8 +3,9 @@
 //! The portable kernel library is written once in a small C++ dialect (`device/uh_dialect.h`:
 //! indexing, loops, block reductions, f16/bf16 as raw bits, Philox) and compiled three ways:
 //!
-//! * for the CPU backend at build time by the system C++ compiler (`build.rs`: -O3 always, no
-//!   fast-math, no contraction, one object per ISA level, chosen at run time: [`cpu`]);
+//! * for the CPU backend at build time by the system C++ compiler (`build.rs`: -O3 in every
+//!   profile, -O2 for the x86-64 baseline only a machine without AVX2 runs; no fast-math, no
+//!   contraction; one object per ISA level, chosen at run time: [`cpu`]);
 //! * by NVRTC for CUDA and by hiprtc for HIP at run time, from the sources embedded in the binary
 //!   ([`source`], [`rtc`]).
 //!
