@@ -27,8 +27,10 @@ fn bad_settings_are_refused_naming_the_variable_the_value_and_what_is_accepted()
         ("UNIHAL_LOG_SUBSYS", "INIT,NET", "BOOTSTRAP"),
         ("UNIHAL_CPU_ISA", "avx9000", "levels this CPU runs"),
         ("UNIHAL_CPU_CCL", "nccl", "inprocess, mpi or gloo"),
-        ("UNIHAL_CCL_TIMEOUT", "abc", "seconds above 0"),
-        ("UNIHAL_CCL_TIMEOUT", "-1", "seconds above 0"),
+        ("UNIHAL_CCL_TIMEOUT", "abc", "at least 0.001"),
+        ("UNIHAL_CCL_TIMEOUT", "-1", "at least 0.001"),
+        // Once a zero timeout, accepted.
+        ("UNIHAL_CCL_TIMEOUT", "1e-300", "at least 0.001"),
         ("UNIHAL_CPU_DEVICES", "abc", "an integer in 1..=64"),
         ("UNIHAL_CPU_MATMUL", "blas", "gemm or dialect"),
         ("UNIHAL_VALIDATE", "maybe", "error"),
@@ -43,6 +45,21 @@ fn bad_settings_are_refused_naming_the_variable_the_value_and_what_is_accepted()
             t.contains(&format!("{var}=\"{value}\"")) && t.contains(accepted),
             "{var}={value}: the message does not name the variable, value and accepted values:\n{t}"
         );
+    }
+}
+
+/// A collective timeout longer than the clock holds is no timeout: once `Instant::now() + t`
+/// panicked on the first collective (or at communicator creation).
+#[test]
+fn a_timeout_longer_than_the_clock_holds_is_no_timeout() {
+    for value in ["1e19", "1e300"] {
+        let (ok, t) = unihal(
+            &["bench", "all_reduce", "--backend", "cpu", "-g", "2", "-b", "64", "-e", "64"],
+            "UNIHAL_CCL_TIMEOUT",
+            value,
+        );
+        assert!(ok, "UNIHAL_CCL_TIMEOUT={value}:\n{t}");
+        assert!(t.contains("# Out of bounds values : 0 OK"), "UNIHAL_CCL_TIMEOUT={value}:\n{t}");
     }
 }
 
@@ -62,6 +79,7 @@ fn bad_command_line_numbers_are_refused_naming_the_flag() {
         ("--timeout-s", "-1"),
         ("--timeout-s", "nan"),
         ("--timeout-s", "0"),
+        ("--timeout-s", "1e-300"),
         ("--max-devices", "0"),
     ] {
         let arg = format!("{flag}={value}");

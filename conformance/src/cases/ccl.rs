@@ -203,6 +203,46 @@ fn init_rank_works(ctx: &Ctx, n: usize) -> CaseResult {
     })
 }
 
+/// The timeouts a caller may give a communicator, made by `make` (`on_ranks` or
+/// `on_ranks_by_id`): `Duration::MAX` and 1e19 s, longer than the clock holds, are no deadline
+/// (the communicator is made and reduces; once `Instant::now() + timeout` panicked at its
+/// creation or on its stream); one under 1 ms cannot work (1e-300 s is a zero `Duration`) and is
+/// refused with `InvalidArgument` naming `CommConfig::timeout` on every rank, before any exchange
+/// with the others (so no rank is left waiting).
+fn timeout_extremes(
+    ctx: &Ctx,
+    make: fn(&Ctx, usize, &CommConfig, &(dyn Fn(&Rank) -> CaseResult + Sync)) -> CaseResult,
+) -> CaseResult {
+    for t in [Duration::MAX, Duration::from_secs_f64(1e19)] {
+        let cfg = CommConfig { timeout: Some(t) };
+        make(ctx, 2, &cfg, &|rk| {
+            let r = rk.comm.rank();
+            let b = upload(&rk.device, &rk.stream, DType::F32, &[r as f64 + 1.0; 16], 0)?;
+            rk.comm
+                .all_reduce(&b, &b, 16, DType::F32, ReduceOp::Sum, &rk.stream)?;
+            check_vals(
+                "all_reduce",
+                &download(&rk.stream, DType::F32, &b)?,
+                &[3.0; 16],
+            )
+        })
+        .map_err(|f| Failure::new(format!("timeout {t:?}: {}", f.message)))?;
+    }
+    for t in [Duration::from_secs_f64(1e-300), Duration::from_micros(999)] {
+        let cfg = CommConfig { timeout: Some(t) };
+        let r = make(ctx, 2, &cfg, &|_| Ok(()));
+        let Err(f) = r else {
+            return Err(Failure::new(format!("a timeout of {t:?} was accepted")));
+        };
+        ensure!(
+            f.message.contains("CommConfig::timeout") && !f.message.contains("panicked"),
+            "a timeout of {t:?}: the refusal does not name CommConfig::timeout: {}",
+            f.message
+        );
+    }
+    Ok(())
+}
+
 /// Runs `init_rank` on the context's device and the next ones, rank `r` with `ids[r]`, from
 /// threads; returns each rank's result (communicators dropped) and how long the slowest took.
 fn init_ranks_with(
@@ -1397,6 +1437,18 @@ pub fn cases() -> Vec<Case> {
     v.push(
         Case::new("ccl.failure.abort_unblocks", abort_unblocks)
             .needs(&[Need::Ranks(2), all_reduce]),
+    );
+    v.push(
+        Case::new("ccl.config.timeout_extremes", |c| {
+            timeout_extremes(c, |c, n, cfg, body| on_ranks(c, n, cfg, body))
+        })
+        .needs(&[Need::Ranks(2), all_reduce]),
+    );
+    v.push(
+        Case::new("ccl.init_rank.timeout_extremes", |c| {
+            timeout_extremes(c, |c, n, cfg, body| on_ranks_by_id(c, n, cfg, body))
+        })
+        .needs(&[Need::Ranks(2), Need::WholeWorld(2), all_reduce]),
     );
     v
 }

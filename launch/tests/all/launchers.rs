@@ -138,3 +138,55 @@ fn bad_values_name_the_variable() {
         Launcher::Single
     );
 }
+
+/// A local rank at the top of its integer type, or not below the local world size, and a restart
+/// count too large for its field, are refused naming the variable (once a panic in checked
+/// builds, and a local rank past the local world size accepted in release builds).
+#[test]
+fn local_ranks_and_restart_counts_out_of_range_are_refused() {
+    let refused = |pairs: &[(&str, &str)], var: &str| {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            LaunchInfo::from_vars(&get)
+        }));
+        let e = match r {
+            Ok(Ok(i)) => panic!("{pairs:?} accepted: {i:?}"),
+            Ok(Err(e)) => e,
+            Err(_) => panic!("{pairs:?} panicked"),
+        };
+        assert!(e.to_string().contains(var), "{pairs:?}: {e}");
+    };
+    let max = usize::MAX.to_string();
+    let base = [("RANK", "0"), ("WORLD_SIZE", "4")];
+    refused(&[base[0], base[1], ("LOCAL_RANK", max.as_str())], "LOCAL_RANK");
+    refused(
+        &[base[0], base[1], ("LOCAL_RANK", max.as_str()), ("LOCAL_WORLD_SIZE", "2")],
+        "LOCAL_RANK",
+    );
+    refused(
+        &[base[0], base[1], ("LOCAL_RANK", "2"), ("LOCAL_WORLD_SIZE", "2")],
+        "LOCAL_RANK",
+    );
+    refused(&[base[0], base[1], ("LOCAL_RANK", "4")], "LOCAL_RANK");
+    refused(
+        &[base[0], base[1], ("LOCAL_WORLD_SIZE", "0")],
+        "LOCAL_WORLD_SIZE",
+    );
+    refused(
+        &[base[0], base[1], ("TORCHELASTIC_RESTART_COUNT", "4294967296")],
+        "TORCHELASTIC_RESTART_COUNT",
+    );
+    // In range: the local rank below the local world size, which may stand alone.
+    let get = |k: &str| match k {
+        "RANK" => Some("3".to_string()),
+        "WORLD_SIZE" => Some("4".to_string()),
+        "LOCAL_RANK" => Some("1".to_string()),
+        _ => None,
+    };
+    let i = LaunchInfo::from_vars(&get).unwrap();
+    assert_eq!((i.local_rank, i.local_world_size), (1, 2));
+}

@@ -178,3 +178,99 @@ fn a_hostile_server_is_an_error_never_a_huge_allocation() {
     let e = c.get("k").unwrap_err();
     assert!(matches!(e, HalError::Unavailable { .. }), "{e}");
 }
+
+/// A request that times out leaves its answer in flight: the next request must not take it for
+/// its own. A store that answers the first `add` late (after the client's deadline) and the
+/// second at once; the second `add` must return its own value (once it returned the first's, and
+/// the connection stayed out of step).
+#[test]
+fn a_late_answer_is_never_taken_for_the_next_requests() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut adds = 0i64;
+        for mut c in l.incoming().flatten() {
+            // The handshake (validate + magic, then a ping and its nonce).
+            let mut b = [0u8; 10];
+            if c.read_exact(&mut b).is_err() {
+                continue;
+            }
+            let _ = c.write_all(&b[6..10]);
+            // Then adds: query byte, key (u64 length + bytes), delta (i64).
+            loop {
+                let mut q = [0u8; 1];
+                if c.read_exact(&mut q).is_err() {
+                    break;
+                }
+                let Ok(key) = wire::get_bytes(&mut c, 1 << 10) else { break };
+                let Ok(delta) = wire::get_u64(&mut c) else { break };
+                assert_eq!(q[0], wire::query::ADD, "{key:?}");
+                adds += 1;
+                let value = 1000 * adds + delta as i64;
+                if adds == 1 {
+                    // Past the client's deadline.
+                    std::thread::sleep(Duration::from_millis(600));
+                }
+                if c.write_all(&value.to_le_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let c = TcpStore::connect("127.0.0.1", port, Duration::from_millis(300)).unwrap();
+    let e = c.add("n", 1).unwrap_err();
+    assert!(matches!(e, HalError::Timeout { .. }), "{e}");
+    // Let the late answer arrive before the next request.
+    std::thread::sleep(Duration::from_millis(500));
+    match c.add("n", 2) {
+        // The second add's own answer: 1000 * 2 + 2.
+        Ok(v) => assert_eq!(v, 2002, "the second add returned the first one's answer"),
+        // Or a typed refusal naming the broken connection: never the other request's value.
+        Err(e) => assert!(matches!(e, HalError::Unavailable { .. }), "{e}"),
+    }
+}
+
+/// One `MULTI_GET` naming one large value many times must not make the server build a reply of
+/// their total size: the request is refused (its connection closed) once the reply would pass
+/// `wire::MAX_MESSAGE`, before anything that size is allocated, and the server serves on.
+#[test]
+fn a_multi_get_past_the_reply_limit_is_refused_and_the_server_serves_on() {
+    let (server, c) = pair();
+    let value = vec![7u8; 1 << 20];
+    c.set("big", &value).unwrap();
+    let copies = (64u64 << 20) / value.len() as u64 + 1;
+    let mut req = hello();
+    req.push(wire::query::MULTI_GET);
+    req.extend_from_slice(&copies.to_le_bytes());
+    for _ in 0..copies {
+        wire::put_bytes(&mut req, b"/big");
+    }
+    let got = raw(server.port(), &req);
+    assert!(
+        got.is_empty(),
+        "{} bytes answered to a MULTI_GET of {copies} MiB",
+        got.len()
+    );
+    // Under the limit it is answered in full.
+    let mut ok = hello();
+    ok.push(wire::query::MULTI_GET);
+    ok.extend_from_slice(&2u64.to_le_bytes());
+    wire::put_bytes(&mut ok, b"/big");
+    wire::put_bytes(&mut ok, b"/big");
+    assert_eq!(raw(server.port(), &ok).len(), 2 * (8 + value.len()));
+    assert_eq!(c.get("big").unwrap(), value);
+}
+
+/// A store timeout longer than the clock holds is no deadline (once `Instant::now() + timeout`
+/// panicked in `connect`): connecting, requests and a wait that is answered all work.
+#[test]
+fn a_timeout_longer_than_the_clock_holds_is_no_deadline() {
+    let server = TcpStoreServer::bind("127.0.0.1:0").unwrap();
+    for t in [Duration::MAX, Duration::from_secs_f64(1e19)] {
+        let c = TcpStore::connect("127.0.0.1", server.port(), t).unwrap();
+        assert!(c.add("n", 1).unwrap() > 0);
+        c.set("k", b"v").unwrap();
+        c.wait(&["k"], t).unwrap();
+        assert_eq!(c.get("k").unwrap(), b"v");
+    }
+}
