@@ -20,7 +20,7 @@ use unihal_hal::Registry;
 ///
 /// # Errors
 /// [`unihal_hal::HalError::InvalidArgument`] naming the variable for a value it does not accept
-/// (a timeout that is not a number of seconds above 0, a switch that is not 1 or 0).
+/// (a timeout that is not a number of seconds of at least 0.001, a switch that is not 1 or 0).
 pub fn options_from_env() -> unihal_hal::Result<RunOptions> {
     use unihal_hal::settings;
     let flag = |name| settings::parse(name, settings::switch).map(|v| v.unwrap_or(false));

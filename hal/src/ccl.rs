@@ -38,7 +38,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 ///
 /// # Errors
 /// [`HalError::InvalidArgument`] naming the variable for a value that is not a number of
-/// seconds above 0 (`abc`, `-1`, `nan`): a timeout the user believes set must not be ignored.
+/// seconds of at least 0.001 (`abc`, `-1`, `nan`, `1e-300`): a timeout the user believes set must
+/// not be ignored. A value longer than the clock holds (`1e19`) is no timeout.
 pub fn timeout_from_env() -> Result<Duration> {
     Ok(crate::settings::parse(TIMEOUT_ENV, crate::settings::seconds)?.unwrap_or(DEFAULT_TIMEOUT))
 }
@@ -46,11 +47,24 @@ pub fn timeout_from_env() -> Result<Duration> {
 /// The timeout a communicator made with `config` uses: the config's, else [`timeout_from_env`].
 ///
 /// # Errors
-/// As [`timeout_from_env`].
+/// As [`timeout_from_env`]; as [`timeout_or`] for the config's.
 pub fn timeout_of(config: &CommConfig) -> Result<Duration> {
     match config.timeout {
-        Some(t) => Ok(t),
+        Some(_) => timeout_or(config, DEFAULT_TIMEOUT),
         None => timeout_from_env(),
+    }
+}
+
+/// The timeout a communicator made with `config` uses where the engine already holds its own
+/// (`default`, read from the environment when the engine was made): the config's, else `default`.
+///
+/// # Errors
+/// [`crate::HalError::InvalidArgument`] naming `CommConfig::timeout` when the config's is shorter
+/// than [`crate::deadline::MIN_TIMEOUT`] (a longer one than the clock holds is no deadline).
+pub fn timeout_or(config: &CommConfig, default: Duration) -> Result<Duration> {
+    match config.timeout {
+        Some(t) => crate::deadline::check_timeout("CommConfig::timeout", t),
+        None => Ok(default),
     }
 }
 
@@ -274,7 +288,8 @@ pub fn split_place(asks: &[(Option<u32>, i32)], me: usize) -> Option<(usize, usi
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CommConfig {
     /// How long an operation waits for the other ranks before failing with `Timeout`
-    /// (default: `UNIHAL_CCL_TIMEOUT`, else 300 s).
+    /// (default: `UNIHAL_CCL_TIMEOUT`, else 300 s). At least 1 ms; `Duration::MAX` (or any
+    /// timeout longer than the clock holds) is no timeout.
     pub timeout: Option<Duration>,
 }
 

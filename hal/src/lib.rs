@@ -61,6 +61,7 @@ pub mod caps;
 pub mod ccl;
 pub mod clock;
 pub mod counters;
+pub mod deadline;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -73,7 +73,7 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_TRACE_MAX_EVENTS", "an integer of 1 or more", "2000000", "the most events a timeline keeps", User),
     s("UNIHAL_ALLOC_CONF", "comma-separated key:value pairs, as PYTORCH_CUDA_ALLOC_CONF (max_split_size_mb, memory_fraction)", "empty", "the caching allocator's settings", User),
     s("UNIHAL_MEMORY_SNAPSHOT", "a file name (%d: the device ordinal)", "no snapshot", "write the caching allocator's history in PyTorch's snapshot layout at exit", User),
-    s("UNIHAL_CCL_TIMEOUT", "a number of seconds above 0", "300", "how long a collective may wait before it fails with a timeout", User),
+    s("UNIHAL_CCL_TIMEOUT", "a number of seconds, at least 0.001", "300", "how long a collective may wait before it fails with a timeout", User),
     s("UNIHAL_CPU_DEVICES", "an integer in 1..=64", "4", "the CPU backend's number of virtual devices", User),
     s("UNIHAL_CPU_MEMORY", "a byte count such as 1073741824, 512M or 2G", "the host's memory divided among the devices", "each virtual CPU device's memory", User),
     s("UNIHAL_CPU_THREADS", "an integer in 1..=1024", "cores / devices", "compute threads per CPU device", User),
@@ -96,7 +96,7 @@ pub const SETTINGS: &[Setting] = &[
     s("UNIHAL_NNOPBASE_LIB", "a path to libnnopbase.so", "under UNIHAL_ASCEND_LIB", "the aclnn base library to open", User),
     s("UNIHAL_OPAPI_LIB", "a path to libopapi.so", "under UNIHAL_ASCEND_LIB", "the aclnn operator library to open", User),
     s("UNIHAL_HCCL_LIB", "a path to libhccl.so", "under UNIHAL_ASCEND_LIB", "the HCCL library to open", User),
-    s("UNIHAL_CONFORMANCE_TIMEOUT_S", "a number of seconds above 0", "60", "the conformance suite's watchdog per case", User),
+    s("UNIHAL_CONFORMANCE_TIMEOUT_S", "a number of seconds, at least 0.001", "60", "the conformance suite's watchdog per case", User),
     s("UNIHAL_CONFORMANCE_REPORT", "a directory", "no report", "where `cargo test`'s conformance trials write their report", User),
     s("UNIHAL_CONFORMANCE_ISOLATE", "1 or 0 (or true, false, yes, no, on, off)", "0", "run each conformance case in its own process", User),
     s("UNIHAL_CONFORMANCE_VERIFY", "1 or 0 (or true, false, yes, no, on, off)", "0", "fail on an unexpected pass of a case the manifest marks xfail", User),
@@ -192,13 +192,16 @@ pub fn parse<T>(name: &'static str, parse: impl FnOnce(&str) -> Option<T>) -> Re
     }
 }
 
-/// A number of seconds above 0 (and finite), as a duration; `None` for anything else.
+/// A timeout in seconds: a finite number of at least 0.001 (a shorter timeout cannot work:
+/// [`crate::deadline::MIN_TIMEOUT`]), as a duration; one longer than a `Duration` holds is
+/// `Duration::MAX`, which [`crate::deadline::after`] makes no deadline. `None` for anything else.
 pub fn seconds(v: &str) -> Option<std::time::Duration> {
+    let min = crate::deadline::MIN_TIMEOUT.as_secs_f64();
     v.trim()
         .parse::<f64>()
         .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .filter(|s| s.is_finite() && *s >= min)
+        .map(|s| std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX))
 }
 
 /// A yes/no switch: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case).

@@ -96,8 +96,8 @@ impl LaunchInfo {
     /// none means a single process.
     ///
     /// # Errors
-    /// [`HalError::InvalidArgument`] naming the variable when a value does not parse or a rank is
-    /// not below the world size.
+    /// [`HalError::InvalidArgument`] naming the variable when a value does not parse, a rank is
+    /// not below the world size, or a local rank not below the local world size.
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
         let sets: [(Launcher, [&'static str; 4]); 4] = [
             (
@@ -160,9 +160,43 @@ impl LaunchInfo {
                 ));
             }
             let local_rank = num(lr, get(lr))?.unwrap_or(0);
-            // Slurm's tasks-per-node may read "4(x2)": keep the leading number.
-            let lw_val = get(lw).map(|v| v.split('(').next().unwrap_or("").to_string());
-            let local_world = num(lw, lw_val)?.unwrap_or(1).max(local_rank + 1);
+            // Slurm's tasks-per-node may list nodes, "4(x2),3": the leading number is the first
+            // node's, not necessarily this one's, so with a list it is a lower bound only.
+            let lw_raw = get(lw);
+            let listed = lw_raw
+                .as_deref()
+                .is_some_and(|v| v.contains(',') || v.contains('('));
+            let lw_val = lw_raw.map(|v| {
+                v.split([',', '('])
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            });
+            let local_world = match num(lw, lw_val)? {
+                Some(0) => {
+                    return Err(HalError::invalid(
+                        lw,
+                        Invalid::Value {
+                            value: format!("{lw}=0"),
+                            accepted: "at least 1".into(),
+                        },
+                    ))
+                }
+                Some(n) if listed => n.max(local_rank.saturating_add(1)),
+                Some(n) => n,
+                // Unset: the local ranks up to this one are on this node.
+                None => local_rank.saturating_add(1),
+            };
+            // A node holds at most the whole job.
+            if local_rank >= local_world || local_rank >= world {
+                return Err(HalError::invalid(
+                    lr,
+                    Invalid::Value {
+                        value: format!("{lr}={local_rank} with {lw}={local_world}, {w}={world}"),
+                        accepted: format!("{lr} < {lw} and {lr} < {w}"),
+                    },
+                ));
+            }
             found = Some((launcher, rank, world, local_rank, local_world));
             break;
         }
@@ -183,7 +217,17 @@ impl LaunchInfo {
         }
         let restart_count = match get("TORCHELASTIC_RESTART_COUNT") {
             None => 0,
-            Some(v) => num("TORCHELASTIC_RESTART_COUNT", Some(v))?.unwrap_or(0) as u32,
+            Some(v) => num("TORCHELASTIC_RESTART_COUNT", Some(v.clone()))?
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    HalError::invalid(
+                        "TORCHELASTIC_RESTART_COUNT",
+                        Invalid::Value {
+                            value: format!("TORCHELASTIC_RESTART_COUNT={v:?}"),
+                            accepted: "an integer in 0..=4294967295".into(),
+                        },
+                    )
+                })?,
         };
         Ok(LaunchInfo {
             launcher,

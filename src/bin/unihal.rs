@@ -73,7 +73,7 @@ enum Cmd {
         /// Fail on an unexpected pass of a case the manifest marks xfail.
         #[arg(long)]
         verify: bool,
-        /// Watchdog limit per case, in seconds (above 0).
+        /// Watchdog limit per case, in seconds (at least 0.001).
         #[arg(long, default_value = "60", value_parser = seconds)]
         timeout_s: Duration,
         /// Only the first N devices of each backend (1 or more).
@@ -617,9 +617,10 @@ fn bench_backend(name: Option<&str>) -> Result<std::sync::Arc<dyn Backend>, Stri
     Err(format!("no backend to benchmark ({})", why.join("; ")))
 }
 
-/// A command-line number of seconds: finite and above 0.
+/// A command-line number of seconds: finite and at least 0.001.
 fn seconds(v: &str) -> Result<Duration, String> {
-    unihal::settings::seconds(v).ok_or_else(|| format!("{v:?} is not a number of seconds above 0"))
+    unihal::settings::seconds(v)
+        .ok_or_else(|| format!("{v:?} is not a number of seconds of at least 0.001"))
 }
 
 /// A command-line count of 1 or more.

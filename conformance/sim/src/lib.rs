@@ -885,7 +885,7 @@ impl Device {
     /// most the watchdog's time; then the device fails with [`SimError::Timeout`], as a hung
     /// kernel killed by a watchdog does.
     fn drive(&self, stream: StreamId, position: u64) -> SimResult<()> {
-        let deadline = Instant::now() + self.watchdog;
+        let deadline = unihal_hal::deadline::after(self.watchdog);
         loop {
             let mut s = self.live()?;
             let blocker = match s.run_until(stream, position, &mut HashSet::new())? {

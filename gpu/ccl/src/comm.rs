@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use unihal_hal::ccl::{check_not_in_place, check_rank};
+use unihal_hal::deadline;
 use unihal_hal::{
     Buffer, CclCaps, CommConfig, Communicator, DType, Device, GroupCall, HalError, Keep, OpCall,
     OpId, ReduceOp, Result, Scalar, Stream, TensorView,
@@ -295,7 +296,7 @@ impl<L: CollectiveLib> Shared<L> {
             s.platform.fail_stream(stream, s.stopped_error());
             return;
         }
-        let deadline = Instant::now() + s.timeout;
+        let deadline = deadline::after(s.timeout);
         match InFlight::record(&s.device, stream, what, deadline) {
             Ok(op) => inflight.push(op),
             Err(e) => {
@@ -383,7 +384,7 @@ impl<L: CollectiveLib> Shared<L> {
         if let Some(what) = expired {
             self.fail(HalError::Timeout {
                 what: format!("{what}: peers did not arrive"),
-                millis: self.timeout.as_millis() as u64,
+                millis: deadline::millis(self.timeout),
             });
             return false;
         }
@@ -423,7 +424,7 @@ impl<L: CollectiveLib> Shared<L> {
                 break;
             }
         }
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline::after(self.timeout);
         for s in streams.values() {
             match InFlight::record(&self.device, s, format!("{label} stand-in"), deadline) {
                 Ok(op) => inflight.push(op),
@@ -482,7 +483,7 @@ impl<L: CollectiveLib> Shared<L> {
             platform: self.platform.clone(),
             raw,
             ops,
-            give_up: last.max(Instant::now() + self.timeout) + DRAIN_GRACE,
+            give_up: last.max(deadline::after(self.timeout)) + DRAIN_GRACE,
             timeouts: false,
             what: self.label(),
         }
@@ -521,7 +522,7 @@ impl<L: CollectiveLib> Drop for Shared<L> {
                 platform: self.platform.clone(),
                 raw,
                 ops,
-                give_up: last + self.timeout.max(DRAIN_GRACE),
+                give_up: deadline::from(last, self.timeout.max(DRAIN_GRACE)),
                 timeouts: true,
                 what: self.label(),
             }
@@ -974,7 +975,7 @@ impl<L: CollectiveLib> Communicator for LibComm<L> {
         if s.stopped() {
             return Err(s.stopped_error());
         }
-        let timeout = config.timeout.unwrap_or(s.timeout);
+        let timeout = unihal_hal::ccl::timeout_or(config, s.timeout)?;
         if !s.lib.has_split() {
             return self.split_emulated(color, key, timeout);
         }

@@ -40,7 +40,7 @@ pub fn bounded<T: Send + 'static>(
         Ok(r) => r,
         Err(_) => Err(HalError::Timeout {
             what: format!("{what}: not every rank called within {timeout:?}"),
-            millis: timeout.as_millis() as u64,
+            millis: unihal_hal::deadline::millis(timeout),
         }),
     }
 }

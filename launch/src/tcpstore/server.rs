@@ -120,13 +120,26 @@ impl Conn {
         })
     }
 
+    /// A request's list of keys: at most [`wire::MAX_KEYS`] of them, of at most
+    /// [`wire::MAX_MESSAGE`] bytes together.
     fn keys(&mut self) -> std::io::Result<Vec<Vec<u8>>> {
         let n = wire::get_u64(&mut self.r)?;
         if n > wire::MAX_KEYS {
             return Err(bad(format!("{n} keys in one request")));
         }
+        let mut total = 0u64;
         (0..n)
-            .map(|_| wire::get_bytes(&mut self.r, wire::MAX_KEY))
+            .map(|_| {
+                let k = wire::get_bytes(&mut self.r, wire::MAX_KEY)?;
+                total += k.len() as u64;
+                if total > wire::MAX_MESSAGE {
+                    return Err(bad(format!(
+                        "keys of over {} bytes in one request",
+                        wire::MAX_MESSAGE
+                    )));
+                }
+                Ok(k)
+            })
             .collect()
     }
 
@@ -242,6 +255,19 @@ impl Conn {
                 query::MULTI_GET => {
                     let ks = self.keys()?;
                     let m = self.table.lock();
+                    // The reply's size is known before it is built: one over the limit (a key
+                    // named many times over a large value) closes the connection instead.
+                    let size: u64 = ks
+                        .iter()
+                        .map(|k| 8 + m.get(k).map_or(0, |v| v.len() as u64))
+                        .sum();
+                    if size > wire::MAX_MESSAGE {
+                        return Err(bad(format!(
+                            "a MULTI_GET reply of {size} bytes, over the {} accepted",
+                            wire::MAX_MESSAGE
+                        )));
+                    }
+                    out.reserve(size as usize);
                     for k in &ks {
                         wire::put_bytes(&mut out, m.get(k).map_or(&[][..], |v| v));
                     }

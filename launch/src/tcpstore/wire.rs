@@ -46,6 +46,10 @@ pub const MAX_KEY: u64 = 64 << 10;
 pub const MAX_VALUE: u64 = 16 << 20;
 /// The most keys one `WAIT`, `CHECK`, `MULTI_GET` or `MULTI_SET` may name.
 pub const MAX_KEYS: u64 = 1 << 16;
+/// The most bytes the server holds for one request's keys or builds for one reply (four of the
+/// largest values): a `MULTI_GET` naming one large value many times is refused, its connection
+/// closed, before its reply is built, so a connection's memory stays bounded whatever it asks.
+pub const MAX_MESSAGE: u64 = 4 * MAX_VALUE;
 
 /// Appends `bytes` as a length-prefixed vector.
 pub fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

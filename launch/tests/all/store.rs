@@ -238,7 +238,7 @@ fn a_multi_get_past_the_reply_limit_is_refused_and_the_server_serves_on() {
     let (server, c) = pair();
     let value = vec![7u8; 1 << 20];
     c.set("big", &value).unwrap();
-    let copies = (64u64 << 20) / value.len() as u64 + 1;
+    let copies = wire::MAX_MESSAGE / value.len() as u64 + 1;
     let mut req = hello();
     req.push(wire::query::MULTI_GET);
     req.extend_from_slice(&copies.to_le_bytes());

@@ -6,6 +6,7 @@ use super::Plugin;
 use crate::conv;
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 use unihal_hal::ccl::check_call;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, GroupCall,
@@ -105,8 +106,20 @@ enum Expect {
     AtMost(usize),
 }
 
-fn timeout_ms(c: &CommConfig) -> u64 {
-    c.timeout.map_or(0, |t| (t.as_millis() as u64).max(1))
+/// The config's timeout in the ABI's milliseconds (0: the plugin's default; `u64::MAX` for a
+/// timeout longer than 64 bits of them, which the plugin's deadline treats as none).
+///
+/// # Errors
+/// [`HalError::InvalidArgument`] for a timeout under 1 ms, checked here so that every plugin
+/// refuses it as the built-in engines do, before its entry is called.
+fn timeout_ms(c: &CommConfig) -> Result<u64> {
+    match c.timeout {
+        None => Ok(0),
+        Some(_) => Ok(unihal_hal::deadline::millis(unihal_hal::ccl::timeout_or(
+            c,
+            Duration::ZERO,
+        )?)),
+    }
 }
 
 impl Collectives for PluginCollectives {
@@ -148,6 +161,7 @@ impl Collectives for PluginCollectives {
         config: &CommConfig,
     ) -> Result<Arc<dyn Communicator>> {
         let d = self.device(device)?;
+        let ms = timeout_ms(config)?;
         let mut raw = std::ptr::null_mut();
         let n = u32::try_from(nranks).unwrap_or(u32::MAX);
         let r = u32::try_from(rank).unwrap_or(u32::MAX);
@@ -165,7 +179,7 @@ impl Collectives for PluginCollectives {
                         n,
                         r,
                         d.raw(),
-                        timeout_ms(config),
+                        ms,
                         &mut raw,
                         e,
                     )
@@ -188,6 +202,7 @@ impl Collectives for PluginCollectives {
             .iter()
             .map(|d| Ok(self.device(d)?.raw()))
             .collect::<Result<Vec<_>>>()?;
+        let ms = timeout_ms(config)?;
         let mut out = vec![std::ptr::null_mut(); raws.len()];
         self.p
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
@@ -200,7 +215,7 @@ impl Collectives for PluginCollectives {
                     f(
                         raws.as_ptr(),
                         raws.len() as u32,
-                        timeout_ms(config),
+                        ms,
                         out.as_mut_ptr(),
                         e,
                     )
@@ -429,6 +444,7 @@ impl Communicator for PluginComm {
         key: i32,
         config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
+        let ms = timeout_ms(config)?;
         let mut raw = std::ptr::null_mut();
         let c = color.map_or(-1, i64::from);
         // SAFETY: the entry's contract.
@@ -437,7 +453,7 @@ impl Communicator for PluginComm {
             "comm_split",
             "split",
             // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-            |f, e| unsafe { f(self.raw, c, key, timeout_ms(config), &mut raw, e) },
+            |f, e| unsafe { f(self.raw, c, key, ms, &mut raw, e) },
         )?;
         match (color, raw.is_null()) {
             (None, true) => return Ok(None),

@@ -567,6 +567,8 @@ impl Communicator for CpuComm {
         key: i32,
         config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
+        // Checked before any exchange with the other ranks.
+        let timeout = unihal_hal::ccl::timeout_or(config, self.shared.rv.timeout)?;
         if let Some(e) = self.shared.error.lock().clone() {
             return Err(e);
         }
@@ -589,7 +591,6 @@ impl Communicator for CpuComm {
         let (Some(color), Some((new_rank, size))) = (color, split_place(&asks, self.rank)) else {
             return Ok(None);
         };
-        let timeout = config.timeout.unwrap_or(self.shared.rv.timeout);
         let child = {
             let mut g = self.shared.children.lock();
             let e = g.entry((no, color)).or_insert_with(|| {

@@ -20,7 +20,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use unihal_hal::ccl::{log_created, timeout_from_env, Accumulation, DEFAULT_TIMEOUT};
 use unihal_hal::{
     CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, DeviceId,
@@ -235,10 +235,10 @@ impl CpuCollectives {
         self
     }
 
-    fn shared(&self, nranks: usize, config: &CommConfig) -> Arc<CommShared> {
+    fn shared(&self, nranks: usize, timeout: Duration) -> Arc<CommShared> {
         CommShared::new(
             nranks,
-            config.timeout.unwrap_or(self.timeout),
+            timeout,
             self.caps.clone(),
         )
     }
@@ -357,11 +357,12 @@ impl Collectives for CpuCollectives {
             ));
         }
         check_id(id)?;
+        let timeout = unihal_hal::ccl::timeout_or(config, self.timeout)?;
         let (lock, cv) = pending();
         let mut g = lock.lock();
         let slot = g.entry(id.0.clone()).or_insert_with(|| {
             Slot::Joining(Pending {
-                shared: self.shared(nranks, config),
+                shared: self.shared(nranks, timeout),
                 ranks: vec![None; nranks],
                 joined: 0,
             })
@@ -410,8 +411,7 @@ impl Collectives for CpuCollectives {
         p.joined += 1;
         let shared = p.shared.clone();
         cv.notify_all();
-        let timeout = config.timeout.unwrap_or(self.timeout);
-        let deadline = Instant::now() + timeout;
+        let deadline = unihal_hal::deadline::after(timeout);
         let joining = |g: &HashMap<Vec<u8>, Slot>| match g.get(&id.0) {
             Some(Slot::Joining(p)) => Some(p.joined < nranks),
             _ => None,
@@ -432,7 +432,7 @@ impl Collectives for CpuCollectives {
                 }
                 return Err(HalError::Timeout {
                     what: format!("init_rank {rank}: ranks {missing:?} never joined"),
-                    millis: timeout.as_millis() as u64,
+                    millis: unihal_hal::deadline::millis(timeout),
                 });
             }
         }
@@ -465,7 +465,8 @@ impl Collectives for CpuCollectives {
         }
         devices.iter().try_for_each(check_device)?;
         unihal_hal::ccl::check_distinct_devices(devices)?;
-        let shared = self.shared(devices.len(), config);
+        let timeout = unihal_hal::ccl::timeout_or(config, self.timeout)?;
+        let shared = self.shared(devices.len(), timeout);
         let comms: Vec<Arc<dyn Communicator>> = devices
             .iter()
             .enumerate()
@@ -473,7 +474,6 @@ impl Collectives for CpuCollectives {
                 Arc::new(CpuComm::new(r, d.clone(), shared.clone())) as Arc<dyn Communicator>
             })
             .collect();
-        let timeout = config.timeout.unwrap_or(self.timeout);
         log_created(&comms, &self.caps.engine, "init_all", Some(timeout));
         Ok(comms)
     }

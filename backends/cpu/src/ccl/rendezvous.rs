@@ -250,7 +250,7 @@ impl Rendezvous {
                 }
                 return Err(HalError::Timeout {
                     what: what(),
-                    millis: self.timeout.as_millis() as u64,
+                    millis: unihal_hal::deadline::millis(self.timeout),
                 });
             }
         }
@@ -327,7 +327,7 @@ impl Rendezvous {
         send: u64,
         recv: u64,
     ) -> std::result::Result<Vec<(u64, u64)>, (HalError, bool)> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = unihal_hal::deadline::after(self.timeout);
         {
             let mut g = self.state.lock();
             let n = self.nranks;
@@ -405,7 +405,7 @@ impl Rendezvous {
     /// Waits until every rank has finished phase `phase` of round `seq`; fails at once when a
     /// peer left the round with an error.
     pub fn barrier(&self, seq: u64, phase: usize) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = unihal_hal::deadline::after(self.timeout);
         {
             let mut g = self.state.lock();
             let last = g.rounds.get_mut(&seq).is_some_and(|r| {
@@ -493,7 +493,7 @@ impl Rendezvous {
 
     /// Takes message `k` from `src` to `dst`, waiting for it.
     pub fn take(&self, src: usize, dst: usize, k: u64) -> Result<Vec<u8>> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = unihal_hal::deadline::after(self.timeout);
         let what = || format!("recv on rank {dst} of message #{k} from rank {src}");
         let mut g = self.wait_until(what, deadline, |s| {
             s.mail.contains_key(&(src, dst, k)).then_some(Ok(()))

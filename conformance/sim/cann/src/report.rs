@@ -208,7 +208,7 @@ pub extern "C" fn aclrtProcessReport(timeout: i32) -> i32 {
             t if t < -1 => return Err(Err::param(format!("timeout {t}"))),
             t => Duration::from_millis(t as u64),
         };
-        let deadline = Instant::now() + wait;
+        let deadline = unihal_hal::deadline::after(wait);
         loop {
             drive(me);
             let batch: Vec<Pending> = r

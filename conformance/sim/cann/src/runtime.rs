@@ -876,7 +876,7 @@ fn wait_with_timeout(
     if timeout_ms < -1 {
         return Err(Err::param(format!("timeout {timeout_ms} ms")));
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64);
+    let deadline = unihal_hal::deadline::after(std::time::Duration::from_millis(timeout_ms as u64));
     loop {
         if done()? {
             return Ok(());

@@ -39,7 +39,7 @@ use crate::{Blocker, Device, Gate, GatePoll, Memory, SimError, SimResult, Stream
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use unihal_hal::ccl::split_place;
 use unihal_hal::host_reduce::{reduce, reducible};
 use unihal_hal::{DType, ReduceOp};
@@ -589,7 +589,7 @@ impl LocalComm {
             c.splits += 1;
             c.splits
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = unihal_hal::deadline::after(timeout);
         let mut st = self.clique.state.lock();
         let asks = loop {
             if let Some(r) = st.aborted.iter().position(|&a| a) {
@@ -981,7 +981,7 @@ impl Registry {
         if nranks == 0 || rank >= nranks {
             return Err(SimError::InvalidValue(format!("rank {rank} of {nranks}")));
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = unihal_hal::deadline::after(timeout);
         if self.spent.lock().contains(id) {
             return Err(SimError::InvalidUsage(
                 "the unique id already made a communicator (a stale id)".into(),

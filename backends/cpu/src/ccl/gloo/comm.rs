@@ -76,8 +76,9 @@ impl Link {
         })
     }
 
+    /// The timeout in gloo's milliseconds (gloo adds it to `steady_clock::now()`).
     fn ms(&self) -> i64 {
-        self.timeout.as_millis().min(i64::MAX as u128) as i64
+        unihal_hal::deadline::clock_millis(self.timeout)
     }
 
     fn fail(&self, e: &HalError) {
@@ -126,7 +127,7 @@ impl Link {
                      {missing:?} never arrived",
                     self.rank
                 ),
-                millis: self.timeout.as_millis() as u64,
+                millis: unihal_hal::deadline::millis(self.timeout),
             });
         }
         if rc == ffi::IO {
@@ -441,7 +442,7 @@ impl GlooComm {
                         plan.len(),
                         l.rank
                     ),
-                    millis: l.timeout.as_millis() as u64,
+                    millis: unihal_hal::deadline::millis(l.timeout),
                 });
             }
             conv::check(rc, "send/recv group", &err, l.ms())
@@ -731,6 +732,8 @@ impl Communicator for GlooComm {
         key: i32,
         config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
+        // Checked before any exchange with the other ranks.
+        let timeout = unihal_hal::ccl::timeout_or(config, self.link.timeout)?;
         if let Some(e) = self.link.sticky() {
             return Err(e);
         }
@@ -776,7 +779,6 @@ impl Communicator for GlooComm {
         let Some((rank, size)) = unihal_hal::ccl::split_place(&places, l.rank) else {
             return Ok(None);
         };
-        let timeout = config.timeout.unwrap_or(l.timeout);
         let sub = l
             .rendezvous
             .child(&format!("split{no}/color{}", color.unwrap_or_default()));

@@ -285,7 +285,7 @@ pub(crate) fn connect(
         store: rv.store.clone(),
         error: Mutex::new(None),
     };
-    let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
+    let ms = unihal_hal::deadline::clock_millis(timeout);
     let mut out = std::ptr::null_mut();
     let mut err = conv::ErrBuf::new();
     // SAFETY: `ctx` outlives the call (the store callbacks run inside it); the strings are
@@ -427,7 +427,7 @@ impl Collectives for GlooCollectives {
         let port = u16::from_le_bytes([b[16], b[17]]);
         let host = std::str::from_utf8(&b[35..35 + b[34] as usize]).map_err(|_| bad())?;
         let name: String = b[18..34].iter().map(|x| format!("{x:02x}")).collect();
-        let timeout = config.timeout.unwrap_or(self.timeout);
+        let timeout = unihal_hal::ccl::timeout_or(config, self.timeout)?;
         let store =
             TcpStore::connect(host, port, timeout)?.with_prefix(&format!("unihal/gloo/{name}"));
         // One rank per device of a process: two ranks on one device would share its memory.
@@ -513,7 +513,10 @@ impl Collectives for GlooCollectives {
             Err(e) => return Some(Err(e)),
         };
         static WORLDS: AtomicU64 = AtomicU64::new(0);
-        let timeout = config.timeout.unwrap_or(self.timeout);
+        let timeout = match unihal_hal::ccl::timeout_or(config, self.timeout) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
         Some((|| {
             super::check_device(device)?;
             let job = job_store(&info, timeout)?;

@@ -166,7 +166,7 @@ impl Link {
     /// receive that a longer message truncated is an `InvalidArgument` naming the sender (it
     /// called something else here); `what` names the operation in errors.
     fn wait(&self, reqs: &mut [Pending], what: &dyn Fn() -> String) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = unihal_hal::deadline::after(self.timeout);
         let mut polls = 0u32;
         loop {
             let mut all = true;
@@ -222,7 +222,7 @@ impl Link {
                             "{}: waiting for the other ranks; ranks {missing:?} never arrived",
                             what()
                         ),
-                        millis: self.timeout.as_millis() as u64,
+                        millis: unihal_hal::deadline::millis(self.timeout),
                     });
                 }
             }
@@ -882,6 +882,8 @@ impl Communicator for MpiComm {
         key: i32,
         config: &CommConfig,
     ) -> Result<Option<Arc<dyn Communicator>>> {
+        // Checked before any exchange with the other ranks.
+        let timeout = unihal_hal::ccl::timeout_or(config, self.link.timeout)?;
         if let Some(e) = self.link.sticky() {
             return Err(e);
         }
@@ -914,7 +916,6 @@ impl Communicator for MpiComm {
         if color.is_none() {
             return Ok(None);
         }
-        let timeout = config.timeout.unwrap_or(self.link.timeout);
         // SAFETY: written by the successful MPI_Comm_split; a member of a color gets a live handle.
         let link = Link::adopt(ffi::Comm(unsafe { child.assume_init() }), timeout)?;
         Ok(Some(Arc::new(MpiComm::new(

@@ -190,7 +190,7 @@ impl MpiCollectives {
         config: &CommConfig,
     ) -> Result<Arc<dyn Communicator>> {
         super::check_device(device)?;
-        let timeout = config.timeout.unwrap_or(self.timeout);
+        let timeout = unihal_hal::ccl::timeout_or(config, self.timeout)?;
         // SAFETY: a constant handle set up by the MPI library.
         let world = ffi::Comm(unsafe { ffi::RSMPI_COMM_WORLD });
         let link = Link::dup(world, timeout)?;
