@@ -90,7 +90,10 @@ mod tests {
             // A grace added to a deadline is still in range.
             let _ = d + Duration::from_secs(3600);
         }
-        assert_eq!(from(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        assert_eq!(
+            from(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
         assert!(after(Duration::ZERO) <= Instant::now());
     }
 

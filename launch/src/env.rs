@@ -166,12 +166,7 @@ impl LaunchInfo {
             let listed = lw_raw
                 .as_deref()
                 .is_some_and(|v| v.contains(',') || v.contains('('));
-            let lw_val = lw_raw.map(|v| {
-                v.split([',', '('])
-                    .next()
-                    .unwrap_or("")
-                    .to_string()
-            });
+            let lw_val = lw_raw.map(|v| v.split([',', '(']).next().unwrap_or("").to_string());
             let local_world = match num(lw, lw_val)? {
                 Some(0) => {
                     return Err(HalError::invalid(

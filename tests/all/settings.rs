@@ -54,12 +54,26 @@ fn bad_settings_are_refused_naming_the_variable_the_value_and_what_is_accepted()
 fn a_timeout_longer_than_the_clock_holds_is_no_timeout() {
     for value in ["1e19", "1e300"] {
         let (ok, t) = unihal(
-            &["bench", "all_reduce", "--backend", "cpu", "-g", "2", "-b", "64", "-e", "64"],
+            &[
+                "bench",
+                "all_reduce",
+                "--backend",
+                "cpu",
+                "-g",
+                "2",
+                "-b",
+                "64",
+                "-e",
+                "64",
+            ],
             "UNIHAL_CCL_TIMEOUT",
             value,
         );
         assert!(ok, "UNIHAL_CCL_TIMEOUT={value}:\n{t}");
-        assert!(t.contains("# Out of bounds values : 0 OK"), "UNIHAL_CCL_TIMEOUT={value}:\n{t}");
+        assert!(
+            t.contains("# Out of bounds values : 0 OK"),
+            "UNIHAL_CCL_TIMEOUT={value}:\n{t}"
+        );
     }
 }
 

@@ -203,16 +203,16 @@ fn init_rank_works(ctx: &Ctx, n: usize) -> CaseResult {
     })
 }
 
+/// A way to make `n` ranks with a config and run a body on each (`on_ranks`, `on_ranks_by_id`).
+type MakeRanks = fn(&Ctx, usize, &CommConfig, &(dyn Fn(&Rank) -> CaseResult + Sync)) -> CaseResult;
+
 /// The timeouts a caller may give a communicator, made by `make` (`on_ranks` or
 /// `on_ranks_by_id`): `Duration::MAX` and 1e19 s, longer than the clock holds, are no deadline
 /// (the communicator is made and reduces; once `Instant::now() + timeout` panicked at its
 /// creation or on its stream); one under 1 ms cannot work (1e-300 s is a zero `Duration`) and is
 /// refused with `InvalidArgument` naming `CommConfig::timeout` on every rank, before any exchange
 /// with the others (so no rank is left waiting).
-fn timeout_extremes(
-    ctx: &Ctx,
-    make: fn(&Ctx, usize, &CommConfig, &(dyn Fn(&Rank) -> CaseResult + Sync)) -> CaseResult,
-) -> CaseResult {
+fn timeout_extremes(ctx: &Ctx, make: MakeRanks) -> CaseResult {
     for t in [Duration::MAX, Duration::from_secs_f64(1e19)] {
         let cfg = CommConfig { timeout: Some(t) };
         make(ctx, 2, &cfg, &|rk| {

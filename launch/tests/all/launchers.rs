@@ -150,9 +150,8 @@ fn local_ranks_and_restart_counts_out_of_range_are_refused() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            LaunchInfo::from_vars(&get)
-        }));
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| LaunchInfo::from_vars(&get)));
         let e = match r {
             Ok(Ok(i)) => panic!("{pairs:?} accepted: {i:?}"),
             Ok(Err(e)) => e,
@@ -162,13 +161,26 @@ fn local_ranks_and_restart_counts_out_of_range_are_refused() {
     };
     let max = usize::MAX.to_string();
     let base = [("RANK", "0"), ("WORLD_SIZE", "4")];
-    refused(&[base[0], base[1], ("LOCAL_RANK", max.as_str())], "LOCAL_RANK");
     refused(
-        &[base[0], base[1], ("LOCAL_RANK", max.as_str()), ("LOCAL_WORLD_SIZE", "2")],
+        &[base[0], base[1], ("LOCAL_RANK", max.as_str())],
         "LOCAL_RANK",
     );
     refused(
-        &[base[0], base[1], ("LOCAL_RANK", "2"), ("LOCAL_WORLD_SIZE", "2")],
+        &[
+            base[0],
+            base[1],
+            ("LOCAL_RANK", max.as_str()),
+            ("LOCAL_WORLD_SIZE", "2"),
+        ],
+        "LOCAL_RANK",
+    );
+    refused(
+        &[
+            base[0],
+            base[1],
+            ("LOCAL_RANK", "2"),
+            ("LOCAL_WORLD_SIZE", "2"),
+        ],
         "LOCAL_RANK",
     );
     refused(&[base[0], base[1], ("LOCAL_RANK", "4")], "LOCAL_RANK");
@@ -177,7 +189,11 @@ fn local_ranks_and_restart_counts_out_of_range_are_refused() {
         "LOCAL_WORLD_SIZE",
     );
     refused(
-        &[base[0], base[1], ("TORCHELASTIC_RESTART_COUNT", "4294967296")],
+        &[
+            base[0],
+            base[1],
+            ("TORCHELASTIC_RESTART_COUNT", "4294967296"),
+        ],
         "TORCHELASTIC_RESTART_COUNT",
     );
     // In range: the local rank below the local world size, which may stand alone.

@@ -202,8 +202,12 @@ fn a_late_answer_is_never_taken_for_the_next_requests() {
                 if c.read_exact(&mut q).is_err() {
                     break;
                 }
-                let Ok(key) = wire::get_bytes(&mut c, 1 << 10) else { break };
-                let Ok(delta) = wire::get_u64(&mut c) else { break };
+                let Ok(key) = wire::get_bytes(&mut c, 1 << 10) else {
+                    break;
+                };
+                let Ok(delta) = wire::get_u64(&mut c) else {
+                    break;
+                };
                 assert_eq!(q[0], wire::query::ADD, "{key:?}");
                 adds += 1;
                 let value = 1000 * adds + delta as i64;

@@ -211,15 +211,7 @@ impl Collectives for PluginCollectives {
                 "ccl_init_all",
                 "init all",
                 // SAFETY: the entry's contract (unihal_plugin.h): live handles, and every pointer passed outlives the call.
-                |f, e| unsafe {
-                    f(
-                        raws.as_ptr(),
-                        raws.len() as u32,
-                        ms,
-                        out.as_mut_ptr(),
-                        e,
-                    )
-                },
+                |f, e| unsafe { f(raws.as_ptr(), raws.len() as u32, ms, out.as_mut_ptr(), e) },
             )?;
         // Every handle is checked; after a refusal, the rest are released unwrapped (and the
         // ones wrapped so far when `comms` drops).

@@ -236,11 +236,7 @@ impl CpuCollectives {
     }
 
     fn shared(&self, nranks: usize, timeout: Duration) -> Arc<CommShared> {
-        CommShared::new(
-            nranks,
-            timeout,
-            self.caps.clone(),
-        )
+        CommShared::new(nranks, timeout, self.caps.clone())
     }
 }
 
