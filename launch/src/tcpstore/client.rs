@@ -284,6 +284,13 @@ fn open(host: &str, port: u16, addr: &str, timeout: Duration, again: bool) -> Re
             .map(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)));
         match attempt {
             Some(Ok(c)) => break c,
+            // The store this client reached before no longer accepts connections: it is gone.
+            Some(Err(e)) if again => {
+                return Err(HalError::Unavailable {
+                    what: format!("the c10d TCPStore at {addr}"),
+                    reason: format!("reconnecting after a failed request: {e}"),
+                })
+            }
             _ if Instant::now() >= deadline => {
                 return Err(HalError::Timeout {
                     what: format!(
