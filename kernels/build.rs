@@ -2,8 +2,9 @@
 //! system C++ compiler, the AVX2 and AVX-512 variants at -O3 whatever the cargo profile (so
 //! tests run the code that is benchmarked), the baseline (SSE2) one, which only a machine
 //! without AVX2 runs, at -O2 with -O3's vectoriser cost model (half the compile time), never
-//! with -ffast-math (only -fno-math-errno and -fno-trapping-math, which change no value), without floating-point contraction (so every ISA variant
-//! and every backend round identically), once per ISA level for run-time dispatch. The variants
+//! with -ffast-math (only -fno-math-errno and -fno-trapping-math, which change no value),
+//! without floating-point contraction (so every ISA variant and every backend round
+//! identically), once per ISA level for run-time dispatch. The variants
 //! compile side by side (one compiler process each), and with `UNIHAL_KERNELS_BUILD_CACHE` set
 //! their archives are reused by every other build that would compile them identically
 //! (`build_cache.rs`).

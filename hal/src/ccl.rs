@@ -50,7 +50,7 @@ pub fn timeout_from_env() -> Result<Duration> {
 /// As [`timeout_from_env`]; as [`timeout_or`] for the config's.
 pub fn timeout_of(config: &CommConfig) -> Result<Duration> {
     match config.timeout {
-        Some(_) => timeout_or(config, DEFAULT_TIMEOUT),
+        Some(t) => crate::deadline::check_timeout("CommConfig::timeout", t),
         None => timeout_from_env(),
     }
 }

@@ -6,7 +6,6 @@ use super::Plugin;
 use crate::conv;
 use std::any::Any;
 use std::sync::Arc;
-use std::time::Duration;
 use unihal_hal::ccl::check_call;
 use unihal_hal::{
     Buffer, CclCaps, CollectiveOp, Collectives, CommConfig, Communicator, DType, Device, GroupCall,
@@ -113,13 +112,10 @@ enum Expect {
 /// [`HalError::InvalidArgument`] for a timeout under 1 ms, checked here so that every plugin
 /// refuses it as the built-in engines do, before its entry is called.
 fn timeout_ms(c: &CommConfig) -> Result<u64> {
-    match c.timeout {
-        None => Ok(0),
-        Some(_) => Ok(unihal_hal::deadline::millis(unihal_hal::ccl::timeout_or(
-            c,
-            Duration::ZERO,
-        )?)),
-    }
+    c.timeout.map_or(Ok(0), |t| {
+        unihal_hal::deadline::check_timeout("CommConfig::timeout", t)
+            .map(unihal_hal::deadline::millis)
+    })
 }
 
 impl Collectives for PluginCollectives {
